@@ -1,0 +1,1 @@
+"""The NATS side of evobus: connection, subjects, codecs, streams, publishing and consuming."""

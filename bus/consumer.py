@@ -1,0 +1,277 @@
+"""The pull-consumer loop every agent runs: fetch, decode, handle, publish, then ack.
+
+Delivery rules (DESIGN.md "Delivery"):
+- ack only after everything the handler returned is published (at-least-once end to end);
+- ``in_progress()`` keeps a long handler's message from being redelivered;
+- ``Retry`` (or an unexpected exception) naks with a delay; a message that can never succeed —
+  undecodable, ``Reject``-ed, or out of deliveries — is terminated, copied with its error to
+  EVO_DLQ, and announced with a ``dead_lettered`` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+from bus import codec, envelope, subjects, tracing
+from bus.envelope import MessageContext
+from bus.errors import Reject, Retry
+from bus.publisher import Outbound, Publisher, PublishError, event_outbound
+from bus.streams import ACK_WAIT_SECONDS, MAX_DELIVER
+from schemas.events import DeadLetter, DeadLettered
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Handler = Callable[[T, MessageContext], Awaitable[Sequence[Outbound]]]
+OnDead = Callable[[T, MessageContext, str], Sequence[Outbound]]
+
+UNKNOWN_CAMPAIGN = "unknown"
+
+
+def retry_delay(attempt: int) -> float:
+    """Backoff before redelivering after an unexpected error: 1, 2, 4, … capped at 30 s."""
+    return float(min(2 ** max(attempt - 1, 0), 30))
+
+
+class PullConsumer(Generic[T]):
+    """Runs a handler over one durable pull consumer with up to ``concurrency`` at once.
+
+    Any number of processes may run a PullConsumer on the same durable; JetStream splits the
+    messages between them.
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        publisher: Publisher,
+        *,
+        stream: str,
+        durable: str,
+        decoder: msgspec.msgpack.Decoder[T],
+        handler: Handler[T],
+        on_dead: OnDead[T] | None = None,
+        concurrency: int = 1,
+        ack_wait: float = ACK_WAIT_SECONDS,
+        max_deliver: int = MAX_DELIVER,
+        fetch_timeout: float = 1.0,
+    ) -> None:
+        self._js = js
+        self._publisher = publisher
+        self.stream = stream
+        self.durable = durable
+        self._decoder = decoder
+        self._handler = handler
+        self._on_dead = on_dead
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._ack_wait = ack_wait
+        self._max_deliver = max_deliver
+        self._fetch_timeout = fetch_timeout
+        self._stopping = anyio.Event()
+        self.processed = 0
+        self.processed_by_campaign: Counter[str] = Counter()
+        self.dead_lettered = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running now."""
+        return int(self._limiter.borrowed_tokens)
+
+    @property
+    def concurrency(self) -> int:
+        """The most handlers run at once."""
+        return int(self._limiter.total_tokens)
+
+    def set_concurrency(self, value: int) -> None:
+        """Change how many messages are handled at once (takes effect on the next fetch)."""
+        self._limiter.total_tokens = max(1, value)
+
+    def stop(self) -> None:
+        """Stop fetching; handlers already running finish and are acked. Safe to call twice."""
+        self._stopping.set()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Bind to the durable consumer and process until ``stop()``; returns once idle."""
+        psub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        task_status.started()
+        try:
+            async with anyio.create_task_group() as tg:
+                while not self._stopping.is_set():
+                    borrower = object()
+                    await self._limiter.acquire_on_behalf_of(borrower)
+                    borrowers = [borrower]
+                    while self._limiter.available_tokens > 0:
+                        extra = object()
+                        self._limiter.acquire_on_behalf_of_nowait(extra)
+                        borrowers.append(extra)
+                    msgs = await self._fetch(psub, len(borrowers))
+                    for msg in msgs:
+                        tg.start_soon(self._handle_and_release, msg, borrowers.pop())
+                    for unused in borrowers:
+                        self._limiter.release_on_behalf_of(unused)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await psub.unsubscribe()
+
+    async def _fetch(self, psub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+        if self._stopping.is_set():
+            return []
+        try:
+            return await psub.fetch(batch=batch, timeout=self._fetch_timeout)
+        except NatsTimeoutError:
+            return []
+        except NatsError as exc:
+            # Disconnected or reconnecting: the client reconnects by itself; wait a little.
+            log.warning("%s: fetch failed: %s", self.durable, exc)
+            with anyio.move_on_after(0.5):
+                await self._stopping.wait()
+            return []
+
+    async def _handle_and_release(self, msg: Msg, borrower: object) -> None:
+        try:
+            await self._handle(msg)
+        finally:
+            self._limiter.release_on_behalf_of(borrower)
+
+    def _context(self, msg: Msg) -> MessageContext:
+        headers = dict(msg.headers or {})
+        parsed = subjects.parse(msg.subject)
+        campaign = headers.get(envelope.CAMPAIGN) or (parsed.campaign if parsed else "")
+        return MessageContext(
+            subject=msg.subject,
+            msg_id=headers.get(envelope.MSG_ID, ""),
+            campaign=campaign,
+            attempt=msg.metadata.num_delivered or 1,
+            sender=envelope.sender_of(headers),
+            headers=headers,
+        )
+
+    async def _handle(self, msg: Msg) -> None:
+        ctx = self._context(msg)
+        with tracing.consumer_span(msg.subject, ctx.msg_id, ctx.attempt, ctx.headers) as span:
+            try:
+                item = self._decoder.decode(msg.data)
+            except codec.DecodeError as exc:
+                await self._dead_letter(msg, ctx, f"undecodable message: {exc}", None)
+                return
+            outs: Sequence[Outbound] = ()
+            failure: Exception | None = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._keep_alive, msg)
+                try:
+                    outs = await self._handler(item, ctx)
+                except Exception as exc:  # process boundary: sorted out below, never swallowed
+                    failure = exc
+                tg.cancel_scope.cancel()
+            match failure:
+                case None:
+                    pass
+                case Reject():
+                    await self._dead_letter(msg, ctx, f"rejected: {failure.reason}", item)
+                    return
+                case Retry():
+                    await self._retry(msg, ctx, item, failure.reason, failure.delay)
+                    return
+                case _:
+                    log.error(
+                        "%s: handler failed on %s",
+                        self.durable,
+                        msg.subject,
+                        exc_info=failure,
+                    )
+                    span.record_exception(failure)
+                    reason = f"{type(failure).__name__}: {failure}"
+                    await self._retry(msg, ctx, item, reason, retry_delay(ctx.attempt))
+                    return
+            try:
+                await self._publisher.publish_all(list(outs))
+            except PublishError as exc:
+                log.warning("%s: %s; redelivering", self.durable, exc)
+                await msg.nak(delay=1.0)
+                return
+            await msg.ack_sync()
+            self.processed += 1
+            self.processed_by_campaign[ctx.campaign] += 1
+
+    async def _keep_alive(self, msg: Msg) -> None:
+        while True:
+            await anyio.sleep(self._ack_wait / 3)
+            await msg.in_progress()
+
+    async def _retry(
+        self, msg: Msg, ctx: MessageContext, item: T, reason: str, delay: float
+    ) -> None:
+        if ctx.attempt >= self._max_deliver:
+            await self._dead_letter(
+                msg, ctx, f"gave up after {ctx.attempt} deliveries: {reason}", item
+            )
+        else:
+            await msg.nak(delay=delay)
+
+    async def _dead_letter(self, msg: Msg, ctx: MessageContext, error: str, item: T | None) -> None:
+        parsed = subjects.parse(msg.subject)
+        campaign = ctx.campaign if _is_token(ctx.campaign) else UNKNOWN_CAMPAIGN
+        stage = parsed.last if parsed and _is_token(parsed.last) else "unknown"
+        seq = msg.metadata.sequence.stream
+        dlq_subject = subjects.dead_letter(campaign, stage)
+        now = time.time()
+        outs: list[Outbound] = [
+            Outbound(
+                subject=dlq_subject,
+                message=DeadLetter(
+                    subject=msg.subject,
+                    stream=self.stream,
+                    consumer=self.durable,
+                    deliveries=ctx.attempt,
+                    error=error,
+                    at=now,
+                    payload=msg.data,
+                    headers=dict(ctx.headers),
+                ),
+                msg_id=f"dlq-{self.stream}-{seq}",
+                campaign=campaign,
+            ),
+            event_outbound(
+                DeadLettered(
+                    campaign=campaign,
+                    at=now,
+                    subject=msg.subject,
+                    stream=self.stream,
+                    consumer=self.durable,
+                    deliveries=ctx.attempt,
+                    error=error,
+                    dlq_subject=dlq_subject,
+                ),
+                msg_id=f"dlq-event-{self.stream}-{seq}",
+            ),
+        ]
+        if item is not None and self._on_dead is not None:
+            outs.extend(self._on_dead(item, ctx, error))
+        log.error("%s: dead-lettered %s: %s", self.durable, msg.subject, error)
+        try:
+            await self._publisher.publish_all(outs)
+        except PublishError as exc:
+            log.warning("%s: dead-letter publish failed (%s); redelivering", self.durable, exc)
+            await msg.nak(delay=1.0)
+            return
+        await msg.term()
+        self.dead_lettered += 1
+
+
+def _is_token(value: str) -> bool:
+    try:
+        subjects.event(value, "x")
+    except ValueError:
+        return False
+    return True

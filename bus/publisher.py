@@ -1,0 +1,91 @@
+"""Publishing schema messages to JetStream with ids, campaign, sender and trace headers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.errors import NoStreamResponseError
+
+from bus import codec, envelope, subjects, tracing
+from bus.errors import BusError
+from schemas.agents import AgentRef
+from schemas.events import Event
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """One message a handler wants published before its input is acked.
+
+    ``msg_id`` must be derived from what caused the message (a work id, a candidate id), never
+    random, so that a redelivered input republishes with the same id and JetStream drops the copy.
+    """
+
+    subject: str
+    message: msgspec.Struct
+    msg_id: str
+    campaign: str
+
+
+class PublishError(BusError):
+    """JetStream did not acknowledge a publish."""
+
+    def __init__(self, subject: str, reason: str) -> None:
+        self.subject = subject
+        self.reason = reason
+        super().__init__(f"publish to {subject} failed: {reason}")
+
+
+def event_kind(event: Event) -> str:
+    """The tag of an event, which is also the last token of its subject."""
+    tag = type(event).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def event_outbound(event: Event, msg_id: str) -> Outbound:
+    """An Outbound for ``event`` on ``evo.<campaign>.event.<kind>``."""
+    return Outbound(
+        subject=subjects.event(event.campaign, event_kind(event)),
+        message=event,
+        msg_id=msg_id,
+        campaign=event.campaign,
+    )
+
+
+class Publisher:
+    """Publishes Structs to JetStream and waits for each PubAck."""
+
+    def __init__(self, js: JetStreamContext, sender: AgentRef | None, *, attempts: int = 3):
+        self._js = js
+        self._sender = sender
+        self._attempts = attempts
+
+    async def publish(self, out: Outbound) -> None:
+        """Publish one message; a duplicate id inside the window is dropped by the server.
+
+        Raises:
+            PublishError: no PubAck after the configured attempts.
+        """
+        payload = codec.encode(out.message)
+        last = ""
+        for _ in range(self._attempts):
+            with tracing.producer_span(out.subject, out.msg_id):
+                headers = envelope.outgoing_headers(out.msg_id, out.campaign, self._sender)
+                try:
+                    await self._js.publish(out.subject, payload, headers=headers)
+                    return
+                except (NatsTimeoutError, NoStreamResponseError) as exc:
+                    last = type(exc).__name__
+        raise PublishError(out.subject, last)
+
+    async def publish_all(self, outs: list[Outbound]) -> None:
+        """Publish messages in order."""
+        for out in outs:
+            await self.publish(out)
+
+    async def event(self, event: Event, msg_id: str) -> None:
+        """Publish one event."""
+        await self.publish(event_outbound(event, msg_id))

@@ -1,0 +1,119 @@
+"""Every NATS subject, stream and consumer name evobus uses is built here and nowhere else.
+
+Layout (DESIGN.md "The bus"):
+    evo.<cid>.work.<stage>       EVO_WORK (work-queue retention)
+    evo.<cid>.result.<stage>     EVO_RESULTS
+    evo.<cid>.event.<kind>       EVO_EVENTS
+    evo.<cid>.dlq.<stage>        EVO_DLQ
+    evo.agent.<role>.<id>.heartbeat, evo.control.<role>, evo.registry.<op>  (core NATS)
+Campaign ids never take the second token of the core-NATS families (schemas.campaign).
+"""
+
+from __future__ import annotations
+
+import re
+
+from bus.errors import SubjectError
+
+PREFIX = "evo"
+
+STREAM_WORK = "EVO_WORK"
+STREAM_RESULTS = "EVO_RESULTS"
+STREAM_EVENTS = "EVO_EVENTS"
+STREAM_DLQ = "EVO_DLQ"
+
+KV_TOOLS = "EVO_TOOLS"
+KV_CAMPAIGNS = "EVO_CAMPAIGNS"
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _token(value: str, what: str) -> str:
+    if not _TOKEN.match(value):
+        raise SubjectError(f"{what} {value!r} cannot be a subject token")
+    return value
+
+
+def work(campaign: str, stage: str) -> str:
+    """Subject of a campaign's work items for one stage."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.work.{_token(stage, 'stage')}"
+
+
+def result(campaign: str, stage: str) -> str:
+    """Subject of a campaign's results from one stage."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.result.{_token(stage, 'stage')}"
+
+
+def event(campaign: str, kind: str) -> str:
+    """Subject of one kind of a campaign's events."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.event.{_token(kind, 'event kind')}"
+
+
+def dead_letter(campaign: str, stage: str) -> str:
+    """Subject under which a dead message of ``campaign``/``stage`` is kept in EVO_DLQ."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.dlq.{_token(stage, 'stage')}"
+
+
+def heartbeat(role: str, agent_id: str) -> str:
+    """Subject of one agent process's heartbeats."""
+    return f"{PREFIX}.agent.{_token(role, 'role')}.{_token(agent_id, 'agent id')}.heartbeat"
+
+
+def all_heartbeats() -> str:
+    """Wildcard matching every agent's heartbeats."""
+    return f"{PREFIX}.agent.*.*.heartbeat"
+
+
+def work_filter(stage: str) -> str:
+    """Filter of a role's durable consumer: one stage of every campaign."""
+    return f"{PREFIX}.*.work.{_token(stage, 'stage')}"
+
+
+def results_filter(campaign: str) -> str:
+    """Filter of a campaign orchestrator's consumer: all of that campaign's results."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.result.>"
+
+
+def events_filter(campaign: str | None = None) -> str:
+    """Filter over the events of one campaign, or of all campaigns."""
+    cid = "*" if campaign is None else _token(campaign, "campaign")
+    return f"{PREFIX}.{cid}.event.>"
+
+
+def stream_subjects() -> dict[str, list[str]]:
+    """The subjects each stream captures; they never overlap (JetStream requires it)."""
+    return {
+        STREAM_WORK: [f"{PREFIX}.*.work.*"],
+        STREAM_RESULTS: [f"{PREFIX}.*.result.*"],
+        STREAM_EVENTS: [f"{PREFIX}.*.event.*"],
+        STREAM_DLQ: [f"{PREFIX}.*.dlq.*"],
+    }
+
+
+def work_consumer(stage: str) -> str:
+    """Durable consumer name shared by every process of the role serving ``stage``."""
+    return f"work-{_token(stage, 'stage')}"
+
+
+def results_consumer(campaign: str) -> str:
+    """Durable consumer name of a campaign's orchestrator."""
+    return f"orchestrator-{_token(campaign, 'campaign')}"
+
+
+class ParsedSubject:
+    """The campaign and the last token of a stream subject (``evo.<cid>.<family>.<last>``)."""
+
+    __slots__ = ("campaign", "family", "last")
+
+    def __init__(self, campaign: str, family: str, last: str) -> None:
+        self.campaign = campaign
+        self.family = family
+        self.last = last
+
+
+def parse(subject: str) -> ParsedSubject | None:
+    """Split a stream subject into its parts; None when it is not one of ours."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[0] != PREFIX:
+        return None
+    return ParsedSubject(parts[1], parts[2], parts[3])

@@ -1,0 +1,46 @@
+"""Errors of the infra package: one root, typed attributes."""
+
+from __future__ import annotations
+
+
+class InfraError(Exception):
+    """Root of the errors raised by infra adapters."""
+
+
+class NatsServerError(InfraError):
+    """The embedded nats-server could not be found, started or stopped.
+
+    Attributes:
+        log_tail: the last lines the server wrote, for the message.
+    """
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        self.log_tail = log_tail
+        super().__init__(f"{message}\n{log_tail}" if log_tail else message)
+
+
+class WorkspaceError(InfraError):
+    """A git operation on a campaign workspace failed."""
+
+
+class SandboxError(InfraError):
+    """The sandbox for untrusted code could not be set up."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The requested isolation does not work on this host and unisolated runs are not allowed.
+
+    Attributes:
+        isolation: the isolation that was asked for ("bwrap", "unshare", or "none").
+    """
+
+    def __init__(self, isolation: str) -> None:
+        self.isolation = isolation
+        if isolation == "none":
+            reason = "no sandbox isolation (bwrap or unshare namespaces) is in use"
+        else:
+            reason = f"sandbox isolation {isolation!r} does not work on this host"
+        super().__init__(
+            f"{reason}; install bubblewrap (bwrap) or allow unprivileged namespaces, "
+            "or set sandbox.allow_unisolated = true to run candidates without isolation"
+        )

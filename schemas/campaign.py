@@ -1,0 +1,213 @@
+"""The campaign spec (one TOML file) and the campaign summary."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+import msgspec.inspect
+
+from schemas.agents import Role
+from schemas.errors import CampaignConfigError
+
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+
+CAMPAIGN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+# Second tokens of subjects that are not campaigns (bus/subjects.py): a campaign may not take them.
+RESERVED_CAMPAIGN_IDS = frozenset({"agent", "control", "registry"})
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Hard limits of a campaign; 0 means unlimited for ``evaluations``."""
+
+    proposals: PositiveInt = 60
+    evaluations: NonNegativeInt = 0
+    wall_seconds: PositiveFloat = 240.0
+
+
+class CampaignSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[campaign]``: what is evolved and for how long.
+
+    ``seed_artifact`` is a path relative to the campaign file; empty means the task's own seed.
+    """
+
+    task: str
+    name: str = ""
+    seed_artifact: str = ""
+    budget: Budget = Budget()
+
+
+class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[task]``: the fixed evaluation instances of the task.
+
+    For control tasks an instance is one seeded episode: ``validation_episodes`` episodes with
+    seeds ``episode_seed, episode_seed + 1, …``.
+    """
+
+    validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
+    episode_seed: NonNegativeInt = 0
+    max_steps: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+
+
+class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[strategy]``: how the search runs.
+
+    Attributes:
+        in_flight: proposals in flight at once (select → diagnose → propose → evaluate).
+        crossover_rate: share of proposals that cross two parents (x_div) once the pool has two.
+        rng_seed: seed of the orchestrator's random choices.
+    """
+
+    in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    crossover_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.2
+    rng_seed: NonNegativeInt = 0
+
+
+class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[sandbox]``: limits of every evaluation of untrusted code.
+
+    ``allow_unisolated`` lets evaluation run without a network/pid namespace when neither bwrap
+    nor unshare works on the host; off by default, and every result says what it ran under.
+    """
+
+    timeout_seconds: PositiveFloat = 30.0
+    cpu_seconds: PositiveInt = 30
+    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
+    max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1_000_000
+    max_open_files: Annotated[int, msgspec.Meta(ge=16)] = 256
+    max_file_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16_000_000
+    allow_unisolated: bool = False
+
+
+class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[llm]``: the model backend. Only the offline engine exists so far."""
+
+    provider: Literal["offline"] = "offline"
+
+
+class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A whole campaign file, validated."""
+
+    campaign: CampaignSection
+    task: TaskSection = TaskSection()
+    strategy: StrategySection = StrategySection()
+    sandbox: SandboxSection = SandboxSection()
+    llm: LLMSection = LLMSection()
+
+
+class AgentWork(msgspec.Struct, frozen=True, kw_only=True):
+    """One agent process's share of a campaign, for the summary."""
+
+    role: Role
+    agent_id: str
+    pid: int
+    host: str
+    items_processed: int
+
+
+class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``summary.json`` holds at the end of a campaign."""
+
+    campaign: str
+    task: str
+    status: Literal["completed", "failed"]
+    stop_reason: str
+    seed_score: float
+    best_score: float
+    best_candidate: str
+    best_artifact: str
+    proposals: int
+    evaluations: int
+    accepted: int
+    wall_seconds: float
+    engine: str
+    agents: tuple[AgentWork, ...] = ()
+
+
+def _key_of(message: str) -> tuple[str, str]:
+    """Split a msgspec validation message into (dotted key, reason)."""
+    reason, sep, where = message.rpartition(" - at `")
+    if not sep:
+        reason, where = message, "$"
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    field = re.search(r"unknown field `([^`]+)`", reason)
+    if field:
+        path = f"{path}.{field.group(1)}" if path else field.group(1)
+    missing = re.search(r"missing required field `([^`]+)`", reason)
+    if missing:
+        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+    return path, reason
+
+
+def _allowed_values(key: str) -> tuple[object, ...]:
+    """The values a Literal-typed key of the campaign spec accepts (empty for other keys)."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(CampaignSpec)
+    for name in key.split("."):
+        if not isinstance(info, msgspec.inspect.StructType):
+            return ()
+        field = next((f for f in info.fields if f.name == name), None)
+        if field is None:
+            return ()
+        info = field.type
+    return info.values if isinstance(info, msgspec.inspect.LiteralType) else ()
+
+
+def parse_campaign(data: bytes | str, *, path: str = "<campaign>") -> CampaignSpec:
+    """Decode and validate campaign TOML.
+
+    Raises:
+        CampaignConfigError: naming the bad key and what is wrong with it.
+    """
+    try:
+        raw = msgspec.toml.decode(data)
+    except msgspec.DecodeError as exc:
+        raise CampaignConfigError(path, "", f"not valid TOML: {exc}") from None
+    try:
+        return msgspec.convert(raw, CampaignSpec)
+    except msgspec.ValidationError as exc:
+        key, reason = _key_of(str(exc))
+        allowed = _allowed_values(key)
+        if allowed and "Invalid enum value" in reason:
+            reason = f"{reason}; expected one of {', '.join(map(repr, allowed))}"
+        raise CampaignConfigError(path, key, reason) from None
+
+
+def load_campaign(path: str | Path) -> CampaignSpec:
+    """Read and validate a campaign file.
+
+    Raises:
+        CampaignConfigError: the file is missing, unreadable or has a bad key or value.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise CampaignConfigError(str(p), "", f"cannot read: {exc.strerror}") from None
+    return parse_campaign(data, path=str(p))
+
+
+def validate_campaign_id(cid: str) -> str:
+    """Return ``cid`` if it can be a subject token, else raise ValueError naming it."""
+    if not CAMPAIGN_ID_PATTERN.match(cid) or cid in RESERVED_CAMPAIGN_IDS:
+        raise ValueError(
+            f"campaign id {cid!r} is invalid: use 1-64 letters, digits, '_' or '-', "
+            f"starting with a letter or digit, not one of {sorted(RESERVED_CAMPAIGN_IDS)}"
+        )
+    return cid
+
+
+class CampaignRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A submitted campaign, kept in the EVO_CAMPAIGNS KV bucket under its id.
+
+    The seed's source travels with it, so an orchestrator on another host needs no files.
+    """
+
+    campaign: str
+    spec: CampaignSpec
+    seed_source: str
+    out_dir: str
+    submitted_at: float

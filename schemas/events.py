@@ -1,0 +1,136 @@
+"""Events: the EVO_EVENTS stream's union — the public, replayable log of a campaign.
+
+Each event is published on ``evo.<campaign>.event.<tag>``; the tag is the event's kind.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.artifacts import Operator
+from schemas.campaign import CampaignSummary
+
+
+class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_started"):
+    """The orchestrator took the campaign and is evaluating the seed."""
+
+    campaign: str
+    at: float
+    task: str
+    engine: str
+    budget_proposals: int
+    budget_wall_seconds: float
+
+
+class ToolRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="tool_registered"):
+    """A tool version is validated and registered (or an identical one was found)."""
+
+    campaign: str
+    at: float
+    name: str
+    version: int
+    reused: bool
+
+
+class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_proposed"):
+    """The actor returned a child; it goes to evaluation."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    parent_ids: tuple[str, ...]
+    operator: Operator
+    rationale: str = ""
+
+
+class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
+    """An evaluation of a candidate came back."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    score: float
+    isolation: str
+    agent_id: str = ""
+    error: str = ""
+
+
+class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_accepted"):
+    """A candidate beat the best so far and joined the pool (git tag ``accept/<n>``)."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    score: float
+    previous_best: float
+    operator: Operator
+    tag: str
+    proposals: int
+
+
+class CandidateRejected(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_rejected"):
+    """A candidate was not accepted, with why."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    score: float
+    best_score: float
+    reason: str
+
+
+class WorkAbandoned(msgspec.Struct, frozen=True, kw_only=True, tag="work_abandoned"):
+    """A work item failed for good; its slot is freed and the campaign goes on."""
+
+    campaign: str
+    at: float
+    work_id: str
+    stage: str
+    error: str
+
+
+class DeadLettered(msgspec.Struct, frozen=True, kw_only=True, tag="dead_lettered"):
+    """A message could never be processed: terminated and copied to EVO_DLQ (an error event)."""
+
+    campaign: str
+    at: float
+    subject: str
+    stream: str
+    consumer: str
+    deliveries: int
+    error: str
+    dlq_subject: str
+
+
+class CampaignFinished(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_finished"):
+    """The campaign stopped; the summary is final."""
+
+    campaign: str
+    at: float
+    summary: CampaignSummary
+
+
+Event = (
+    CampaignStarted
+    | ToolRegistered
+    | CandidateProposed
+    | CandidateEvaluated
+    | CandidateAccepted
+    | CandidateRejected
+    | WorkAbandoned
+    | DeadLettered
+    | CampaignFinished
+)
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, tag="dead_letter"):
+    """The EVO_DLQ stream's record: the original message, untouched, with the error."""
+
+    subject: str
+    stream: str
+    consumer: str
+    deliveries: int
+    error: str
+    at: float
+    payload: bytes
+    headers: dict[str, str] = {}

@@ -1,0 +1,91 @@
+"""Results: the EVO_RESULTS stream's union, one member per stage plus a failure record."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.artifacts import Artifact, Operator
+from schemas.tools import ToolRecord
+
+# How an evaluation was isolated (infra/sandbox.py): bwrap namespaces, unshare namespaces,
+# or a plain child process when the campaign allowed unisolated evaluation.
+Isolation = Literal["bwrap", "unshare", "none"]
+
+
+class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
+    """The score of one candidate on one task instance."""
+
+    instance: str
+    score: float
+    feedback: str = ""
+    metrics: dict[str, float] = {}
+    error: str = ""
+
+
+class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", tag_field="type"):
+    """A candidate's scores on the instances of an EvaluateWork.
+
+    ``score`` is the mean over instances; a contained failure (crash, timeout, memory) gives every
+    instance the task's failure score and sets ``error``.
+    """
+
+    work_id: str
+    campaign: str
+    candidate_id: str
+    score: float
+    instances: tuple[InstanceScore, ...]
+    isolation: Isolation
+    feedback: str = ""
+    metrics: dict[str, float] = {}
+    error: str = ""
+    duration_seconds: float = 0.0
+
+
+class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_field="type"):
+    """The critic's structured verdict on a candidate (REFLEX §3.2); it never contains code."""
+
+    work_id: str
+    campaign: str
+    candidate_id: str
+    failure_mode: str
+    visual_evidence: str
+    root_cause: str
+    suggested_fix: str
+    engine: str = "offline-rules"
+
+
+class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_field="type"):
+    """A child artifact proposed by the actor."""
+
+    work_id: str
+    campaign: str
+    operator: Operator
+    parent_ids: tuple[str, ...]
+    artifact: Artifact
+    rationale: str = ""
+    engine: str = "offline-ast"
+
+
+class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", tag_field="type"):
+    """The outcome of a ToolWork: the registered record, or why it was refused."""
+
+    work_id: str
+    campaign: str
+    name: str
+    record: ToolRecord | None = None
+    error: str = ""
+    reused: bool = False
+
+
+class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", tag_field="type"):
+    """A decodable work item that can never succeed, so its requester can stop waiting."""
+
+    work_id: str
+    campaign: str
+    stage: str
+    error: str
+
+
+Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed

@@ -1,0 +1,208 @@
+"""Publish/consume/ack, nak redelivery and dead-lettering on a real JetStream."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from bus import codec, subjects
+from bus.connection import connect
+from bus.consumer import PullConsumer
+from bus.envelope import MessageContext
+from bus.errors import Retry
+from bus.publisher import Outbound, Publisher
+from bus.streams import ensure_streams, ensure_work_consumer
+from infra.nats_server import NatsServer
+from schemas.agents import AgentRef
+from schemas.artifacts import Artifact, Candidate
+from schemas.events import DeadLetter, DeadLettered
+from schemas.results import WorkFailed
+from schemas.work import EvaluateWork, Work
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SENDER = AgentRef(role="orchestrator", agent_id="test", pid=1, host="h")
+
+
+@asynccontextmanager
+async def jetstream(server: NatsServer) -> AsyncIterator[tuple[Client, JetStreamContext]]:
+    nc = await connect(server.url, name="test")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    try:
+        yield nc, js
+    finally:
+        await nc.drain()
+
+
+def evaluate_item(campaign: str, n: int) -> EvaluateWork:
+    return EvaluateWork(
+        work_id=f"w{n}",
+        campaign=campaign,
+        pool_version=0,
+        task="pendulum",
+        candidate=Candidate(id=f"c{n}", artifact=Artifact(source="def policy(obs): return 0.0")),
+        instances=("0",),
+    )
+
+
+async def publish_items(js: JetStreamContext, campaign: str, count: int) -> None:
+    publisher = Publisher(js, SENDER)
+    for n in range(count):
+        item = evaluate_item(campaign, n)
+        await publisher.publish(
+            Outbound(subjects.work(campaign, "evaluate"), item, f"{campaign}-w{n}", campaign)
+        )
+
+
+async def run_until(consumer: PullConsumer[Work], done: anyio.Event, limit: float = 20) -> None:
+    with anyio.fail_after(limit):
+        async with anyio.create_task_group() as tg:
+            await tg.start(consumer.run)
+            await done.wait()
+            consumer.stop()
+
+
+async def last_message(js: JetStreamContext, stream: str, subject: str) -> bytes:
+    msg = await js.get_last_msg(stream, subject)
+    assert msg.data is not None
+    return msg.data
+
+
+async def test_handler_output_published_then_acked(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with jetstream(nats_server) as (_, js):
+        await publish_items(js, campaign_id, 3)
+        # The same id again inside the duplicate window is dropped by JetStream.
+        await publish_items(js, campaign_id, 1)
+        durable = await ensure_work_consumer(js, "evaluate")
+        seen: list[str] = []
+        done = anyio.Event()
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            assert isinstance(item, EvaluateWork)
+            assert ctx.sender == SENDER and ctx.campaign == campaign_id
+            seen.append(item.work_id)
+            if len(seen) == 3:
+                done.set()
+            out = WorkFailed(work_id=item.work_id, campaign=campaign_id, stage="x", error="")
+            return [
+                Outbound(subjects.result(campaign_id, "evaluate"), out, item.work_id, campaign_id)
+            ]
+
+        consumer = PullConsumer(
+            js,
+            Publisher(js, SENDER),
+            stream=subjects.STREAM_WORK,
+            durable=durable,
+            decoder=codec.WORK_DECODER,
+            handler=handle,
+            concurrency=2,
+        )
+        await run_until(consumer, done)
+        assert sorted(seen) == ["w0", "w1", "w2"]
+        info = await js.stream_info(subjects.STREAM_WORK)
+        assert info.state.messages == 0  # work-queue retention: acked items are gone
+        results = await js.stream_info(subjects.STREAM_RESULTS, subjects_filter=">")
+        assert results.state.messages == 3
+
+
+async def test_retry_naks_and_redelivers(nats_server: NatsServer, campaign_id: str) -> None:
+    async with jetstream(nats_server) as (_, js):
+        await publish_items(js, campaign_id, 1)
+        durable = await ensure_work_consumer(js, "evaluate")
+        attempts: list[int] = []
+        done = anyio.Event()
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            attempts.append(ctx.attempt)
+            if ctx.attempt < 3:
+                raise Retry("not yet", delay=0.05)
+            done.set()
+            return []
+
+        consumer = PullConsumer(
+            js,
+            Publisher(js, SENDER),
+            stream=subjects.STREAM_WORK,
+            durable=durable,
+            decoder=codec.WORK_DECODER,
+            handler=handle,
+        )
+        await run_until(consumer, done)
+        assert attempts == [1, 2, 3]
+        assert consumer.dead_lettered == 0
+
+
+async def test_undecodable_and_exhausted_messages_are_dead_lettered(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with jetstream(nats_server) as (nc, js):
+        await js.publish(subjects.work(campaign_id, "evaluate"), b"\xc1 not msgpack")
+        await publish_items(js, campaign_id, 1)
+        durable = await ensure_work_consumer(js, "evaluate", max_deliver=2)
+        done = anyio.Event()
+        calls: list[int] = []
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            calls.append(ctx.attempt)
+            raise RuntimeError("boom")
+
+        def on_dead(item: Work, ctx: MessageContext, error: str) -> Sequence[Outbound]:
+            done.set()
+            failed = WorkFailed(
+                work_id=item.work_id, campaign=item.campaign, stage="evaluate", error=error
+            )
+            return [
+                Outbound(
+                    subjects.result(item.campaign, "evaluate"),
+                    failed,
+                    f"{item.work_id}-failed",
+                    item.campaign,
+                )
+            ]
+
+        consumer = PullConsumer(
+            js,
+            Publisher(js, SENDER),
+            stream=subjects.STREAM_WORK,
+            durable=durable,
+            decoder=codec.WORK_DECODER,
+            handler=handle,
+            on_dead=on_dead,
+            max_deliver=2,
+        )
+        # retry_delay(1) is 1 s: the second delivery comes after it.
+        await run_until(consumer, done)
+        assert calls == [1, 2]
+        assert consumer.dead_lettered == 2
+        dlq = await js.stream_info(subjects.STREAM_DLQ, subjects_filter=">")
+        assert dlq.state.messages == 2
+        events = await js.stream_info(subjects.STREAM_EVENTS, subjects_filter=">")
+        assert events.state.messages == 2
+        last_event = codec.EVENT_DECODER.decode(
+            await last_message(
+                js, subjects.STREAM_EVENTS, subjects.event(campaign_id, "dead_lettered")
+            )
+        )
+        assert isinstance(last_event, DeadLettered) and "RuntimeError: boom" in last_event.error
+        letter = codec.DEAD_LETTER_DECODER.decode(
+            await last_message(
+                js, subjects.STREAM_DLQ, subjects.dead_letter(campaign_id, "evaluate")
+            )
+        )
+        assert isinstance(letter, DeadLetter) and letter.deliveries == 2
+        failed = codec.RESULT_DECODER.decode(
+            await last_message(
+                js, subjects.STREAM_RESULTS, subjects.result(campaign_id, "evaluate")
+            )
+        )
+        assert isinstance(failed, WorkFailed) and failed.work_id == "w0"
+        assert (await js.stream_info(subjects.STREAM_WORK)).state.messages == 0
+        assert nc.is_connected

@@ -1,0 +1,64 @@
+"""Campaign files: valid ones load, and every error names the key at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from schemas.campaign import load_campaign, parse_campaign, validate_campaign_id
+from schemas.errors import CampaignConfigError
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+
+
+def test_the_example_campaign_loads() -> None:
+    spec = load_campaign(EXAMPLES / "pendulum.toml")
+    assert spec.campaign.task == "pendulum"
+    assert spec.llm.provider == "offline"
+
+
+def test_defaults_fill_missing_sections() -> None:
+    spec = parse_campaign('[campaign]\ntask = "pendulum"\n')
+    assert spec.strategy.in_flight == 4
+    assert not spec.sandbox.allow_unisolated
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "reason"),
+    [
+        ('[campaign]\ntask = "p"\n[strategy]\nin_flight = "many"\n', "strategy.in_flight", "int"),
+        ('[campaign]\ntask = "p"\ncolour = 1\n', "campaign.colour", "unknown field"),
+        ("[strategy]\nin_flight = 2\n", "campaign", "missing required field"),
+        ('[campaign]\ntask = "p"\n[campaign.budget]\nproposals = 0\n', "campaign.budget.proposals", ">= 1"),
+        ('[campaign]\ntask = "p"\n[sandbox]\nmemory_mb = 8\n', "sandbox.memory_mb", ">= 64"),
+        ('[campaign]\ntask = "p"\n[llm]\nprovider = "gpt"\n', "llm.provider", "offline"),
+        ('[campaign]\ntask = "p"\n[bogus]\n', "bogus", "unknown field"),
+    ],
+)
+def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign(text, path="c.toml")
+    assert info.value.key == key
+    assert reason in info.value.reason
+    assert f"key '{key}'" in str(info.value) and "c.toml" in str(info.value)
+
+
+def test_invalid_toml_says_where() -> None:
+    with pytest.raises(CampaignConfigError, match="not valid TOML.*line 1"):
+        parse_campaign("[campaign\n")
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(CampaignConfigError, match="cannot read"):
+        load_campaign(tmp_path / "absent.toml")
+
+
+@pytest.mark.parametrize("cid", ["", "a.b", "a*", "agent", "registry", "x" * 65, "-a"])
+def test_campaign_ids_that_cannot_be_subject_tokens_are_refused(cid: str) -> None:
+    with pytest.raises(ValueError, match="campaign id"):
+        validate_campaign_id(cid)
+
+
+def test_a_good_campaign_id_passes() -> None:
+    assert validate_campaign_id("pendulum-20261122_1") == "pendulum-20261122_1"

@@ -1,0 +1,34 @@
+"""Subjects are built in one place and never overlap between streams."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus import subjects
+from bus.errors import SubjectError
+
+
+def test_subject_families() -> None:
+    assert subjects.work("c1", "evaluate") == "evo.c1.work.evaluate"
+    assert subjects.result("c1", "propose") == "evo.c1.result.propose"
+    assert subjects.event("c1", "candidate_accepted") == "evo.c1.event.candidate_accepted"
+    assert subjects.dead_letter("c1", "evaluate") == "evo.c1.dlq.evaluate"
+    assert subjects.heartbeat("critic", "12-ab") == "evo.agent.critic.12-ab.heartbeat"
+
+
+@pytest.mark.parametrize("bad", ["", "a.b", "*", ">", "a b"])
+def test_bad_tokens_are_refused(bad: str) -> None:
+    with pytest.raises(SubjectError):
+        subjects.work(bad, "evaluate")
+
+
+def test_stream_subjects_are_disjoint_families() -> None:
+    families = {s[0].split(".")[2] for s in subjects.stream_subjects().values()}
+    assert families == {"work", "result", "event", "dlq"}
+
+
+def test_parse_inverts_the_builders() -> None:
+    parsed = subjects.parse(subjects.work("c1", "evaluate"))
+    assert parsed is not None
+    assert (parsed.campaign, parsed.family, parsed.last) == ("c1", "work", "evaluate")
+    assert subjects.parse("other.subject") is None
