@@ -39,6 +39,11 @@ def work(campaign: str, stage: str) -> str:
     return f"{PREFIX}.{_token(campaign, 'campaign')}.work.{_token(stage, 'stage')}"
 
 
+def campaign_work(campaign: str) -> str:
+    """Wildcard over every stage's work items of one campaign."""
+    return f"{PREFIX}.{_token(campaign, 'campaign')}.work.*"
+
+
 def result(campaign: str, stage: str) -> str:
     """Subject of a campaign's results from one stage."""
     return f"{PREFIX}.{_token(campaign, 'campaign')}.result.{_token(stage, 'stage')}"

@@ -110,14 +110,17 @@ class AgentWork(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``summary.json`` holds at the end of a campaign."""
+    """What ``summary.json`` holds at the end of a campaign.
+
+    ``seed_score`` and ``best_score`` are None when the seed was never evaluated.
+    """
 
     campaign: str
     task: str
     status: Literal["completed", "failed"]
     stop_reason: str
-    seed_score: float
-    best_score: float
+    seed_score: float | None
+    best_score: float | None
     best_candidate: str
     best_artifact: str
     proposals: int

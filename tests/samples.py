@@ -42,9 +42,7 @@ EVALUATION = Evaluation(
     candidate_id="c0000",
     score=-950.5,
     instances=(
-        InstanceScore(
-            instance="0", score=-950.5, feedback="hangs", metrics={"time_upright": 0.0}
-        ),
+        InstanceScore(instance="0", score=-950.5, feedback="hangs", metrics={"time_upright": 0.0}),
     ),
     isolation="bwrap",
     feedback="hangs",

@@ -30,7 +30,11 @@ def test_defaults_fill_missing_sections() -> None:
         ('[campaign]\ntask = "p"\n[strategy]\nin_flight = "many"\n', "strategy.in_flight", "int"),
         ('[campaign]\ntask = "p"\ncolour = 1\n', "campaign.colour", "unknown field"),
         ("[strategy]\nin_flight = 2\n", "campaign", "missing required field"),
-        ('[campaign]\ntask = "p"\n[campaign.budget]\nproposals = 0\n', "campaign.budget.proposals", ">= 1"),
+        (
+            '[campaign]\ntask = "p"\n[campaign.budget]\nproposals = 0\n',
+            "campaign.budget.proposals",
+            ">= 1",
+        ),
         ('[campaign]\ntask = "p"\n[sandbox]\nmemory_mb = 8\n', "sandbox.memory_mb", ">= 64"),
         ('[campaign]\ntask = "p"\n[llm]\nprovider = "gpt"\n', "llm.provider", "offline"),
         ('[campaign]\ntask = "p"\n[bogus]\n', "bogus", "unknown field"),
@@ -45,7 +49,7 @@ def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:
 
 
 def test_invalid_toml_says_where() -> None:
-    with pytest.raises(CampaignConfigError, match="not valid TOML.*line 1"):
+    with pytest.raises(CampaignConfigError, match=r"not valid TOML.*line 1"):
         parse_campaign("[campaign\n")
 
 

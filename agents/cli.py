@@ -1,0 +1,182 @@
+"""The ``evobus`` command line: run, agent, events."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from agents.errors import AgentError
+from agents.runtime import AgentSettings, Setup, run_agent
+from bus.connection import connect, url_from_env
+from bus.errors import BusError
+from infra.errors import InfraError
+from schemas.agents import ROLES, Role
+from schemas.errors import SchemaError
+
+EXIT_CONFIG = 2
+EXIT_FAILED = 1
+
+
+def _workers(values: Sequence[str]) -> dict[Role, int]:
+    workers: dict[Role, int] = {}
+    for value in values:
+        role, sep, count = value.partition("=")
+        if not sep or role not in ROLES or role == "orchestrator" or not count.isdigit():
+            raise SystemExit(
+                f"evobus: --workers {value!r}: expected ROLE=K with ROLE one of "
+                f"{', '.join(r for r in ROLES if r != 'orchestrator')} and K a whole number"
+            )
+        workers[role] = int(count)
+    return workers
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``evobus``."""
+    parser = argparse.ArgumentParser(
+        prog="evobus",
+        description="Evolve programs with agents on a NATS JetStream bus.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a campaign file with its own agent processes")
+    run.add_argument("campaign", type=Path, help="campaign TOML file")
+    run.add_argument("--nats", help="NATS URL (default: $NATS_URL, else an embedded server)")
+    run.add_argument("--id", dest="campaign_id", help="campaign id (default: <name>-<time>)")
+    run.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
+    run.add_argument(
+        "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
+    )
+
+    agent = sub.add_parser("agent", help="run one agent process on a bus")
+    agent.add_argument("role", choices=ROLES)
+    agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
+    agent.add_argument("--concurrency", type=int, default=1, help="handlers run at once")
+    agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")
+
+    events = sub.add_parser("events", help="print a campaign's events live, or replay them")
+    events.add_argument("--campaign", help="campaign id (default: every campaign)")
+    events.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.add_argument("--from-start", action="store_true", help="replay from the first event")
+    events.add_argument(
+        "--until-finished", action="store_true", help="exit after the campaign_finished event"
+    )
+    return parser
+
+
+def _setup_for(role: Role) -> Setup:
+    if role == "critic":
+        from agents.critic.agent import setup as critic
+
+        return critic
+    if role == "actor":
+        from agents.actor.agent import setup as actor
+
+        return actor
+    if role == "tool-generator":
+        from agents.toolgen.agent import setup as toolgen
+
+        return toolgen
+    from agents.evaluator.agent import setup as evaluator
+
+    return evaluator
+
+
+async def _agent(args: argparse.Namespace) -> int:
+    url = url_from_env(args.nats)
+    if url is None:
+        raise AgentError("evobus agent needs --nats URL or NATS_URL")
+    if args.concurrency < 1:
+        raise AgentError(f"--concurrency must be at least 1, got {args.concurrency}")
+    settings = AgentSettings(role=args.role, nats_url=url, concurrency=args.concurrency)
+    if args.role == "orchestrator":
+        if not args.campaign:
+            raise AgentError("evobus agent orchestrator needs --campaign CID")
+        from agents.orchestrator.agent import run_orchestrator
+
+        summary = await run_orchestrator(settings, args.campaign)
+        return 0 if summary.status == "completed" else EXIT_FAILED
+    await run_agent(settings, _setup_for(args.role))
+    return 0
+
+
+async def _events(args: argparse.Namespace) -> int:
+    from agents.events_view import describe, event_stream
+    from bus import codec
+    from schemas.events import CampaignFinished
+
+    url = url_from_env(args.nats)
+    if url is None:
+        raise AgentError("evobus events needs --nats URL or NATS_URL")
+    nc = await connect(url, name="evobus-events")
+    try:
+        js = nc.jetstream()
+        async for event in event_stream(js, args.campaign, from_start=args.from_start):
+            line = codec.to_json(event).decode() if args.json else describe(event)
+            print(line, flush=True)
+            if args.until_finished and isinstance(event, CampaignFinished):
+                break
+    finally:
+        await nc.drain()
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from agents.events_view import score
+    from agents.supervisor import RunOptions, run_campaign
+
+    summary = await run_campaign(
+        RunOptions(
+            campaign_file=args.campaign,
+            nats_url=url_from_env(args.nats),
+            campaign_id=args.campaign_id,
+            out_dir=args.out,
+            workers=_workers(args.workers),
+        ),
+        echo=lambda line: print(line, flush=True),
+    )
+    print(
+        f"\nevobus: {summary.campaign} {summary.status} ({summary.stop_reason}) in "
+        f"{summary.wall_seconds:.1f} s\n"
+        f"  seed score {score(summary.seed_score)} -> best {score(summary.best_score)} "
+        f"({summary.best_candidate})\n"
+        f"  {summary.proposals} proposals, {summary.evaluations} evaluations, "
+        f"{summary.accepted} accepted\n"
+        f"  engine: {summary.engine}\n"
+        f"  best artifact: {summary.best_artifact}\n"
+        f"  summary: {args.out / summary.campaign / 'summary.json'}\n"
+        "  agents: "
+        + ", ".join(f"{a.role}[pid {a.pid}: {a.items_processed}]" for a in summary.agents),
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``evobus`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.command == "agent" else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    command = {"run": _run, "agent": _agent, "events": _events}[args.command]
+    try:
+        return anyio.run(command, args)
+    except (SchemaError, ValueError) as exc:
+        print(f"evobus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (AgentError, BusError, InfraError) as exc:
+        print(f"evobus: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("evobus: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The evaluator: runs candidates on task instances inside the sandbox."""

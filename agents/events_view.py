@@ -1,0 +1,98 @@
+"""Reading the public event log: subscribing to EVO_EVENTS and rendering events for people."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from bus import codec, subjects
+from schemas.events import (
+    CampaignFinished,
+    CampaignStarted,
+    CandidateAccepted,
+    CandidateEvaluated,
+    CandidateProposed,
+    CandidateRejected,
+    DeadLettered,
+    Event,
+    ToolRegistered,
+    WorkAbandoned,
+)
+
+
+async def event_stream(
+    js: JetStreamContext, campaign: str | None, *, from_start: bool
+) -> AsyncIterator[Event]:
+    """Events of one campaign (or all) as they are published; from the first with ``from_start``.
+
+    Undecodable entries (a newer schema, or garbage) are skipped, never fatal to a reader.
+    """
+    sub = await js.subscribe(
+        subjects.events_filter(campaign),
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
+    )
+    try:
+        async for msg in sub.messages:
+            try:
+                yield codec.EVENT_DECODER.decode(msg.data)
+            except codec.DecodeError:
+                continue
+    finally:
+        await sub.unsubscribe()
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def score(value: float | None) -> str:
+    """A score for people: one decimal, or "n/a" when there is none."""
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def describe(event: Event) -> str:
+    """One line for a person (``evobus events`` without ``--json``)."""
+    head = f"{_clock(event.at)} {event.campaign}"
+    match event:
+        case CampaignStarted():
+            return (
+                f"{head} started: task {event.task}, budget {event.budget_proposals} proposals / "
+                f"{event.budget_wall_seconds:.0f} s; engine: {event.engine}"
+            )
+        case ToolRegistered():
+            verb = "reused" if event.reused else "registered"
+            return f"{head} tool {event.name} v{event.version} {verb}"
+        case CandidateProposed():
+            parents = "+".join(event.parent_ids)
+            return f"{head} proposed {event.candidate_id} by {event.operator} from {parents}"
+        case CandidateEvaluated():
+            error = f" ERROR {event.error}" if event.error else ""
+            return (
+                f"{head} evaluated {event.candidate_id}: {event.score:.1f} "
+                f"[{event.isolation}]{error}"
+            )
+        case CandidateAccepted():
+            return (
+                f"{head} ACCEPTED {event.candidate_id}: {event.score:.1f} "
+                f"(was {event.previous_best:.1f}, {event.operator}, tag {event.tag})"
+            )
+        case CandidateRejected():
+            return f"{head} rejected {event.candidate_id}: {event.score:.1f} ({event.reason})"
+        case WorkAbandoned():
+            return f"{head} abandoned {event.stage} {event.work_id}: {event.error}"
+        case DeadLettered():
+            return (
+                f"{head} DEAD-LETTERED {event.subject} after {event.deliveries} deliveries "
+                f"-> {event.dlq_subject}: {event.error}"
+            )
+        case CampaignFinished():
+            s = event.summary
+            return (
+                f"{head} finished ({s.status}: {s.stop_reason}): best {score(s.best_score)} "
+                f"from seed {score(s.seed_score)}, {s.proposals} proposals, "
+                f"{s.evaluations} evaluations, {s.wall_seconds:.1f} s"
+            )

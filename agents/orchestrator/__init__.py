@@ -1,0 +1,1 @@
+"""The orchestrator: the single writer of one campaign's state."""

@@ -1,0 +1,132 @@
+"""The orchestrator process: loads a submitted campaign, runs its state machine on the bus."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import msgspec
+from nats.js.errors import KeyNotFoundError
+
+from agents.errors import CampaignNotFound
+from agents.orchestrator.state import Accepted, CampaignState, Step, TaskPlan
+from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from agents.tasks import get_task
+from bus import codec, subjects
+from bus.connection import connect
+from bus.consumer import PullConsumer
+from bus.envelope import MessageContext
+from bus.publisher import Outbound, Publisher
+from bus.streams import ensure_results_consumer, ensure_streams, key_value
+from infra.workspace import CampaignWorkspace
+from schemas.campaign import CampaignRecord, CampaignSummary
+from schemas.results import Result
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.25
+_record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
+
+
+def campaign_dir(out_dir: str | Path, campaign: str) -> Path:
+    """``<out>/<cid>``: the campaign's run folder."""
+    return Path(out_dir) / campaign
+
+
+def write_summary(path: Path, summary: CampaignSummary) -> None:
+    """Write summary.json atomically (readers never see half a file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(msgspec.json.format(codec.to_json(summary), indent=2) + b"\n")
+    tmp.replace(path)
+
+
+def _commit_message(accepted: Accepted) -> str:
+    candidate = accepted.candidate
+    parents = ", ".join(candidate.parent_ids) or "nothing"
+    return (
+        f"{accepted.tag}: {candidate.id} scores {accepted.score:.1f} "
+        f"({candidate.operator} from {parents})"
+    )
+
+
+async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
+    """Run one campaign to its end and return its summary.
+
+    Raises:
+        CampaignNotFound: the campaign was not submitted to EVO_CAMPAIGNS on this bus.
+    """
+    agent = make_agent_ref("orchestrator")
+    nc = await connect(settings.nats_url, name=f"evobus-orchestrator-{campaign}")
+    js = nc.jetstream()
+    try:
+        await ensure_streams(js)
+        kv = await key_value(js, subjects.KV_CAMPAIGNS)
+        try:
+            entry = await kv.get(campaign)
+        except KeyNotFoundError:
+            raise CampaignNotFound(campaign) from None
+        assert entry.value is not None
+        record = _record_decoder.decode(entry.value)
+        run_dir = campaign_dir(record.out_dir, campaign)
+        workspace = CampaignWorkspace(run_dir / "workspace")
+        task = get_task(record.spec.campaign.task)
+        plan = TaskPlan(
+            name=task.name,
+            instances=task.instances(record.spec.task),
+            params=task.task_params(record.spec.task),
+            tools=task.tools(),
+            failure_score=task.failure_score,
+        )
+        state = CampaignState(
+            record,
+            plan,
+            started_at=time.time(),
+            orchestrator=agent,
+            best_artifact=str(workspace.best_path()),
+        )
+        publisher = Publisher(js, agent)
+        proc = AgentProcess(settings, agent, nc, js, publisher)
+
+        def effects(step: Step) -> list[Outbound]:
+            for accepted in step.accepted:
+                workspace.commit_accepted(
+                    candidate_id=accepted.candidate.id,
+                    source=accepted.candidate.artifact.source,
+                    message=_commit_message(accepted),
+                    tag=accepted.tag,
+                )
+            if state.phase == "finished":
+                write_summary(run_dir / "summary.json", state.summary(time.time()))
+            return step.outbound
+
+        async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
+            return effects(state.apply(result, ctx.sender, time.time()))
+
+        async def clock() -> None:
+            while state.phase != "finished":
+                await anyio.sleep(TICK_SECONDS)
+                await publisher.publish_all(effects(state.tick(time.time())))
+            # What is still queued for this campaign will never be used.
+            await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
+
+        durable = await ensure_results_consumer(js, campaign)
+        proc.consumers.append(
+            PullConsumer(
+                js,
+                publisher,
+                stream=subjects.STREAM_RESULTS,
+                durable=durable,
+                decoder=codec.RESULT_DECODER,
+                handler=handle,
+                concurrency=1,  # the single writer applies results one at a time
+            )
+        )
+        await publisher.publish_all(effects(state.start(time.time())))
+        await serve(proc, extra=clock)
+        return state.summary(time.time())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await nc.drain()

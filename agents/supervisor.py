@@ -1,0 +1,298 @@
+"""``evobus run``: the supervisor that starts the bus (if needed) and the agent processes.
+
+It submits the campaign to EVO_CAMPAIGNS, spawns one OS process per role (more with
+``--workers``), restarts a worker agent that dies, prints progress from EVO_EVENTS, and stops
+everything cleanly when the campaign finishes.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.errors import KeyWrongLastSequenceError
+
+from agents.errors import AgentError, CampaignFailed
+from agents.events_view import describe, event_stream
+from agents.orchestrator.agent import campaign_dir, write_summary
+from agents.tasks import TaskError, get_task
+from bus import subjects
+from bus.connection import connect
+from bus.streams import ensure_streams, key_value
+from infra.nats_server import NatsServer, default_store_dir
+from schemas.agents import ROLES, Role
+from schemas.campaign import (
+    CampaignRecord,
+    CampaignSpec,
+    CampaignSummary,
+    load_campaign,
+    validate_campaign_id,
+)
+from schemas.errors import CampaignConfigError
+from schemas.events import (
+    CampaignFinished,
+    CandidateAccepted,
+    CandidateEvaluated,
+    DeadLettered,
+    Event,
+    ToolRegistered,
+)
+
+WORKER_ROLES: tuple[Role, ...] = tuple(r for r in ROLES if r != "orchestrator")
+FINISH_GRACE_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 10.0
+
+
+def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
+    """The seed artifact's code: the file named in the campaign, else the task's own seed.
+
+    Raises:
+        CampaignConfigError: the task is unknown or the seed file cannot be read.
+    """
+    try:
+        task = get_task(spec.campaign.task)
+    except TaskError as exc:
+        raise CampaignConfigError(str(campaign_file), "campaign.task", str(exc)) from None
+    if not spec.campaign.seed_artifact:
+        return task.seed_artifact().source
+    path = campaign_file.parent / spec.campaign.seed_artifact
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise CampaignConfigError(
+            str(campaign_file), "campaign.seed_artifact", f"cannot read {path}: {exc.strerror}"
+        ) from None
+
+
+@dataclass
+class AgentChild:
+    """One spawned agent process and how to start it again."""
+
+    role: Role
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
+            )
+
+    def stop(self) -> None:
+        """SIGTERM (the agent finishes in-flight work), then SIGKILL after a timeout."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class RunOptions:
+    """Options of ``evobus run``."""
+
+    campaign_file: Path
+    nats_url: str | None = None
+    campaign_id: str | None = None
+    out_dir: Path = Path("runs")
+    workers: Mapping[Role, int] = field(default_factory=dict)
+
+
+def default_campaign_id(spec: CampaignSpec) -> str:
+    """``<name or task>-<YYYYmmdd-HHMMSS>``."""
+    base = spec.campaign.name or spec.campaign.task
+    cleaned = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in base)[:40]
+    return f"{cleaned}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def agent_argv(role: Role, nats_url: str, campaign: str | None = None) -> list[str]:
+    """The command line of one agent process."""
+    argv = [sys.executable, "-m", "agents.cli", "agent", role, "--nats", nats_url]
+    if campaign is not None:
+        argv += ["--campaign", campaign]
+    return argv
+
+
+class Progress:
+    """Turns events into the progress lines ``evobus run`` prints."""
+
+    def __init__(self, budget: int, echo: Callable[[str], None]) -> None:
+        self.budget = budget
+        self.echo = echo
+        self.evaluated = 0
+
+    def show(self, event: Event) -> None:
+        match event:
+            case CandidateAccepted():
+                gain = event.score - event.previous_best
+                self.echo(
+                    f"  [{event.proposals:>4}/{self.budget} proposals] accepted "
+                    f"{event.candidate_id} {event.score:9.1f}  (+{gain:.1f}, {event.operator})"
+                )
+            case CandidateEvaluated():
+                self.evaluated += 1
+                if event.candidate_id == "c0000":
+                    self.echo(
+                        f"  seed c0000 scores {event.score:.1f} (isolation: {event.isolation})"
+                    )
+                elif self.evaluated % 20 == 0:
+                    self.echo(f"  … {self.evaluated} evaluations")
+            case ToolRegistered() | DeadLettered():
+                self.echo(f"  {describe(event)}")
+            case _:
+                pass
+
+
+async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print) -> CampaignSummary:
+    """Run a campaign file to the end; return its summary.
+
+    Raises:
+        CampaignConfigError: the campaign file is invalid (names the key).
+        CampaignFailed: the campaign did not complete.
+        AgentError, InfraError, ConnectError: infrastructure failures, with what failed.
+    """
+    spec = load_campaign(options.campaign_file)
+    seed = seed_source(spec, options.campaign_file)
+    cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
+    run_dir = campaign_dir(options.out_dir, cid)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    server: NatsServer | None = None
+    url = options.nats_url
+    if url is None:
+        server = NatsServer(default_store_dir(options.out_dir)).start()
+        url = server.url
+        echo(f"evobus: embedded nats-server (JetStream) at {url}")
+    else:
+        echo(f"evobus: using NATS at {url}")
+    children: list[AgentChild] = []
+    try:
+        nc = await connect(url, name=f"evobus-supervisor-{cid}")
+        try:
+            js = nc.jetstream()
+            await ensure_streams(js)
+            kv = await key_value(js, subjects.KV_CAMPAIGNS)
+            record = CampaignRecord(
+                campaign=cid,
+                spec=spec,
+                seed_source=seed,
+                out_dir=str(options.out_dir.resolve()),
+                submitted_at=time.time(),
+            )
+            try:
+                await kv.create(cid, msgspec.msgpack.encode(record))
+            except KeyWrongLastSequenceError:
+                raise AgentError(
+                    f"campaign id {cid!r} was already used on this bus; pick another --id"
+                ) from None
+            echo(f"evobus: campaign {cid} (task {spec.campaign.task}), run folder {run_dir}")
+            children = _spawn(url, cid, options.workers, run_dir / "logs")
+            echo(
+                "evobus: agents "
+                + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
+            )
+            finished = await _follow(js, cid, spec, children, echo)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await nc.drain()
+    finally:
+        for child in children:
+            child.stop()
+        if server is not None:
+            server.stop()
+    summary = finished.summary
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        write_summary(summary_path, summary)
+    else:
+        summary = msgspec.json.decode(summary_path.read_bytes(), type=CampaignSummary)
+    if summary.status != "completed":
+        raise CampaignFailed(cid, summary.stop_reason)
+    return summary
+
+
+def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> list[AgentChild]:
+    children = [
+        AgentChild(
+            "orchestrator", agent_argv("orchestrator", url, cid), log_dir / "orchestrator.log"
+        )
+    ]
+    for role in WORKER_ROLES:
+        for n in range(workers.get(role, 1)):
+            children.append(AgentChild(role, agent_argv(role, url), log_dir / f"{role}-{n}.log"))
+    for child in children:
+        child.start()
+    return children
+
+
+async def _follow(
+    js: JetStreamContext,
+    cid: str,
+    spec: CampaignSpec,
+    children: list[AgentChild],
+    echo: Callable[[str], None],
+) -> CampaignFinished:
+    """Print progress until the campaign's ``campaign_finished`` event; restart dead workers."""
+    progress = Progress(spec.campaign.budget.proposals, echo)
+    finished: list[CampaignFinished] = []
+    failures: list[str] = []
+    limit = spec.campaign.budget.wall_seconds + FINISH_GRACE_SECONDS
+
+    async def watch_events(scope: anyio.CancelScope) -> None:
+        async for event in event_stream(js, cid, from_start=True):
+            progress.show(event)
+            if isinstance(event, CampaignFinished):
+                finished.append(event)
+                scope.cancel()
+                return
+
+    async def watch_children(scope: anyio.CancelScope) -> None:
+        while True:
+            for child in children:
+                assert child.proc is not None
+                code = child.proc.poll()
+                if code is None:
+                    continue
+                if child.role == "orchestrator":
+                    await anyio.sleep(1.0)  # its last events may still be on their way
+                    failures.append(
+                        f"the orchestrator exited with {code}; its log ends:\n{child.log_tail()}"
+                    )
+                    scope.cancel()
+                    return
+                child.restarts += 1
+                echo(f"  {child.role} (pid {child.proc.pid}) exited with {code}; restarting it")
+                child.start()
+            await anyio.sleep(0.2)
+
+    with anyio.move_on_after(limit):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_events, tg.cancel_scope)
+            tg.start_soon(watch_children, tg.cancel_scope)
+    if finished:
+        return finished[0]
+    if failures:
+        raise CampaignFailed(cid, failures[0])
+    raise CampaignFailed(cid, f"no campaign_finished event within {limit:.0f} s")

@@ -1,0 +1,71 @@
+"""Tasks: what is evolved and how it is scored (DESIGN.md, "Tasks").
+
+``get_task`` finds a task by name: the built-ins first, then the ``evobus.tasks`` entry-point
+group, whose entries name a zero-argument callable (a task class will do) returning a ``Task``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from types import MappingProxyType
+
+from agents.tasks.base import RESULT_MARKER, Task, TaskParams, parse_result_line
+from agents.tasks.errors import (
+    InvalidInstanceError,
+    TaskError,
+    TaskLoadError,
+    TaskOutputError,
+    UnknownTaskError,
+)
+from agents.tasks.pendulum import PendulumTask
+
+__all__ = [
+    "BUILTIN_TASKS",
+    "RESULT_MARKER",
+    "InvalidInstanceError",
+    "PendulumTask",
+    "Task",
+    "TaskError",
+    "TaskLoadError",
+    "TaskOutputError",
+    "TaskParams",
+    "UnknownTaskError",
+    "available_tasks",
+    "get_task",
+    "parse_result_line",
+]
+
+ENTRY_POINT_GROUP = "evobus.tasks"
+
+BUILTIN_TASKS: Mapping[str, Callable[[], Task]] = MappingProxyType({"pendulum": PendulumTask})
+
+
+def available_tasks() -> tuple[str, ...]:
+    """Names of the built-in and the installed entry-point tasks, sorted."""
+    names = set(BUILTIN_TASKS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return tuple(sorted(names))
+
+
+def get_task(name: str) -> Task:
+    """The task called ``name``: a built-in, else an ``evobus.tasks`` entry point.
+
+    Raises:
+        UnknownTaskError: no task has that name; the message lists the known ones.
+        TaskLoadError: the entry point fails to import, to build, or gives no ``Task``.
+    """
+    builtin = BUILTIN_TASKS.get(name)
+    if builtin is not None:
+        return builtin()
+    found = entry_points(group=ENTRY_POINT_GROUP, name=name)
+    if not found:
+        raise UnknownTaskError(name, available_tasks())
+    entry = next(iter(found))
+    try:
+        factory = entry.load()
+        task = factory() if callable(factory) else factory
+    except Exception as exc:  # third-party code: translated into the package's error
+        raise TaskLoadError(name, f"{entry.value}: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(task, Task):
+        raise TaskLoadError(name, f"{entry.value} gives {type(task).__name__}, not a Task")
+    return task

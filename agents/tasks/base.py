@@ -1,0 +1,118 @@
+"""What a task is (an Environment resource, DESIGN.md "Tasks") and how its harness reports.
+
+A task gives proposers a description and a function signature, gives the orchestrator a seed
+artifact and instances, and gives the evaluator the files of a sandboxed run: ``harness.py``,
+which imports the candidate, runs it on every instance, and prints one result line, and the
+parser of that line. The harness runs untrusted code in its own process, so everything it needs
+travels as files; nothing of evobus is importable there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from agents.tasks.errors import TaskOutputError
+from schemas.artifacts import Artifact
+from schemas.campaign import TaskSection
+from schemas.results import InstanceScore
+from schemas.tools import ToolSpec
+
+# Prefix of the harness's result line; the last line that starts with it is the result.
+RESULT_MARKER = "EVOBUS-RESULT "
+# Files every harness gets next to ``candidate.py`` and the ``tools`` package.
+HARNESS_FILE = "harness.py"
+CONFIG_FILE = "task.json"
+
+TaskParams = dict[str, int | float | str | bool]
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A task the agents can evolve artifacts for.
+
+    Attributes:
+        name: registry name (``pendulum``).
+        description: what is to be achieved, for proposers and critics.
+        signature: the entrypoint's signature with a comment on its contract.
+        failure_score: the score of an instance whose run crashed or timed out; worse than any
+            real score.
+    """
+
+    name: str
+    description: str
+    signature: str
+    failure_score: float
+
+    def seed_artifact(self) -> Artifact:
+        """The artifact a campaign starts from when it names none."""
+        ...
+
+    def instances(self, params: TaskSection) -> tuple[str, ...]:
+        """The validation instance ids of a campaign's ``[task]`` table."""
+        ...
+
+    def task_params(self, params: TaskSection) -> TaskParams:
+        """The settings the harness needs, as carried by ``EvaluateWork.task_params``."""
+        ...
+
+    def sandbox_files(
+        self, instances: Sequence[str], params: Mapping[str, int | float | str | bool]
+    ) -> dict[str, str]:
+        """Files (relative path → text) written next to ``candidate.py``; has ``harness.py``.
+
+        The evaluator runs ``python -I harness.py`` in that directory.
+        """
+        ...
+
+    def parse_output(self, stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
+        """Per-instance scores from the harness's stdout, in the order of ``instances``.
+
+        Raises:
+            TaskOutputError: no valid result line covering exactly ``instances``.
+        """
+        ...
+
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """Helper tools shipped with the task, importable as ``tools.<name>`` by candidates."""
+        ...
+
+
+class HarnessReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The JSON object of a harness's result line."""
+
+    instances: tuple[InstanceScore, ...]
+
+
+_report_decoder = msgspec.json.Decoder(HarnessReport)
+
+
+def parse_result_line(stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
+    """Decode the last ``EVOBUS-RESULT`` line of a harness's stdout.
+
+    Raises:
+        TaskOutputError: no such line, invalid JSON, non-finite scores, or instances other
+            than ``instances`` (in that order).
+    """
+    text = stdout.decode("utf-8", errors="replace")
+    tail = text[-500:]
+    line = next(
+        (ln for ln in reversed(text.splitlines()) if ln.startswith(RESULT_MARKER)),
+        None,
+    )
+    if line is None:
+        raise TaskOutputError("the harness printed no result line", tail)
+    try:
+        report = _report_decoder.decode(line.removeprefix(RESULT_MARKER))
+    except msgspec.DecodeError as exc:
+        raise TaskOutputError(f"the result line is invalid: {exc}", tail) from None
+    got = [score.instance for score in report.instances]
+    if got != list(instances):
+        raise TaskOutputError(f"the result covers instances {got}, not {list(instances)}", tail)
+    for score in report.instances:
+        if not math.isfinite(score.score):
+            raise TaskOutputError(f"instance {score.instance} has score {score.score}", tail)
+    return report.instances

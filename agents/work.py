@@ -1,0 +1,49 @@
+"""What every worker agent's handler shares: answering on the result subject, typed failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from bus import subjects
+from bus.consumer import OnDead
+from bus.envelope import MessageContext
+from bus.errors import Reject
+from bus.publisher import Outbound
+from schemas.results import Result, WorkFailed
+from schemas.work import Work
+
+W = TypeVar("W")
+
+
+def result_outbound(result: Result, stage: str) -> Outbound:
+    """The result of a work item on ``evo.<cid>.result.<stage>``, id derived from the work id."""
+    return Outbound(
+        subject=subjects.result(result.campaign, stage),
+        message=result,
+        msg_id=f"{result.work_id}-result",
+        campaign=result.campaign,
+    )
+
+
+def work_failed(item: Work, stage: str, error: str) -> Outbound:
+    """A WorkFailed result for ``item``: its requester stops waiting for it."""
+    return result_outbound(
+        WorkFailed(work_id=item.work_id, campaign=item.campaign, stage=stage, error=error), stage
+    )
+
+
+def on_dead(stage: str) -> OnDead[Work]:
+    """The ``on_dead`` callback of a stage: a dead-lettered item still gets a WorkFailed."""
+
+    def answer(item: Work, ctx: MessageContext, error: str) -> Sequence[Outbound]:
+        return [work_failed(item, stage, error)]
+
+    return answer
+
+
+def expect(item: Work, kind: type[W]) -> W:
+    """``item`` as ``kind``; anything else on this stage can never succeed."""
+    if not isinstance(item, kind):
+        raise Reject(f"{type(item).__name__} does not belong on this stage")
+    return item

@@ -1,0 +1,122 @@
+"""A whole campaign: the supervisor, five agent processes and a hand-started evaluator on a real
+nats-server, watched by an independent subscriber to EVO_EVENTS."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from bus import codec, subjects
+from bus.connection import connect
+from bus.streams import ensure_streams
+from infra.nats_server import NatsServer
+from infra.workspace import CampaignWorkspace
+from schemas.campaign import CampaignSummary
+from schemas.events import (
+    CampaignFinished,
+    CandidateAccepted,
+    CandidateEvaluated,
+    DeadLettered,
+    Event,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+CAMPAIGN = """
+[campaign]
+name = "e2e"
+task = "pendulum"
+seed_artifact = "{seed}"
+[campaign.budget]
+proposals = 16
+wall_seconds = 150
+[task]
+validation_episodes = 3
+[strategy]
+in_flight = 4
+rng_seed = 3
+"""
+
+
+def evobus(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agents.cli", *args], stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+@pytest.mark.timeout(240)
+async def test_a_campaign_beats_its_seed_across_processes(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    campaign = tmp_path / "campaign.toml"
+    campaign.write_text(CAMPAIGN.format(seed=(EXAMPLES / "pendulum_seed.py").as_posix()))
+    nc = await connect(nats_server.url, name="independent-subscriber")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    seen: list[Event] = []
+    sub = await js.subscribe(subjects.events_filter(campaign_id), ordered_consumer=True)
+
+    by_hand = evobus("agent", "evaluator", "--nats", nats_server.url, log=tmp_path / "hand.log")
+    run = evobus(
+        "run",
+        str(campaign),
+        "--nats",
+        nats_server.url,
+        "--id",
+        campaign_id,
+        "--out",
+        str(tmp_path / "runs"),
+        log=tmp_path / "run.log",
+    )
+    try:
+        with anyio.fail_after(200):
+            async for msg in sub.messages:
+                event = codec.EVENT_DECODER.decode(msg.data)
+                seen.append(event)
+                if isinstance(event, CandidateEvaluated) and event.candidate_id == "c0000":
+                    # A malformed work item by hand: dead-lettered, and the campaign goes on.
+                    await js.publish(subjects.work(campaign_id, "evaluate"), b"\x93not-a-work-item")
+                if isinstance(event, CampaignFinished):
+                    break
+        await anyio.to_thread.run_sync(run.wait, 60)
+    finally:
+        for proc in (run, by_hand):
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(20)
+        await sub.unsubscribe()
+        await nc.drain()
+    output = (tmp_path / "run.log").read_text()
+    assert run.returncode == 0, output
+
+    finished = [e for e in seen if isinstance(e, CampaignFinished)]
+    accepted = [e for e in seen if isinstance(e, CandidateAccepted)]
+    dead = [e for e in seen if isinstance(e, DeadLettered)]
+    assert finished and accepted and dead, [type(e).__name__ for e in seen]
+    seed = next(e for e in seen if isinstance(e, CandidateEvaluated) and e.candidate_id == "c0000")
+    assert max(a.score for a in accepted) > seed.score
+    assert "undecodable" in dead[0].error and dead[0].stream == "EVO_WORK"
+
+    summary_path = tmp_path / "runs" / campaign_id / "summary.json"
+    summary = msgspec.json.decode(await anyio.Path(summary_path).read_bytes(), type=CampaignSummary)
+    assert summary.seed_score == seed.score
+    assert summary.best_score == max(a.score for a in accepted)
+    workspace = CampaignWorkspace(tmp_path / "runs" / campaign_id / "workspace")
+    best_source = await anyio.Path(summary.best_artifact).read_text()
+    assert best_source == workspace.show("best", "best.py")
+    assert len([t for t in workspace.tags() if t.startswith("accept/")]) == len(accepted)
+    roles = {a.role for a in summary.agents}
+    assert roles == {"orchestrator", "critic", "actor", "tool-generator", "evaluator"}
+    pids = {a.pid for a in summary.agents}
+    assert run.pid not in pids and os.getpid() not in pids
+    hand = [a for a in summary.agents if a.pid == by_hand.pid]
+    assert hand and hand[0].items_processed > 0, summary.agents
+    assert "accepted" in output and "best" in output
