@@ -116,11 +116,12 @@ async def _events(args: argparse.Namespace) -> int:
     nc = await connect(url, name="evobus-events")
     try:
         js = nc.jetstream()
-        async for event in event_stream(js, args.campaign, from_start=args.from_start):
-            line = codec.to_json(event).decode() if args.json else describe(event)
-            print(line, flush=True)
-            if args.until_finished and isinstance(event, CampaignFinished):
-                break
+        async with event_stream(js, args.campaign, from_start=args.from_start) as events:
+            async for event in events:
+                line = codec.to_json(event).decode() if args.json else describe(event)
+                print(line, flush=True)
+                if args.until_finished and isinstance(event, CampaignFinished):
+                    break
     finally:
         await nc.drain()
     return 0

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import anyio
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from bus import codec, subjects
+from bus.streams import ensure_streams
 from schemas.events import (
     CampaignFinished,
     CampaignStarted,
@@ -23,26 +26,36 @@ from schemas.events import (
 )
 
 
+@asynccontextmanager
 async def event_stream(
     js: JetStreamContext, campaign: str | None, *, from_start: bool
-) -> AsyncIterator[Event]:
-    """Events of one campaign (or all) as they are published; from the first with ``from_start``.
+) -> AsyncIterator[AsyncIterator[Event]]:
+    """Subscribe to the events of one campaign (or all), live or from the first.
 
-    Undecodable entries (a newer schema, or garbage) are skipped, never fatal to a reader.
+    Use as ``async with event_stream(...) as events: async for event in events: ...``; the
+    subscription ends with the block. Undecodable entries (a newer schema, or garbage) are
+    skipped, never fatal to a reader.
     """
+    await ensure_streams(js)  # a reader may come before any campaign: the stream is ours to make
     sub = await js.subscribe(
         subjects.events_filter(campaign),
+        stream=subjects.STREAM_EVENTS,
         ordered_consumer=True,
         deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,
     )
-    try:
+
+    async def decoded() -> AsyncIterator[Event]:
         async for msg in sub.messages:
             try:
                 yield codec.EVENT_DECODER.decode(msg.data)
             except codec.DecodeError:
                 continue
+
+    try:
+        yield decoded()
     finally:
-        await sub.unsubscribe()
+        with anyio.CancelScope(shield=True):
+            await sub.unsubscribe()
 
 
 def _clock(at: float) -> str:

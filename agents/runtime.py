@@ -79,6 +79,7 @@ class AgentProcess:
     publisher: Publisher
     consumers: list[PullConsumer[Any]] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    stop_requested: anyio.Event = field(default_factory=anyio.Event)
 
     def heartbeat(self) -> Heartbeat:
         """A heartbeat with this process's counters."""
@@ -95,8 +96,6 @@ class AgentProcess:
             in_flight=sum(c.in_flight for c in self.consumers),
             concurrency=sum(c.concurrency for c in self.consumers),
         )
-
-    stop_requested: anyio.Event = field(default_factory=anyio.Event)
 
     def request_stop(self) -> None:
         """Stop fetching, let running handlers finish, then leave ``serve``. Safe to repeat."""

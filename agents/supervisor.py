@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from agents.errors import AgentError, CampaignFailed
-from agents.events_view import describe, event_stream
+from agents.events_view import describe, event_stream, score
 from agents.orchestrator.agent import campaign_dir, write_summary
 from agents.tasks import TaskError, get_task
 from bus import subjects
@@ -39,11 +39,13 @@ from schemas.campaign import (
 from schemas.errors import CampaignConfigError
 from schemas.events import (
     CampaignFinished,
+    CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
     DeadLettered,
     Event,
     ToolRegistered,
+    WorkAbandoned,
 )
 
 WORKER_ROLES: tuple[Role, ...] = tuple(r for r in ROLES if r != "orchestrator")
@@ -143,25 +145,42 @@ class Progress:
         self.budget = budget
         self.echo = echo
         self.evaluated = 0
+        self.best: float | None = None
+        self.started_at: float | None = None
+
+    def _head(self, at: float) -> str:
+        elapsed = at - (self.started_at or at)
+        return f"  {elapsed:6.1f} s"
 
     def show(self, event: Event) -> None:
+        """Print what a person watching the run wants to see of ``event``."""
         match event:
+            case CampaignStarted():
+                self.started_at = event.at
+                self.echo(f"{self._head(event.at)}  started; engine: {event.engine}")
             case CandidateAccepted():
+                self.best = event.score
                 gain = event.score - event.previous_best
                 self.echo(
-                    f"  [{event.proposals:>4}/{self.budget} proposals] accepted "
-                    f"{event.candidate_id} {event.score:9.1f}  (+{gain:.1f}, {event.operator})"
+                    f"{self._head(event.at)}  [{event.proposals:>4}/{self.budget} proposals] "
+                    f"accepted {event.candidate_id} {event.score:9.1f}  "
+                    f"(+{gain:.1f}, {event.operator})"
                 )
             case CandidateEvaluated():
                 self.evaluated += 1
                 if event.candidate_id == "c0000":
+                    self.best = event.score
                     self.echo(
-                        f"  seed c0000 scores {event.score:.1f} (isolation: {event.isolation})"
+                        f"{self._head(event.at)}  seed c0000 scores {event.score:.1f} "
+                        f"(sandbox: {event.isolation})"
                     )
                 elif self.evaluated % 20 == 0:
-                    self.echo(f"  … {self.evaluated} evaluations")
-            case ToolRegistered() | DeadLettered():
-                self.echo(f"  {describe(event)}")
+                    self.echo(
+                        f"{self._head(event.at)}  {self.evaluated} evaluations, "
+                        f"best {score(self.best)}"
+                    )
+            case ToolRegistered() | DeadLettered() | WorkAbandoned():
+                self.echo(f"{self._head(event.at)}  {describe(event).split(' ', 2)[2]}")
             case _:
                 pass
 
@@ -261,12 +280,13 @@ async def _follow(
     limit = spec.campaign.budget.wall_seconds + FINISH_GRACE_SECONDS
 
     async def watch_events(scope: anyio.CancelScope) -> None:
-        async for event in event_stream(js, cid, from_start=True):
-            progress.show(event)
-            if isinstance(event, CampaignFinished):
-                finished.append(event)
-                scope.cancel()
-                return
+        async with event_stream(js, cid, from_start=True) as events:
+            async for event in events:
+                progress.show(event)
+                if isinstance(event, CampaignFinished):
+                    finished.append(event)
+                    scope.cancel()
+                    return
 
     async def watch_children(scope: anyio.CancelScope) -> None:
         while True:

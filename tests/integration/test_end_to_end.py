@@ -4,8 +4,6 @@ nats-server, watched by an independent subscriber to EVO_EVENTS."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -25,6 +23,7 @@ from schemas.events import (
     DeadLettered,
     Event,
 )
+from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -45,13 +44,6 @@ rng_seed = 3
 """
 
 
-def evobus(*args: str, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", *args], stdout=out, stderr=subprocess.STDOUT
-        )
-
-
 @pytest.mark.timeout(240)
 async def test_a_campaign_beats_its_seed_across_processes(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
@@ -64,8 +56,10 @@ async def test_a_campaign_beats_its_seed_across_processes(
     seen: list[Event] = []
     sub = await js.subscribe(subjects.events_filter(campaign_id), ordered_consumer=True)
 
-    by_hand = evobus("agent", "evaluator", "--nats", nats_server.url, log=tmp_path / "hand.log")
-    run = evobus(
+    by_hand = start_evobus(
+        "agent", "evaluator", "--nats", nats_server.url, log=tmp_path / "hand.log"
+    )
+    run = start_evobus(
         "run",
         str(campaign),
         "--nats",
