@@ -76,18 +76,8 @@ async def ensure_work_consumer(
 ) -> str:
     """The durable pull consumer every process of one role shares (competing consumers)."""
     durable = subjects.work_consumer(stage)
-    await _ensure_consumer(
-        js,
-        subjects.STREAM_WORK,
-        ConsumerConfig(
-            durable_name=durable,
-            filter_subject=subjects.work_filter(stage),
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=ack_wait,
-            max_deliver=max_deliver,
-            max_ack_pending=1000,
-        ),
+    await _ensure_durable(
+        js, subjects.STREAM_WORK, durable, subjects.work_filter(stage), ack_wait, max_deliver
     )
     return durable
 
@@ -101,31 +91,43 @@ async def ensure_results_consumer(
 ) -> str:
     """The durable pull consumer of one campaign's orchestrator over its results."""
     durable = subjects.results_consumer(campaign)
-    await _ensure_consumer(
+    await _ensure_durable(
         js,
         subjects.STREAM_RESULTS,
-        ConsumerConfig(
+        durable,
+        subjects.results_filter(campaign),
+        ack_wait,
+        max_deliver,
+    )
+    return durable
+
+
+async def _ensure_durable(
+    js: JetStreamContext,
+    stream: str,
+    durable: str,
+    filter_subject: str,
+    ack_wait: float,
+    max_deliver: int,
+) -> None:
+    """Create a durable pull consumer with explicit acks unless it exists already."""
+    try:
+        await js.consumer_info(stream, durable)
+    except NotFoundError:
+        config = ConsumerConfig(
             durable_name=durable,
-            filter_subject=subjects.results_filter(campaign),
+            filter_subject=filter_subject,
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=ack_wait,
             max_deliver=max_deliver,
             max_ack_pending=1000,
-        ),
-    )
-    return durable
-
-
-async def _ensure_consumer(js: JetStreamContext, stream: str, config: ConsumerConfig) -> None:
-    assert config.durable_name is not None
-    try:
-        await js.consumer_info(stream, config.durable_name)
-    except NotFoundError:
+        )
         try:
             await js.add_consumer(stream, config)
         except BadRequestError:
-            await js.consumer_info(stream, config.durable_name)
+            # Another process created it between our look and our create.
+            await js.consumer_info(stream, durable)
 
 
 async def key_value(js: JetStreamContext, bucket: str, *, history: int = 1) -> KeyValue:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 import os
 import resource
@@ -29,6 +28,7 @@ import msgspec
 from anyio.abc import ByteReceiveStream
 
 from infra.errors import SandboxUnavailable
+from infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
 from schemas.campaign import SandboxSection
 from schemas.results import Isolation
 
@@ -168,7 +168,7 @@ def _prepare(
         prefix = _bwrap_argv(outer, read_only, workdir)
     else:
         prefix = _unshare_argv() if mounts else []
-    return [*prefix, python, "-I", "-c", _BOOTSTRAP_SOURCE, json.dumps(config)]
+    return [*prefix, python, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(config)]
 
 
 def _rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
@@ -339,62 +339,3 @@ def _kill_group(pgid: int) -> None:
     # The wrapper leads its own session; killing it takes down its pid namespace with it.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def _bootstrap(config_json: str) -> None:
-    """Run inside the sandbox, as root where we are root: mounts, limits, uid drop, exec.
-
-    It runs from its source with ``python -I -c``, so it imports only the standard library.
-    """
-    import ctypes
-    import json
-    import os
-    import resource
-
-    config = json.loads(config_json)
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def mount(source: bytes | None, target: str, flags: int, data: bytes | None = None) -> None:
-        fstype = source if source == b"tmpfs" else None
-        if libc.mount(source, target.encode(), fstype, ctypes.c_ulong(flags), data):
-            raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
-
-    nosuid_nodev, remount, bind, recursive = 2 | 4, 32, 4096, 16384
-    # Sources are opened before a tmpfs covers them; /proc/self/fd/N reaches them afterwards.
-    sources = [(os.open(p, os.O_PATH | os.O_DIRECTORY), p, ro) for p, ro in config["binds"]]
-    for path, mode, size in config["covers"]:
-        mount(b"tmpfs", path, nosuid_nodev, f"mode={mode:o},size={size}".encode())
-    for fd, path, read_only in sources:
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}".encode(), path, bind | recursive)
-        if read_only:  # keeping the flags a user namespace may not clear (noexec, atime)
-            kept = os.statvfs(path).f_flag
-            flags = kept & (8 | 1024 | 2048) | (1 << 21 if kept & 4096 else 0)
-            mount(None, path, remount | bind | nosuid_nodev | 1 | flags)  # 1: MS_RDONLY
-        os.close(fd)
-    if os.getpid() == 1:
-        # The init of a pid namespace ignores signals such as SIGXCPU: the candidate runs as
-        # its child, and init reaps until it is gone (its exit ends the namespace).
-        child = os.fork()
-        while child:
-            pid, status = os.waitpid(-1, 0)
-            if pid == child:
-                code = os.waitstatus_to_exitcode(status)
-                os._exit(code if code >= 0 else 128 - code)
-    for limit, soft, hard in config["rlimits"]:
-        resource.setrlimit(limit, (soft, hard))
-    if config["uid"] is not None:
-        os.setgroups([])
-        os.setgid(config["uid"])
-        os.setuid(config["uid"])
-    if libc.prctl(38, 1, 0, 0, 0):  # PR_SET_NO_NEW_PRIVS: setuid binaries cannot win root back
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    os.chdir(config["workdir"])
-    os.execv(config["argv"][0], config["argv"])
-
-
-_BOOTSTRAP_SOURCE = (
-    "from __future__ import annotations\n"
-    + inspect.getsource(_bootstrap)
-    + "\nimport sys\n_bootstrap(sys.argv[1])\n"
-)

@@ -1,0 +1,119 @@
+"""Benchmark: how reliably the offline engine reaches a target on the pendulum example.
+
+Runs examples/pendulum.toml end to end (supervisor, five agent processes, sandbox) once per
+strategy rng seed on one embedded nats-server, then reads each campaign's events back from
+EVO_EVENTS. Prints a table and writes a JSON report.
+
+    .venv/bin/python -m tests.bench.pendulum_reach --runs 8 --target -300 \
+        --json tests/bench/results/pendulum_reach.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from agents.events_view import event_stream, score
+from agents.supervisor import RunOptions, run_campaign
+from bus.connection import connect
+from infra.nats_server import NatsServer
+from schemas.campaign import load_campaign
+from schemas.events import CampaignFinished, CandidateAccepted
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pendulum.toml"
+
+
+async def first_reach(url: str, campaign: str, target: float) -> int | None:
+    """The proposal count at the first acceptance scoring at least ``target``."""
+    nc = await connect(url, name="bench-reader")
+    try:
+        async with event_stream(nc.jetstream(), campaign, from_start=True) as events:
+            async for event in events:
+                if isinstance(event, CandidateAccepted) and event.score >= target:
+                    return event.proposals
+                if isinstance(event, CampaignFinished):
+                    return None
+    finally:
+        await nc.drain()
+    return None
+
+
+async def bench(runs: int, target: float) -> dict[str, object]:
+    base = load_campaign(EXAMPLE)
+    rows: list[dict[str, object]] = []
+    reached: list[int] = []
+    walls: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp, NatsServer(Path(tmp) / "nats") as server:
+        for seed in range(runs):
+            campaign_file = Path(tmp) / f"pendulum-{seed}.toml"
+            campaign_file.write_text(variant(seed))
+            cid = f"reach-{seed}-{int(time.time())}"
+            summary = await run_campaign(
+                RunOptions(campaign_file, server.url, cid, Path(tmp) / "runs"),
+                echo=lambda _line: None,
+            )
+            reach = await first_reach(server.url, cid, target)
+            walls.append(summary.wall_seconds)
+            if reach is not None:
+                reached.append(reach)
+            rows.append(
+                {
+                    "rng_seed": seed,
+                    "seed_score": summary.seed_score,
+                    "best_score": summary.best_score,
+                    "proposals_to_target": reach,
+                    "wall_seconds": summary.wall_seconds,
+                }
+            )
+            print(
+                f"rng_seed {seed:>3}  seed {score(summary.seed_score):>8}  best "
+                f"{score(summary.best_score):>8}  reached {target:g} at proposal "
+                f"{reach if reach is not None else '-':>4}  {summary.wall_seconds:5.1f} s",
+                flush=True,
+            )
+    return {
+        "benchmark": "pendulum_reach",
+        "campaign": str(EXAMPLE.relative_to(EXAMPLE.parents[1])),
+        "budget_proposals": base.campaign.budget.proposals,
+        "target": target,
+        "runs": runs,
+        "reached": len(reached),
+        "median_proposals_to_target": statistics.median(reached) if reached else None,
+        "median_wall_seconds": statistics.median(walls),
+        "rows": rows,
+    }
+
+
+def variant(rng_seed: int) -> str:
+    """The example campaign with another strategy rng seed, its seed path made absolute."""
+    text = EXAMPLE.read_text()
+    text = re.sub(r"(?m)^rng_seed = \d+", f"rng_seed = {rng_seed}", text)
+    seed_file = (EXAMPLE.parent / "pendulum_seed.py").as_posix()
+    return re.sub(r'(?m)^seed_artifact = "[^"]*"', f'seed_artifact = "{seed_file}"', text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--target", type=float, default=-300.0)
+    parser.add_argument("--json", type=Path, help="write the report here")
+    args = parser.parse_args()
+    report = anyio.run(bench, args.runs, args.target)
+    print(
+        f"\nreached {args.target:g} in {report['reached']}/{args.runs} runs; median proposals "
+        f"to get there {report['median_proposals_to_target']}; median campaign "
+        f"{report['median_wall_seconds']} s"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
