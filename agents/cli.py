@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     agent = sub.add_parser("agent", help="run one agent process on a bus")
-    agent.add_argument("role", choices=ROLES)
+    agent.add_argument("role", choices=[r for r in ROLES if r != "registry"])
     agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
     agent.add_argument("--concurrency", type=int, default=1, help="handlers run at once")
     agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")

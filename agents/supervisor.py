@@ -28,7 +28,7 @@ from bus import subjects
 from bus.connection import connect
 from bus.streams import ensure_streams, key_value
 from infra.nats_server import NatsServer, default_store_dir
-from schemas.agents import ROLES, Role
+from schemas.agents import Role
 from schemas.campaign import (
     CampaignRecord,
     CampaignSpec,
@@ -48,7 +48,7 @@ from schemas.events import (
     WorkAbandoned,
 )
 
-WORKER_ROLES: tuple[Role, ...] = tuple(r for r in ROLES if r != "orchestrator")
+WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 FINISH_GRACE_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
 

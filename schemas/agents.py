@@ -6,8 +6,15 @@ from typing import Literal
 
 import msgspec
 
-Role = Literal["orchestrator", "critic", "actor", "tool-generator", "evaluator"]
-ROLES: tuple[Role, ...] = ("orchestrator", "critic", "actor", "tool-generator", "evaluator")
+Role = Literal["orchestrator", "critic", "actor", "tool-generator", "evaluator", "registry"]
+ROLES: tuple[Role, ...] = (
+    "orchestrator",
+    "critic",
+    "actor",
+    "tool-generator",
+    "evaluator",
+    "registry",
+)
 
 
 class AgentRef(msgspec.Struct, frozen=True, kw_only=True):

@@ -45,12 +45,15 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """``[task]``: the fixed evaluation instances of the task.
 
     For control tasks an instance is one seeded episode: ``validation_episodes`` episodes with
-    seeds ``episode_seed, episode_seed + 1, …``.
+    seeds ``episode_seed, episode_seed + 1, …``. ``train_instances`` more, disjoint from those,
+    form the train split that minibatches are sampled from (POLCA §3); 0 trains on the
+    validation instances themselves.
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
     episode_seed: NonNegativeInt = 0
     max_steps: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    train_instances: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
 
 
 class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

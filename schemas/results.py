@@ -15,13 +15,14 @@ Isolation = Literal["bwrap", "unshare", "none"]
 
 
 class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
-    """The score of one candidate on one task instance."""
+    """The score of one candidate on one task instance (``category``: its task type, if any)."""
 
     instance: str
     score: float
     feedback: str = ""
     metrics: dict[str, float] = {}
     error: str = ""
+    category: str = ""
 
 
 class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", tag_field="type"):
@@ -41,6 +42,7 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", ta
     metrics: dict[str, float] = {}
     error: str = ""
     duration_seconds: float = 0.0
+    evidence: str = ""  # object name of the behavioral-evidence PNG in the EVO_EVIDENCE store
 
 
 class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_field="type"):

@@ -75,7 +75,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         task = get_task(record.spec.campaign.task)
         plan = TaskPlan(
             name=task.name,
-            instances=task.instances(record.spec.task),
+            instances=task.instances(record.spec.task, "validation"),
             params=task.task_params(record.spec.task),
             tools=task.tools(),
             failure_score=task.failure_score,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -51,8 +51,10 @@ class Task(Protocol):
         """The artifact a campaign starts from when it names none."""
         ...
 
-    def instances(self, params: TaskSection) -> tuple[str, ...]:
-        """The validation instance ids of a campaign's ``[task]`` table."""
+    def instances(
+        self, params: TaskSection, split: Literal["train", "validation"] = "validation"
+    ) -> tuple[str, ...]:
+        """The instance ids of one split of a campaign's ``[task]`` table."""
         ...
 
     def task_params(self, params: TaskSection) -> TaskParams:

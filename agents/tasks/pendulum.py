@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from importlib import resources
+from typing import Literal
 
 from agents.tasks.base import CONFIG_FILE, HARNESS_FILE, TaskParams, parse_result_line
 from agents.tasks.errors import InvalidInstanceError
@@ -96,10 +97,16 @@ class PendulumTask:
         """The seed controller: the right structure with constants that never swing up."""
         return Artifact(source=SEED_SOURCE, entrypoint="policy")
 
-    def instances(self, params: TaskSection) -> tuple[str, ...]:
-        """Episode seeds ``episode_seed … episode_seed + validation_episodes - 1``."""
+    def instances(
+        self, params: TaskSection, split: Literal["train", "validation"] = "validation"
+    ) -> tuple[str, ...]:
+        """Validation: seeds ``episode_seed …`` (``validation_episodes`` of them); train: the
+        ``train_instances`` seeds after those (the validation ones when there are none)."""
         first = params.episode_seed
-        return tuple(str(first + i) for i in range(params.validation_episodes))
+        count = params.validation_episodes
+        if split == "train" and params.train_instances:
+            first, count = first + count, params.train_instances
+        return tuple(str(first + i) for i in range(count))
 
     def task_params(self, params: TaskSection) -> TaskParams:
         """The episode length."""

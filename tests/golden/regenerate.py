@@ -1,5 +1,5 @@
-"""Write the golden files from tests/samples.py. Run only when a schema change is intended:
-old golden files must keep decoding (schemas only grow: new fields last, with defaults)."""
+"""Write golden files for samples that have none yet. Existing files are never rewritten: they
+are the bytes older versions of evobus put on the bus, and they must keep decoding."""
 
 from __future__ import annotations
 
@@ -11,5 +11,7 @@ from tests.samples import SAMPLES
 if __name__ == "__main__":
     here = Path(__file__).parent
     for name, message in SAMPLES.items():
-        (here / f"{name}.msgpack").write_bytes(codec.encode(message))
-        print(f"wrote {name}.msgpack")
+        path = here / f"{name}.msgpack"
+        if not path.exists():
+            path.write_bytes(codec.encode(message))
+            print(f"wrote {path.name}")

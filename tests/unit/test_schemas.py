@@ -32,10 +32,11 @@ def test_round_trip_through_the_stream_union(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
-def test_golden_bytes_still_decode_and_encode_the_same(name: str) -> None:
+def test_golden_bytes_from_older_versions_still_decode(name: str) -> None:
+    # Golden files are written once and never regenerated: schemas only grow, new fields come
+    # with defaults, so bytes written by any earlier evobus decode to today's sample.
     golden = (GOLDEN / f"{name}.msgpack").read_bytes()
     assert decoder_for(name).decode(golden) == SAMPLES[name]
-    assert codec.encode(SAMPLES[name]) == golden
 
 
 def test_every_golden_file_has_a_sample() -> None:
