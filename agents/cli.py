@@ -66,6 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument(
         "--until-finished", action="store_true", help="exit after the campaign_finished event"
     )
+    for name, text in (
+        ("best", "print the best candidate of a campaign and its source"),
+        ("lineage", "print the parent chain of a campaign's best candidate"),
+        ("rollback", "make the best candidate at a tag the campaign's best again"),
+    ):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("campaign", help="campaign id")
+        command.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
+        if name == "rollback":
+            command.add_argument("--to", required=True, metavar="TAG", help="e.g. accept/3")
     return parser
 
 
@@ -158,6 +168,30 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _workspace_command(args: argparse.Namespace) -> int:
+    from agents import lineage
+
+    workspace = lineage.open_workspace(args.out, args.campaign)
+    if args.command == "best":
+        record, source = lineage.best(workspace)
+        head = f"{args.campaign}: best {record.candidate_id} scores {record.score:.1f}"
+        print(f"# {head} ({record.tag})")
+        print(source, end="")
+    elif args.command == "lineage":
+        for record in lineage.lineage(workspace):
+            parents = "+".join(record.parent_ids) or "-"
+            line = (
+                f"{record.candidate_id:>6} {record.score:10.1f}  {record.operator:<6} "
+                f"from {parents:<13} {record.tag:<10} {record.diagnosis}"
+            )
+            print(line.rstrip())
+    else:
+        record = lineage.rollback(workspace, args.to)
+        again = f"{record.candidate_id} ({record.score:.1f}) from {args.to}"
+        print(f"{args.campaign}: best is {again} again")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``evobus`` console script."""
     args = build_parser().parse_args(argv)
@@ -165,7 +199,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.command == "agent" else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    command = {"run": _run, "agent": _agent, "events": _events}[args.command]
+    commands = {
+        "run": _run,
+        "agent": _agent,
+        "events": _events,
+        "best": _workspace_command,
+        "lineage": _workspace_command,
+        "rollback": _workspace_command,
+    }
+    command = commands[args.command]
     try:
         return anyio.run(command, args)
     except (SchemaError, ValueError) as exc:

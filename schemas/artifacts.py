@@ -38,3 +38,19 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
     parent_ids: tuple[str, ...] = ()
     operator: Operator = "seed"
     pool_version: int = 0
+
+
+class LineageRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What the campaign workspace keeps beside each accepted candidate (``<id>.json``).
+
+    ``diagnosis`` is the critic's verdict that led to it, in one line ("" when none did).
+    """
+
+    candidate_id: str
+    parent_ids: tuple[str, ...]
+    operator: Operator
+    score: float
+    tag: str
+    diagnosis: str = ""
+    rationale: str = ""
+    at: float = 0.0

@@ -12,7 +12,8 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
-from agents.orchestrator.state import Accepted, CampaignState, Step, TaskPlan
+from agents.lineage import commit_acceptance
+from agents.orchestrator.state import CampaignState, Step, TaskPlan
 from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
 from agents.tasks import get_task
 from bus import codec, subjects
@@ -41,15 +42,6 @@ def write_summary(path: Path, summary: CampaignSummary) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_bytes(msgspec.json.format(codec.to_json(summary), indent=2) + b"\n")
     tmp.replace(path)
-
-
-def _commit_message(accepted: Accepted) -> str:
-    candidate = accepted.candidate
-    parents = ", ".join(candidate.parent_ids) or "nothing"
-    return (
-        f"{accepted.tag}: {candidate.id} scores {accepted.score:.1f} "
-        f"({candidate.operator} from {parents})"
-    )
 
 
 async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
@@ -92,12 +84,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
 
         def effects(step: Step) -> list[Outbound]:
             for accepted in step.accepted:
-                workspace.commit_accepted(
-                    candidate_id=accepted.candidate.id,
-                    source=accepted.candidate.artifact.source,
-                    message=_commit_message(accepted),
-                    tag=accepted.tag,
-                )
+                commit_acceptance(workspace, accepted.candidate, accepted.record, state.plan_md())
             if state.phase == "finished":
                 write_summary(run_dir / "summary.json", state.summary(time.time()))
             return step.outbound

@@ -11,11 +11,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agents.orchestrator.plan import render_plan
 from agents.orchestrator.selection import choose
 from bus import subjects
 from bus.publisher import Outbound, event_outbound
 from schemas.agents import AgentRef
-from schemas.artifacts import Artifact, Candidate, Operator
+from schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
 from schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
 from schemas.events import (
     CampaignFinished,
@@ -55,15 +56,16 @@ class Chain:
     parent_id: str
     co_parent_id: str | None
     candidate_id: str | None = None
+    diagnosis: str = ""
+    rationale: str = ""
 
 
 @dataclass(frozen=True)
 class Accepted:
-    """A side effect for the shell: commit this candidate to the workspace under ``tag``."""
+    """A side effect for the shell: commit this candidate to the workspace (``record.tag``)."""
 
     candidate: Candidate
-    score: float
-    tag: str
+    record: LineageRecord
 
 
 @dataclass
@@ -251,7 +253,16 @@ class CampaignState:
             )
             return
         self.seed_score = evaluation.score
-        step.accepted.append(Accepted(self.candidates["c0000"], evaluation.score, "seed"))
+        seed = self.candidates["c0000"]
+        record = LineageRecord(
+            candidate_id=seed.id,
+            parent_ids=(),
+            operator="seed",
+            score=evaluation.score,
+            tag="seed",
+            at=now,
+        )
+        step.accepted.append(Accepted(seed, record))
         self.pool.append("c0000")
         self.best_id = "c0000"
         self.phase = "evolving"
@@ -319,6 +330,8 @@ class CampaignState:
             self._propose(step, chain, None)
 
     def _propose(self, step: Step, chain: Chain, diagnosis: Diagnosis | None) -> None:
+        if diagnosis is not None:
+            chain.diagnosis = f"{diagnosis.failure_mode}: {diagnosis.root_cause}"
         work_id = self._work_id()
         self.pending[work_id] = chain
         co_parent = self.candidates[chain.co_parent_id] if chain.co_parent_id else None
@@ -348,6 +361,7 @@ class CampaignState:
             pool_version=self.pool_version,
         )
         chain.candidate_id = candidate.id
+        chain.rationale = proposal.rationale
         self.candidates[candidate.id] = candidate
         self._event(
             step,
@@ -374,7 +388,18 @@ class CampaignState:
             self.best_id = cid
             self.pool_version += 1
             tag = f"accept/{self.accepted}"
-            step.accepted.append(Accepted(self.candidates[cid], ev.score, tag))
+            candidate = self.candidates[cid]
+            record = LineageRecord(
+                candidate_id=cid,
+                parent_ids=candidate.parent_ids,
+                operator=candidate.operator,
+                score=ev.score,
+                tag=tag,
+                diagnosis=chain.diagnosis,
+                rationale=chain.rationale,
+                at=now,
+            )
+            step.accepted.append(Accepted(candidate, record))
             self._event(
                 step,
                 CandidateAccepted(
@@ -429,6 +454,19 @@ class CampaignState:
         self.status = status
         self.stop_reason = reason
         self._event(step, CampaignFinished(campaign=self.cid, at=now, summary=self.summary(now)))
+
+    def plan_md(self) -> str:
+        """The campaign's ``plan.md`` as of now."""
+        return render_plan(
+            campaign=self.cid,
+            spec=self.spec,
+            engine=ENGINE,
+            best_id=self.best_id,
+            best_score=self.best_score,
+            proposals=self.proposals,
+            evaluations=self.evaluations,
+            accepted=self.accepted,
+        )
 
     def summary(self, now: float) -> CampaignSummary:
         """The campaign summary as of ``now``."""

@@ -10,6 +10,7 @@ import anyio
 import msgspec
 import pytest
 
+from agents import lineage
 from bus import codec, subjects
 from bus.connection import connect
 from bus.streams import ensure_streams
@@ -107,6 +108,8 @@ async def test_a_campaign_beats_its_seed_across_processes(
     best_source = await anyio.Path(summary.best_artifact).read_text()
     assert best_source == workspace.show("best", "best.py")
     assert len([t for t in workspace.tags() if t.startswith("accept/")]) == len(accepted)
+    chain = lineage.lineage(workspace)
+    assert chain[0].candidate_id == summary.best_candidate and chain[-1].operator == "seed"
     roles = {a.role for a in summary.agents}
     assert roles == {"orchestrator", "critic", "actor", "tool-generator", "evaluator"}
     pids = {a.pid for a in summary.agents}

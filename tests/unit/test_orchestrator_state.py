@@ -107,7 +107,7 @@ def test_seed_evaluation_starts_in_flight_chains() -> None:
     step = seeded(state)
     assert len(of_type(step, DiagnoseWork)) == 2
     assert state.proposals == 2 and state.seed_score == -1000.0
-    assert [a.tag for a in step.accepted] == ["seed"]
+    assert [a.record.tag for a in step.accepted] == ["seed"]
 
 
 def test_a_better_child_is_accepted_and_the_campaign_finishes_at_the_budget() -> None:

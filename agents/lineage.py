@@ -1,0 +1,108 @@
+"""Reading and changing a campaign's git workspace: best, lineage, rollback.
+
+The orchestrator commits each accepted candidate with ``acceptance_files``; ``evobus best``,
+``evobus lineage`` and ``evobus rollback`` read and move what it wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from infra.errors import WorkspaceError
+from infra.workspace import BEST_TAG, CampaignWorkspace
+from schemas.artifacts import Candidate, LineageRecord
+
+_record_decoder = msgspec.json.Decoder(LineageRecord)
+BEST_RECORD = "best.json"
+PLAN = "plan.md"
+
+
+def record_path(candidate_id: str) -> str:
+    """Where a candidate's lineage record is kept in the workspace."""
+    return f"candidates/{candidate_id}.json"
+
+
+def _json(record: LineageRecord) -> str:
+    return msgspec.json.format(msgspec.json.encode(record), indent=2).decode() + "\n"
+
+
+def acceptance_files(candidate: Candidate, record: LineageRecord, plan: str) -> dict[str, str]:
+    """The files one acceptance writes: the candidate, its record, best.*, plan.md."""
+    return {
+        f"candidates/{candidate.id}.py": candidate.artifact.source,
+        record_path(candidate.id): _json(record),
+        "best.py": candidate.artifact.source,
+        BEST_RECORD: _json(record),
+        PLAN: plan,
+    }
+
+
+def commit_acceptance(
+    workspace: CampaignWorkspace, candidate: Candidate, record: LineageRecord, plan: str
+) -> str:
+    """Commit an accepted candidate, tag it ``record.tag`` and move ``best`` to it."""
+    parents = ", ".join(record.parent_ids) or "nothing"
+    message = (
+        f"{record.tag}: {candidate.id} scores {record.score:.1f} ({record.operator} from {parents})"
+    )
+    sha = workspace.commit(acceptance_files(candidate, record, plan), message, tag=record.tag)
+    workspace.move_tag(BEST_TAG, sha)
+    return sha
+
+
+def open_workspace(out_dir: str | Path, campaign: str) -> CampaignWorkspace:
+    """The workspace of a finished or running campaign.
+
+    Raises:
+        WorkspaceError: there is none under ``out_dir``.
+    """
+    return CampaignWorkspace(Path(out_dir) / campaign / "workspace", create=False)
+
+
+def best(workspace: CampaignWorkspace, ref: str = BEST_TAG) -> tuple[LineageRecord, str]:
+    """The best candidate's record and source at ``ref``."""
+    record = _record_decoder.decode(workspace.show(ref, BEST_RECORD))
+    return record, workspace.show(ref, "best.py")
+
+
+def lineage(workspace: CampaignWorkspace, ref: str = BEST_TAG) -> list[LineageRecord]:
+    """The parent chain of the best candidate at ``ref``, best first, back to the seed.
+
+    Each step follows the first parent (the one that was mutated; a crossover's second parent
+    is in ``parent_ids`` too).
+    """
+    record, _ = best(workspace, ref)
+    chain = [record]
+    seen = {record.candidate_id}
+    while record.parent_ids:
+        parent = record.parent_ids[0]
+        if parent in seen:
+            raise WorkspaceError(f"lineage loops at {parent}")
+        record = _record_decoder.decode(workspace.show(ref, record_path(parent)))
+        chain.append(record)
+        seen.add(parent)
+    return chain
+
+
+def rollback(workspace: CampaignWorkspace, tag: str) -> LineageRecord:
+    """Make the best candidate at ``tag`` the best again: a new commit, ``best`` moved to it.
+
+    Raises:
+        WorkspaceError: ``tag`` does not exist.
+    """
+    if not workspace.has(tag):
+        known = ", ".join(t for t in workspace.tags() if t != BEST_TAG)
+        raise WorkspaceError(f"no tag {tag!r} in {workspace.path}; tags: {known}")
+    record, source = best(workspace, tag)
+    plan = workspace.show(BEST_TAG, PLAN) if workspace.has(BEST_TAG) else ""
+    plan += f"\n- rolled back to {tag} ({record.candidate_id}, score {record.score:.1f})\n"
+    n = 1 + sum(t.startswith("rollback/") for t in workspace.tags())
+    sha = workspace.commit(
+        {"best.py": source, BEST_RECORD: _json(record), PLAN: plan},
+        f"rollback/{n}: best is {record.candidate_id} from {tag} again",
+        tag=f"rollback/{n}",
+    )
+    workspace.move_tag(BEST_TAG, sha)
+    return record
