@@ -13,14 +13,20 @@ from nats.js.api import DeliverPolicy
 from bus import codec, subjects
 from bus.streams import ensure_streams
 from schemas.events import (
+    BestConfirmed,
+    BurstStarted,
     CampaignFinished,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
+    CandidateFiltered,
     CandidateProposed,
     CandidateRejected,
     DeadLettered,
     Event,
+    RolledBack,
+    SkillLearned,
+    SkillUtilityUpdated,
     ToolRegistered,
     WorkAbandoned,
 )
@@ -101,6 +107,28 @@ def describe(event: Event) -> str:
             return (
                 f"{head} DEAD-LETTERED {event.subject} after {event.deliveries} deliveries "
                 f"-> {event.dlq_subject}: {event.error}"
+            )
+        case CandidateFiltered():
+            return (
+                f"{head} filtered {event.candidate_id}: {event.distance:.3f} from "
+                f"{event.nearest_id} (< ε {event.epsilon:g})"
+            )
+        case BestConfirmed():
+            verdict = "new best" if event.is_best else "not better"
+            return (
+                f"{head} validated {event.candidate_id}: {event.validation_score:.1f} "
+                f"(train mean {event.train_mean:.1f} over {event.evaluations}): {verdict}"
+            )
+        case BurstStarted():
+            return f"{head} burst {'+'.join(event.operators)}: {event.reason}"
+        case RolledBack():
+            return f"{head} ROLLED BACK to {event.to_tag} ({event.candidate_id}): {event.reason}"
+        case SkillLearned():
+            return f"{head} skill {event.name} v{event.version} learned ({event.origin})"
+        case SkillUtilityUpdated():
+            return (
+                f"{head} skill {event.name}: utility {event.utility:.3f} after {event.uses} "
+                f"uses (Δ {event.delta:+.1f})"
             )
         case CampaignFinished():
             s = event.summary

@@ -79,6 +79,69 @@ class CandidateRejected(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     reason: str
 
 
+class CandidateFiltered(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_filtered"):
+    """The ε-net refused a proposal: too close to a pool member (POLCA Algorithm 4)."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    nearest_id: str
+    distance: float
+    epsilon: float
+
+
+class BestConfirmed(msgspec.Struct, frozen=True, kw_only=True, tag="best_confirmed"):
+    """The best by mean on the train minibatches was scored on the held-out validation set."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    train_mean: float
+    evaluations: int
+    validation_score: float
+    is_best: bool
+
+
+class BurstStarted(msgspec.Struct, frozen=True, kw_only=True, tag="burst_started"):
+    """Forced exploration: these operators run next, whatever the bandit says (REFLEX §3.4)."""
+
+    campaign: str
+    at: float
+    reason: str
+    operators: tuple[Operator, ...]
+
+
+class RolledBack(msgspec.Struct, frozen=True, kw_only=True, tag="rolled_back"):
+    """Stagnation: the search went back to the best tagged state (A-Evolve)."""
+
+    campaign: str
+    at: float
+    to_tag: str
+    candidate_id: str
+    reason: str
+
+
+class SkillLearned(msgspec.Struct, frozen=True, kw_only=True, tag="skill_learned"):
+    """A skill was extracted from an improving change, or seeded from a failure pattern."""
+
+    campaign: str
+    at: float
+    name: str
+    version: int
+    origin: str
+
+
+class SkillUtilityUpdated(msgspec.Struct, frozen=True, kw_only=True, tag="skill_utility"):
+    """A skill's utility moved with the fitness delta of a child that used it."""
+
+    campaign: str
+    at: float
+    name: str
+    utility: float
+    uses: int
+    delta: float
+
+
 class WorkAbandoned(msgspec.Struct, frozen=True, kw_only=True, tag="work_abandoned"):
     """A work item failed for good; its slot is freed and the campaign goes on."""
 
@@ -120,6 +183,12 @@ Event = (
     | WorkAbandoned
     | DeadLettered
     | CampaignFinished
+    | CandidateFiltered
+    | BestConfirmed
+    | BurstStarted
+    | RolledBack
+    | SkillLearned
+    | SkillUtilityUpdated
 )
 
 

@@ -68,6 +68,7 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_fi
     artifact: Artifact
     rationale: str = ""
     engine: str = "offline-ast"
+    skills_used: tuple[str, ...] = ()
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", tag_field="type"):
@@ -90,4 +91,16 @@ class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", t
     error: str
 
 
-Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed
+class SkillExtracted(
+    msgspec.Struct, frozen=True, kw_only=True, tag="skill_extracted", tag_field="type"
+):
+    """The outcome of an ExtractWork: the registered skill, or why there is none."""
+
+    work_id: str
+    campaign: str
+    name: str = ""
+    version: int = 0
+    reason: str = ""
+
+
+Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed | SkillExtracted

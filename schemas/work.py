@@ -11,8 +11,8 @@ from schemas.campaign import SandboxSection
 from schemas.results import Diagnosis, Evaluation
 from schemas.tools import ToolRef, ToolSpec
 
-Stage = Literal["evaluate", "diagnose", "propose", "tool"]
-STAGES: tuple[Stage, ...] = ("evaluate", "diagnose", "propose", "tool")
+Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract"]
+STAGES: tuple[Stage, ...] = ("evaluate", "diagnose", "propose", "tool", "extract")
 
 
 class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", tag_field="type"):
@@ -36,7 +36,11 @@ class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", ta
 
 
 class DiagnoseWork(msgspec.Struct, frozen=True, kw_only=True, tag="diagnose", tag_field="type"):
-    """Ask the critic why a candidate scores as it does (REFLEX's REFLECT)."""
+    """Ask the critic why a candidate scores as it does (REFLEX's REFLECT).
+
+    ``context`` is the orchestrator's analysis (A-Evolve: per-instance and per-category
+    breakdowns, failure patterns) and the rolling history of recent changes, as text.
+    """
 
     work_id: str
     campaign: str
@@ -44,6 +48,7 @@ class DiagnoseWork(msgspec.Struct, frozen=True, kw_only=True, tag="diagnose", ta
     task: str
     candidate: Candidate
     evaluation: Evaluation
+    context: str = ""
 
 
 class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_field="type"):
@@ -51,6 +56,8 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
 
     ``co_parent`` is set for crossover (x_div); ``diagnosis`` for m_diag. ``rng_seed`` makes the
     offline engine's choice reproducible and a redelivered item give the same child.
+    ``intensity`` scales the size of the change (A-Evolve's graduated intensity); ``skills`` is
+    how many skills the actor retrieves from the registry for the diagnosis (REFLEX §3.4).
     """
 
     work_id: str
@@ -63,6 +70,9 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
     diagnosis: Diagnosis | None = None
     co_parent: Candidate | None = None
     rng_seed: int = 0
+    intensity: float = 1.0
+    context: str = ""
+    skills: int = 0
 
 
 class ToolWork(msgspec.Struct, frozen=True, kw_only=True, tag="tool", tag_field="type"):
@@ -74,4 +84,17 @@ class ToolWork(msgspec.Struct, frozen=True, kw_only=True, tag="tool", tag_field=
     spec: ToolSpec
 
 
-Work = EvaluateWork | DiagnoseWork | ProposeWork | ToolWork
+class ExtractWork(msgspec.Struct, frozen=True, kw_only=True, tag="extract", tag_field="type"):
+    """Ask the actor to turn an improving parent → child change into a skill (REFLEX §3.4)."""
+
+    work_id: str
+    campaign: str
+    pool_version: int
+    task: str
+    parent: Candidate
+    child: Candidate
+    delta: float
+    diagnosis: Diagnosis | None = None
+
+
+Work = EvaluateWork | DiagnoseWork | ProposeWork | ToolWork | ExtractWork

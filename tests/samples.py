@@ -8,14 +8,20 @@ from schemas.agents import AgentRef, Heartbeat
 from schemas.artifacts import Artifact, Candidate
 from schemas.campaign import AgentWork, CampaignSection, CampaignSpec, CampaignSummary
 from schemas.events import (
+    BestConfirmed,
+    BurstStarted,
     CampaignFinished,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
+    CandidateFiltered,
     CandidateProposed,
     CandidateRejected,
     DeadLetter,
     DeadLettered,
+    RolledBack,
+    SkillLearned,
+    SkillUtilityUpdated,
     ToolRegistered,
     WorkAbandoned,
 )
@@ -24,11 +30,12 @@ from schemas.results import (
     Evaluation,
     InstanceScore,
     Proposal,
+    SkillExtracted,
     ToolResult,
     WorkFailed,
 )
 from schemas.tools import ToolRecord, ToolRef, ToolSpec
-from schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, ToolWork
+from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork
 
 AT = 1_790_000_000.0
 SOURCE = "import math\n\ndef policy(obs):\n    return -2.0 * obs[1]\n"
@@ -193,6 +200,48 @@ SAMPLES: dict[str, msgspec.Struct] = {
         at=AT,
         payload=b"\xc1",
         headers={"Nats-Msg-Id": "x"},
+    ),
+    "work_extract": ExtractWork(
+        work_id="cid-w000010",
+        campaign="cid",
+        pool_version=3,
+        task="pendulum",
+        parent=SEED,
+        child=CHILD,
+        delta=120.5,
+        diagnosis=DIAGNOSIS,
+    ),
+    "result_skill_extracted": SkillExtracted(
+        work_id="cid-w000010", campaign="cid", name="raise-swing-gain", version=1
+    ),
+    "event_filtered": CandidateFiltered(
+        campaign="cid",
+        at=AT,
+        candidate_id="c0002",
+        nearest_id="c0001",
+        distance=0.01,
+        epsilon=0.08,
+    ),
+    "event_best_confirmed": BestConfirmed(
+        campaign="cid",
+        at=AT,
+        candidate_id="c0001",
+        train_mean=-210.0,
+        evaluations=8,
+        validation_score=-220.0,
+        is_best=True,
+    ),
+    "event_burst": BurstStarted(
+        campaign="cid", at=AT, reason="no improvement in 6 steps", operators=("i1", "x_div")
+    ),
+    "event_rolled_back": RolledBack(
+        campaign="cid", at=AT, to_tag="accept/1", candidate_id="c0001", reason="stagnation"
+    ),
+    "event_skill_learned": SkillLearned(
+        campaign="cid", at=AT, name="raise-swing-gain", version=1, origin="cid/c0001"
+    ),
+    "event_skill_utility": SkillUtilityUpdated(
+        campaign="cid", at=AT, name="raise-swing-gain", utility=0.4, uses=2, delta=30.0
     ),
     "heartbeat": Heartbeat(
         agent=AgentRef(role="critic", agent_id="1-abc", pid=1, host="h"),
