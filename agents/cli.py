@@ -53,10 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     agent = sub.add_parser("agent", help="run one agent process on a bus")
-    agent.add_argument("role", choices=[r for r in ROLES if r != "registry"])
+    agent.add_argument("role", choices=ROLES)
     agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
     agent.add_argument("--concurrency", type=int, default=1, help="handlers run at once")
     agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")
+    agent.add_argument(
+        "--root",
+        type=Path,
+        default=Path("runs") / ".registry",
+        help="the registry's library and local Qdrant (registry only; QDRANT_URL for a server)",
+    )
 
     events = sub.add_parser("events", help="print a campaign's events live, or replay them")
     events.add_argument("--campaign", help="campaign id (default: every campaign)")
@@ -111,6 +117,11 @@ async def _agent(args: argparse.Namespace) -> int:
 
         summary = await run_orchestrator(settings, args.campaign)
         return 0 if summary.status == "completed" else EXIT_FAILED
+    if args.role == "registry":
+        from agents.registry.agent import run_registry
+
+        await run_registry(settings, args.root)
+        return 0
     await run_agent(settings, _setup_for(args.role))
     return 0
 

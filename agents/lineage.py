@@ -28,27 +28,38 @@ def _json(record: LineageRecord) -> str:
     return msgspec.json.format(msgspec.json.encode(record), indent=2).decode() + "\n"
 
 
-def acceptance_files(candidate: Candidate, record: LineageRecord, plan: str) -> dict[str, str]:
-    """The files one acceptance writes: the candidate, its record, best.*, plan.md."""
-    return {
+def candidate_files(
+    candidate: Candidate, record: LineageRecord, plan: str, *, best: bool
+) -> dict[str, str]:
+    """The files one decided candidate writes: itself and its record, and when it is the new
+    best also best.*, best.json and plan.md."""
+    files = {
         f"candidates/{candidate.id}.py": candidate.artifact.source,
         record_path(candidate.id): _json(record),
-        "best.py": candidate.artifact.source,
-        BEST_RECORD: _json(record),
-        PLAN: plan,
     }
+    if best:
+        files |= {"best.py": candidate.artifact.source, BEST_RECORD: _json(record), PLAN: plan}
+    return files
 
 
-def commit_acceptance(
-    workspace: CampaignWorkspace, candidate: Candidate, record: LineageRecord, plan: str
+def commit_candidate(
+    workspace: CampaignWorkspace,
+    candidate: Candidate,
+    record: LineageRecord,
+    plan: str,
+    *,
+    best: bool = False,
 ) -> str:
-    """Commit an accepted candidate, tag it ``record.tag`` and move ``best`` to it."""
+    """Commit a decided candidate; tag it ``record.tag`` if it has one; ``best`` moves the
+    best tag (and best.*) to it. Returns the commit sha."""
     parents = ", ".join(record.parent_ids) or "nothing"
-    message = (
-        f"{record.tag}: {candidate.id} scores {record.score:.1f} ({record.operator} from {parents})"
-    )
-    sha = workspace.commit(acceptance_files(candidate, record, plan), message, tag=record.tag)
-    workspace.move_tag(BEST_TAG, sha)
+    what = "best" if best else (record.tag or "candidate")
+    message = f"{what}: {candidate.id} scores {record.score:.1f} ({record.operator} from {parents})"
+    files = candidate_files(candidate, record, plan, best=best)
+    tag = record.tag if record.tag and not workspace.has(record.tag) else None
+    sha = workspace.commit(files, message, tag=tag)
+    if best:
+        workspace.move_tag(BEST_TAG, sha)
     return sha
 
 

@@ -17,12 +17,16 @@ from pathlib import Path
 
 import anyio
 import msgspec
+from nats.aio.client import Client
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from agents.errors import AgentError, CampaignFailed
 from agents.events_view import describe, event_stream, score
 from agents.orchestrator.agent import campaign_dir, write_summary
+from agents.registry.client import RegistryClient
+from agents.registry.errors import RegistryUnavailable
 from agents.tasks import TaskError, get_task
 from bus import subjects
 from bus.connection import connect
@@ -38,18 +42,22 @@ from schemas.campaign import (
 )
 from schemas.errors import CampaignConfigError
 from schemas.events import (
+    BestConfirmed,
+    BurstStarted,
     CampaignFinished,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
     DeadLettered,
     Event,
+    RolledBack,
     ToolRegistered,
     WorkAbandoned,
 )
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 FINISH_GRACE_SECONDS = 60.0
+REGISTRY_READY_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
 
 
@@ -158,28 +166,36 @@ class Progress:
             case CampaignStarted():
                 self.started_at = event.at
                 self.echo(f"{self._head(event.at)}  started; engine: {event.engine}")
+            case BestConfirmed() if event.is_best and event.candidate_id != "c0000":
+                self.best = event.validation_score
+                self.echo(
+                    f"{self._head(event.at)}  new best {event.candidate_id} "
+                    f"{event.validation_score:9.1f} on validation (train mean "
+                    f"{event.train_mean:.1f} over {event.evaluations} scores)"
+                )
             case CandidateAccepted():
-                self.best = event.score
                 gain = event.score - event.previous_best
                 self.echo(
                     f"{self._head(event.at)}  [{event.proposals:>4}/{self.budget} proposals] "
-                    f"accepted {event.candidate_id} {event.score:9.1f}  "
-                    f"(+{gain:.1f}, {event.operator})"
+                    f"{event.candidate_id} beats its parent: {event.score:9.1f}  "
+                    f"(+{gain:.1f} on the same minibatch, {event.operator})"
                 )
             case CandidateEvaluated():
                 self.evaluated += 1
-                if event.candidate_id == "c0000":
+                if event.candidate_id == "c0000" and self.best is None:
                     self.best = event.score
                     self.echo(
                         f"{self._head(event.at)}  seed c0000 scores {event.score:.1f} "
                         f"(sandbox: {event.isolation})"
                     )
-                elif self.evaluated % 20 == 0:
+                elif self.evaluated % 25 == 0:
                     self.echo(
                         f"{self._head(event.at)}  {self.evaluated} evaluations, "
                         f"best {score(self.best)}"
                     )
-            case ToolRegistered() | DeadLettered() | WorkAbandoned():
+            case (
+                ToolRegistered() | DeadLettered() | WorkAbandoned() | RolledBack() | BurstStarted()
+            ):
                 self.echo(f"{self._head(event.at)}  {describe(event).split(' ', 2)[2]}")
             case _:
                 pass
@@ -227,7 +243,12 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
                     f"campaign id {cid!r} was already used on this bus; pick another --id"
                 ) from None
             echo(f"evobus: campaign {cid} (task {spec.campaign.task}), run folder {run_dir}")
-            children = _spawn(url, cid, options.workers, run_dir / "logs")
+            registry = await _ensure_registry(
+                nc, url, options.out_dir / ".registry", run_dir / "logs", echo
+            )
+            children = ([registry] if registry else []) + _spawn(
+                url, cid, options.workers, run_dir / "logs"
+            )
             echo(
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
@@ -250,6 +271,42 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     if summary.status != "completed":
         raise CampaignFailed(cid, summary.stop_reason)
     return summary
+
+
+async def _ensure_registry(
+    nc: Client, url: str, root: Path, log_dir: Path, echo: Callable[[str], None]
+) -> AgentChild | None:
+    """Use the registry that answers on this bus, else start one under ``root`` and wait for
+    its first heartbeat. Returns the started child, or None when one was already there.
+
+    Raises:
+        AgentError: the registry exits or stays silent.
+    """
+    try:
+        await RegistryClient(nc, timeout=2.0).list("tool")
+    except RegistryUnavailable:
+        pass
+    else:
+        echo("evobus: using the registry that already serves this bus")
+        return None
+    child = AgentChild(
+        "registry", [*agent_argv("registry", url), "--root", str(root)], log_dir / "registry.log"
+    )
+    beats = await nc.subscribe(subjects.heartbeats_of("registry"))
+    try:
+        child.start()
+        assert child.proc is not None
+        with anyio.move_on_after(REGISTRY_READY_SECONDS):
+            while child.proc.poll() is None:
+                try:
+                    await beats.next_msg(timeout=0.5)
+                except NatsTimeoutError:
+                    continue
+                return child
+    finally:
+        await beats.unsubscribe()
+    child.stop()
+    raise AgentError(f"the registry did not start; its log ends:\n{child.log_tail()}")
 
 
 def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> list[AgentChild]:

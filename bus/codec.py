@@ -8,6 +8,7 @@ import msgspec
 
 from schemas.agents import Heartbeat
 from schemas.events import DeadLetter, Event
+from schemas.registry import RegistryReply, RegistryRequest
 from schemas.results import Result
 from schemas.work import Work
 
@@ -18,6 +19,12 @@ RESULT_DECODER: msgspec.msgpack.Decoder[Result] = msgspec.msgpack.Decoder(Result
 EVENT_DECODER: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
 DEAD_LETTER_DECODER: msgspec.msgpack.Decoder[DeadLetter] = msgspec.msgpack.Decoder(DeadLetter)
 HEARTBEAT_DECODER: msgspec.msgpack.Decoder[Heartbeat] = msgspec.msgpack.Decoder(Heartbeat)
+REGISTRY_REQUEST_DECODER: msgspec.msgpack.Decoder[RegistryRequest] = msgspec.msgpack.Decoder(
+    RegistryRequest
+)
+REGISTRY_REPLY_DECODER: msgspec.msgpack.Decoder[RegistryReply] = msgspec.msgpack.Decoder(
+    RegistryReply
+)
 
 DecodeError = (msgspec.DecodeError, msgspec.ValidationError)
 """What a decoder raises on bytes that are not a valid member of its union."""

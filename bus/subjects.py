@@ -22,7 +22,6 @@ STREAM_RESULTS = "EVO_RESULTS"
 STREAM_EVENTS = "EVO_EVENTS"
 STREAM_DLQ = "EVO_DLQ"
 
-KV_TOOLS = "EVO_TOOLS"
 KV_CAMPAIGNS = "EVO_CAMPAIGNS"
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -64,9 +63,36 @@ def heartbeat(role: str, agent_id: str) -> str:
     return f"{PREFIX}.agent.{_token(role, 'role')}.{_token(agent_id, 'agent id')}.heartbeat"
 
 
+def heartbeats_of(role: str) -> str:
+    """Wildcard matching the heartbeats of every process of one role."""
+    return f"{PREFIX}.agent.{_token(role, 'role')}.*.heartbeat"
+
+
 def all_heartbeats() -> str:
     """Wildcard matching every agent's heartbeats."""
     return f"{PREFIX}.agent.*.*.heartbeat"
+
+
+REGISTRY_QUEUE = "registry"
+"""Queue group of the registry processes: each request goes to one of them."""
+
+
+def registry(op: str) -> str:
+    """Subject of one registry operation (request-reply); ``op`` is the request's tag."""
+    return f"{PREFIX}.registry.{_token(op, 'registry operation')}"
+
+
+def all_registry_ops() -> str:
+    """Wildcard a registry process subscribes to: every operation."""
+    return f"{PREFIX}.registry.*"
+
+
+def registry_op(subject: str) -> str | None:
+    """The operation of a registry subject; None when it is not one."""
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != PREFIX or parts[1] != "registry":
+        return None
+    return parts[2]
 
 
 def work_filter(stage: str) -> str:

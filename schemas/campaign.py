@@ -11,6 +11,7 @@ import msgspec.inspect
 
 from schemas.agents import Role
 from schemas.errors import CampaignConfigError
+from schemas.registry import EmbedderSpec
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -61,13 +62,35 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
     Attributes:
         in_flight: proposals in flight at once (select → diagnose → propose → evaluate).
-        crossover_rate: share of proposals that cross two parents (x_div) once the pool has two.
+        crossover_rate: share of x_div proposals when the bandit is off (the skeleton's rule).
         rng_seed: seed of the orchestrator's random choices.
+        selection: parent priority, the empirical mean or UCB (POLCA §3).
+        ucb_beta: the exploration weight β of UCB selection.
+        minibatch: train instances per evaluation, drawn with replacement (POLCA §3).
+        min_evaluations: evaluations a candidate needs before it can be reported best.
+        epsilon: ε-net radius in embedding space (POLCA Algorithm 4); 0 turns the filter off.
+        bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
+        delta_max: the clip of fitness deltas before they are normalised into rewards.
+        burst_after: steps without improvement before a forced exploration burst.
+        skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
+        stagnation_window: steps without an improvement of at least ``stagnation_threshold``
+            before rolling back to the best tagged state (A-Evolve).
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
     crossover_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.2
     rng_seed: NonNegativeInt = 0
+    selection: Literal["mean", "ucb"] = "ucb"
+    ucb_beta: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
+    minibatch: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
+    min_evaluations: Annotated[int, msgspec.Meta(ge=1)] = 8
+    epsilon: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] = 0.002
+    bandit: bool = True
+    delta_max: Annotated[float, msgspec.Meta(gt=0.0)] = 100.0
+    burst_after: Annotated[int, msgspec.Meta(ge=1)] = 12
+    skills: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
+    stagnation_window: Annotated[int, msgspec.Meta(ge=1)] = 30
+    stagnation_threshold: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -100,6 +123,7 @@ class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     strategy: StrategySection = StrategySection()
     sandbox: SandboxSection = SandboxSection()
     llm: LLMSection = LLMSection()
+    embedder: EmbedderSpec = EmbedderSpec()
 
 
 class AgentWork(msgspec.Struct, frozen=True, kw_only=True):

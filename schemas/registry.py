@@ -1,6 +1,8 @@
-"""The registry's records: AGP resources, ε-net admissions, skills (DESIGN.md "registry").
+"""The registry's records and its request/reply messages (DESIGN.md "registry").
 
-Request and reply messages of the registry service are added here by the registry's builder.
+Records: AGP resources (skills included), embedder specs, ε-net admissions. Messages: one tagged
+union of requests (``RegistryRequest``, tag = the operation, sent on ``evo.registry.<op>``) and
+one of replies (``RegistryReply``); a failed request is answered with an ``ErrorReply``.
 """
 
 from __future__ import annotations
@@ -61,3 +63,219 @@ class Admission(msgspec.Struct, frozen=True, kw_only=True):
 
     admitted: tuple[str, ...]
     rejected: tuple[Rejection, ...] = ()
+
+
+# ---- requests: one per operation, the tag is the ``<op>`` token of ``evo.registry.<op>`` ----
+
+
+class RegisterRequest(msgspec.Struct, frozen=True, kw_only=True, tag="register"):
+    """Register a resource: version 1, or the next version when ``name`` exists and differs.
+
+    An identical re-registration returns the latest version unchanged (a retried request never
+    mints a second version). An empty ``contract`` is generated from the resource. An existing
+    skill keeps its ``utility`` and ``uses`` params (they change only by skill use).
+    """
+
+    kind: ResourceKind
+    name: str
+    description: str = ""
+    source: str = ""
+    params: dict[str, ParamValue] = {}
+    contract: str = ""
+    trainable: bool = True
+    metadata: dict[str, str] = {}
+
+
+class ResourceChanges(msgspec.Struct, frozen=True, kw_only=True):
+    """The fields an update replaces; ``None`` leaves a field as it is."""
+
+    description: str | None = None
+    source: str | None = None
+    params: dict[str, ParamValue] | None = None
+    contract: str | None = None
+    trainable: bool | None = None
+    metadata: dict[str, str] | None = None
+
+
+class UpdateRequest(msgspec.Struct, frozen=True, kw_only=True, tag="update"):
+    """Make a new version of a registered resource with ``changes`` applied."""
+
+    kind: ResourceKind
+    name: str
+    changes: ResourceChanges
+
+
+class RestoreRequest(msgspec.Struct, frozen=True, kw_only=True, tag="restore"):
+    """Bring back an old ``version`` (from the library's git history) as a new version."""
+
+    kind: ResourceKind
+    name: str
+    version: int
+
+
+class RetireRequest(msgspec.Struct, frozen=True, kw_only=True, tag="retire"):
+    """End a resource's life: a new version with ``retired`` set; it leaves search and list."""
+
+    kind: ResourceKind
+    name: str
+
+
+class GetRequest(msgspec.Struct, frozen=True, kw_only=True, tag="get"):
+    """One resource: its latest version, or ``version`` when given."""
+
+    kind: ResourceKind
+    name: str
+    version: int | None = None
+
+
+class ListRequest(msgspec.Struct, frozen=True, kw_only=True, tag="list"):
+    """The latest version of every resource, of one ``kind`` or of all kinds."""
+
+    kind: ResourceKind | None = None
+    include_retired: bool = False
+
+
+class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, tag="history"):
+    """Every version of one resource, oldest first (its version lineage)."""
+
+    kind: ResourceKind
+    name: str
+
+
+class SearchRequest(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
+    """The ``k`` active resources of ``kind`` that best match ``query`` (BM25, fused with dense)."""
+
+    kind: ResourceKind
+    query: str
+    k: int = 5
+
+
+class ContractRequest(msgspec.Struct, frozen=True, kw_only=True, tag="contract"):
+    """The contract of one resource, or of every active resource of ``kind`` when no name."""
+
+    kind: ResourceKind
+    name: str | None = None
+
+
+class ProposalText(msgspec.Struct, frozen=True, kw_only=True):
+    """A proposed candidate as the ε-net sees it: its id and the text that gets embedded."""
+
+    candidate_id: str
+    text: str
+
+
+class AdmitRequest(msgspec.Struct, frozen=True, kw_only=True, tag="admit"):
+    """ε-net admission of a batch into a campaign's pool (POLCA Algorithm 4).
+
+    Admitted proposals join the pool; ``embedder`` must stay the same for a campaign.
+    """
+
+    campaign: str
+    proposals: tuple[ProposalText, ...]
+    epsilon: float
+    embedder: EmbedderSpec = EmbedderSpec()
+
+
+class ForgetRequest(msgspec.Struct, frozen=True, kw_only=True, tag="forget"):
+    """Remove candidates from a campaign's ε-net pool (evicted from the campaign's pool)."""
+
+    campaign: str
+    candidate_ids: tuple[str, ...]
+
+
+class SkillUseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="skill_use"):
+    """A skill was used for a child whose fitness changed by ``delta``: update its utility."""
+
+    name: str
+    delta: float
+    delta_max: float
+
+
+RegistryRequest = (
+    RegisterRequest
+    | UpdateRequest
+    | RestoreRequest
+    | RetireRequest
+    | GetRequest
+    | ListRequest
+    | HistoryRequest
+    | SearchRequest
+    | ContractRequest
+    | AdmitRequest
+    | ForgetRequest
+    | SkillUseRequest
+)
+
+
+# ---- replies ----
+
+
+class ResourceReply(msgspec.Struct, frozen=True, kw_only=True, tag="resource"):
+    """One resource version (register, update, restore, retire, get, skill_use)."""
+
+    resource: Resource
+
+
+class ResourcesReply(msgspec.Struct, frozen=True, kw_only=True, tag="resources"):
+    """Several resources (list: latest versions by kind and name; history: oldest first)."""
+
+    resources: tuple[Resource, ...]
+
+
+class SearchHit(msgspec.Struct, frozen=True, kw_only=True):
+    """A search result: the resource and its score (BM25, or the RRF score when fused)."""
+
+    resource: Resource
+    score: float
+
+
+class SearchReply(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
+    """Search results, best first."""
+
+    hits: tuple[SearchHit, ...]
+
+
+class ContractReply(msgspec.Struct, frozen=True, kw_only=True, tag="contract"):
+    """A contract text (skills.md style)."""
+
+    contract: str
+
+
+class AdmissionReply(msgspec.Struct, frozen=True, kw_only=True, tag="admission"):
+    """The ε-net's verdict."""
+
+    admission: Admission
+
+
+class ForgetReply(msgspec.Struct, frozen=True, kw_only=True, tag="forgotten"):
+    """How many of the named candidates were in the pool and are gone."""
+
+    removed: int
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
+    """A request that failed.
+
+    Attributes:
+        code: ``resource_not_found``, ``version_not_found``, ``invalid_request``,
+            ``embedder_failed``, ``store_failed``, ``library_failed`` or ``internal``
+            (a string, not a Literal, so new codes never break old decoders).
+        kind, name, version: the resource concerned, when there is one.
+    """
+
+    code: str
+    message: str
+    kind: str = ""
+    name: str = ""
+    version: int = 0
+
+
+RegistryReply = (
+    ResourceReply
+    | ResourcesReply
+    | SearchReply
+    | ContractReply
+    | AdmissionReply
+    | ForgetReply
+    | ErrorReply
+)

@@ -477,8 +477,11 @@ def propose(
     rng_seed: int,
     co_parent: Artifact | None = None,
     diagnosis: Diagnosis | None = None,
+    intensity: float = 1.0,
 ) -> Offspring:
     """Propose a child of ``parent`` with one operator, reproducibly from ``rng_seed``.
+
+    ``intensity`` scales every operator's step size (A-Evolve's graduated intensity).
 
     ``m_diag`` biases constant steps by the diagnosis' suggested fix, ``m_text`` makes a fine
     local move, ``i1`` mutates heavily (the actor hands it the task's seed as ``parent``), and
@@ -508,13 +511,13 @@ def propose(
                 lead = "the diagnosis names no direction; "
             else:
                 lead = f"the diagnosis asks for change, so steps make magnitudes {bias}; "
-            result = _mutation(parent.source, rng, INTENSITY[operator], bias, lead)
+            result = _mutation(parent.source, rng, INTENSITY[operator] * intensity, bias, lead)
         case "m_text":
             lead = "without a model m_text is a fine local move; "
-            result = _mutation(parent.source, rng, INTENSITY[operator], "none", lead)
+            result = _mutation(parent.source, rng, INTENSITY[operator] * intensity, "none", lead)
         case "i1":
             lead = "a heavy restart from the task seed; "
-            result = _mutation(parent.source, rng, INTENSITY[operator], "none", lead)
+            result = _mutation(parent.source, rng, INTENSITY[operator] * intensity, "none", lead)
         case _:
             raise UnsupportedProposalError(operator, f"{operator!r} is not a proposal operator")
     if _entrypoint_args(_parse(result.source), parent.entrypoint) != shape:

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from agents.registry.client import RegistryClient
+from agents.registry.errors import RegistryUnavailable
 from agents.runtime import AgentProcess, WorkBinding
 from agents.tasks import Task, TaskError, TaskOutputError, get_task
-from agents.toolgen.registry import ToolRegistry
 from agents.work import expect, on_dead, result_outbound
-from bus import subjects
 from bus.envelope import MessageContext
-from bus.errors import Reject
+from bus.errors import Reject, Retry
 from bus.publisher import Outbound
-from bus.streams import key_value
 from infra.errors import SandboxUnavailable
 from infra.sandbox import SandboxRun, run_sandboxed
+from schemas.registry import Resource
 from schemas.results import Evaluation, InstanceScore
-from schemas.tools import ToolRecord, ToolRef
+from schemas.tools import ToolRef
 from schemas.work import EvaluateWork, Work
 
 HARNESS = "harness.py"
 
 
-def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[ToolRecord]) -> dict[str, str]:
+def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> dict[str, str]:
     """The candidate, the task's harness and the ``tools`` package, as sandbox files."""
     files = task.sandbox_files(work.instances, work.task_params)
     files["candidate.py"] = work.candidate.artifact.source
@@ -66,13 +66,16 @@ def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``evaluate`` stage."""
-    registry = ToolRegistry(await key_value(proc.js, subjects.KV_TOOLS))
-    cache: dict[ToolRef, ToolRecord] = {}  # registered versions never change
+    registry = RegistryClient(proc.nc)
+    cache: dict[ToolRef, Resource] = {}  # registered versions never change
 
-    async def tools_for(refs: Sequence[ToolRef]) -> list[ToolRecord]:
+    async def tools_for(refs: Sequence[ToolRef]) -> list[Resource]:
         for ref in refs:
             if ref not in cache:
-                cache[ref] = await registry.get(ref)
+                try:
+                    cache[ref] = await registry.get("tool", ref.name, ref.version)
+                except RegistryUnavailable as exc:
+                    raise Retry(str(exc), delay=2.0) from None
         return [cache[ref] for ref in refs]
 
     async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:

@@ -12,8 +12,9 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
-from agents.lineage import commit_acceptance
+from agents.orchestrator.effects import Effects
 from agents.orchestrator.state import CampaignState, Step, TaskPlan
+from agents.registry.client import RegistryClient
 from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
 from agents.tasks import get_task
 from bus import codec, subjects
@@ -67,10 +68,12 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         task = get_task(record.spec.campaign.task)
         plan = TaskPlan(
             name=task.name,
-            instances=task.instances(record.spec.task, "validation"),
+            train=task.instances(record.spec.task, "train"),
+            validation=task.instances(record.spec.task, "validation"),
             params=task.task_params(record.spec.task),
             tools=task.tools(),
             failure_score=task.failure_score,
+            best_possible=getattr(task, "best_possible", None),
         )
         state = CampaignState(
             record,
@@ -82,20 +85,26 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         publisher = Publisher(js, agent)
         proc = AgentProcess(settings, agent, nc, js, publisher)
 
-        def effects(step: Step) -> list[Outbound]:
-            for accepted in step.accepted:
-                commit_acceptance(workspace, accepted.candidate, accepted.record, state.plan_md())
+        runner = Effects(state, RegistryClient(nc), workspace)
+
+        async def effects(step: Step) -> list[Outbound]:
+            out = await runner.run(step)
             if state.phase == "finished":
                 write_summary(run_dir / "summary.json", state.summary(time.time()))
-            return step.outbound
+            return out
 
         async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
-            return effects(state.apply(result, ctx.sender, time.time()))
+            try:
+                step = state.apply(result, ctx.sender, time.time())
+            except Exception as exc:  # the state machine broke: a redelivery would stall
+                log.exception("campaign %s: applying %s failed", campaign, type(result).__name__)
+                step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
+            return await effects(step)
 
         async def clock() -> None:
             while state.phase != "finished":
                 await anyio.sleep(TICK_SECONDS)
-                await publisher.publish_all(effects(state.tick(time.time())))
+                await publisher.publish_all(await effects(state.tick(time.time())))
             # What is still queued for this campaign will never be used.
             await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
 
@@ -111,7 +120,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 concurrency=1,  # the single writer applies results one at a time
             )
         )
-        await publisher.publish_all(effects(state.start(time.time())))
+        await publisher.publish_all(await effects(state.start(time.time())))
         await serve(proc, extra=clock)
         return state.summary(time.time())
     finally:

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 from collections.abc import Sequence
 
+from agents.registry.client import RegistryClient
+from agents.registry.errors import RegistryUnavailable, ResourceNotFound
 from agents.runtime import AgentProcess, WorkBinding
-from agents.toolgen.registry import ToolRegistry
 from agents.work import expect, on_dead, result_outbound
-from bus import subjects
 from bus.envelope import MessageContext
+from bus.errors import Retry
 from bus.publisher import Outbound
-from bus.streams import key_value
 from infra.sandbox import run_sandboxed
 from schemas.campaign import SandboxSection
+from schemas.registry import Resource
 from schemas.results import ToolResult
-from schemas.tools import ToolSpec
+from schemas.tools import ToolRecord, ToolSpec
 from schemas.work import ToolWork, Work
 
 PASSED = "EVOBUS-TOOL-TESTS-PASSED"
@@ -50,9 +52,24 @@ async def validate(spec: ToolSpec, limits: SandboxSection) -> str:
     return ""
 
 
+def tool_record(resource: Resource) -> ToolRecord:
+    """A registered tool resource as the ToolRecord that results carry."""
+    tests = resource.metadata.get("tests", "")
+    return ToolRecord(
+        name=resource.name,
+        version=resource.version,
+        source=resource.source,
+        tests=tests,
+        description=resource.description,
+        contract=resource.contract,
+        digest=hashlib.sha256(f"{resource.source}\0{tests}".encode()).hexdigest(),
+        registered_at=resource.updated_at,
+    )
+
+
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-    """Serve the ``tool`` stage."""
-    registry = ToolRegistry(await key_value(proc.js, subjects.KV_TOOLS))
+    """Serve the ``tool`` stage; tools are registered as AGP resources in the registry."""
+    registry = RegistryClient(proc.nc)
 
     async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         work = expect(item, ToolWork)
@@ -62,15 +79,30 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             result = ToolResult(
                 work_id=work.work_id, campaign=work.campaign, name=spec.name, error=error
             )
-        else:
-            record, reused = await registry.register(spec)
-            result = ToolResult(
-                work_id=work.work_id,
-                campaign=work.campaign,
-                name=spec.name,
-                record=record,
-                reused=reused,
+            return [result_outbound(result, "tool")]
+        try:
+            before = await registry.get("tool", spec.name)
+        except ResourceNotFound:
+            before = None
+        try:
+            resource = await registry.register(
+                "tool",
+                spec.name,
+                description=spec.description,
+                source=spec.source,
+                metadata={"tests": spec.tests},
+                trainable=True,
             )
+        except RegistryUnavailable as exc:
+            raise Retry(str(exc), delay=2.0) from None
+        reused = before is not None and before.version == resource.version
+        result = ToolResult(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            name=spec.name,
+            record=tool_record(resource),
+            reused=reused,
+        )
         return [result_outbound(result, "tool")]
 
     return [WorkBinding("tool", handle, on_dead("tool"))]

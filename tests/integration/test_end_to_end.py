@@ -18,6 +18,7 @@ from infra.nats_server import NatsServer
 from infra.workspace import CampaignWorkspace
 from schemas.campaign import CampaignSummary
 from schemas.events import (
+    BestConfirmed,
     CampaignFinished,
     CandidateAccepted,
     CandidateEvaluated,
@@ -42,6 +43,8 @@ validation_episodes = 3
 [strategy]
 in_flight = 4
 rng_seed = 3
+minibatch = 3
+min_evaluations = 3
 """
 
 
@@ -96,14 +99,15 @@ async def test_a_campaign_beats_its_seed_across_processes(
     accepted = [e for e in seen if isinstance(e, CandidateAccepted)]
     dead = [e for e in seen if isinstance(e, DeadLettered)]
     assert finished and accepted and dead, [type(e).__name__ for e in seen]
-    seed = next(e for e in seen if isinstance(e, CandidateEvaluated) and e.candidate_id == "c0000")
-    assert max(a.score for a in accepted) > seed.score
+    confirmed = [e for e in seen if isinstance(e, BestConfirmed) and e.is_best]
+    assert confirmed[0].candidate_id == "c0000" and len(confirmed) > 1, confirmed
     assert "undecodable" in dead[0].error and dead[0].stream == "EVO_WORK"
 
     summary_path = tmp_path / "runs" / campaign_id / "summary.json"
     summary = msgspec.json.decode(await anyio.Path(summary_path).read_bytes(), type=CampaignSummary)
-    assert summary.seed_score == seed.score
-    assert summary.best_score == max(a.score for a in accepted)
+    assert summary.seed_score == confirmed[0].validation_score
+    assert summary.best_score == confirmed[-1].validation_score > summary.seed_score
+    assert summary.best_candidate == confirmed[-1].candidate_id
     workspace = CampaignWorkspace(tmp_path / "runs" / campaign_id / "workspace")
     best_source = await anyio.Path(summary.best_artifact).read_text()
     assert best_source == workspace.show("best", "best.py")
@@ -116,4 +120,4 @@ async def test_a_campaign_beats_its_seed_across_processes(
     assert run.pid not in pids and os.getpid() not in pids
     hand = [a for a in summary.agents if a.pid == by_hand.pid]
     assert hand and hand[0].items_processed > 0, summary.agents
-    assert "accepted" in output and "best" in output
+    assert "new best" in output and "beats its parent" in output

@@ -37,7 +37,7 @@ def accept(
         tag=tag,
         diagnosis="never swings up: gain too small" if operator == "m_diag" else "",
     )
-    lineage.commit_acceptance(workspace, candidate, record, plan=f"# plan at {tag}\n")
+    lineage.commit_candidate(workspace, candidate, record, plan=f"# plan at {tag}\n", best=True)
 
 
 @pytest.fixture

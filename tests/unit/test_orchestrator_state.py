@@ -6,47 +6,66 @@ from typing import TypeVar
 
 import msgspec
 
-from agents.orchestrator.state import CampaignState, Step, TaskPlan
+from agents.orchestrator.state import SEED_ID, CampaignState, Step, TaskPlan
 from schemas.agents import AgentRef
 from schemas.artifacts import Artifact
 from schemas.campaign import Budget, CampaignRecord, CampaignSection, CampaignSpec, StrategySection
 from schemas.events import (
+    BestConfirmed,
+    BurstStarted,
     CampaignFinished,
     CampaignStarted,
     CandidateAccepted,
+    CandidateFiltered,
     CandidateRejected,
+    RolledBack,
     ToolRegistered,
     WorkAbandoned,
 )
-from schemas.results import Diagnosis, Evaluation, Proposal, ToolResult, WorkFailed
-from schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, ToolWork
+from schemas.registry import Rejection
+from schemas.results import Diagnosis, Evaluation, InstanceScore, Proposal, ToolResult, WorkFailed
+from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork
 from tests.samples import SOURCE, TOOL_RECORD, TOOL_SPEC
 
 M = TypeVar("M")
 ME = AgentRef(role="orchestrator", agent_id="1-me", pid=1, host="h")
 EVALUATOR = AgentRef(role="evaluator", agent_id="2-ev", pid=2, host="h")
+TRAIN = ("t0", "t1", "t2")
+VALIDATION = ("v0", "v1")
 
 
-def make_state(*, proposals: int = 2, in_flight: int = 2, tools: bool = True) -> CampaignState:
+def make_state(*, tools: bool = True, **strategy: object) -> CampaignState:
+    settings: dict[str, object] = {
+        "in_flight": 1,
+        "minibatch": 2,
+        "min_evaluations": 2,
+        "bandit": False,
+        "crossover_rate": 0.0,
+        "epsilon": 0.0,
+        "skills": 0,
+        "burst_after": 50,
+        "stagnation_window": 50,
+    } | strategy
+    proposals = int(str(settings.pop("proposals", 3)))
     spec = CampaignSpec(
         campaign=CampaignSection(
             task="pendulum", budget=Budget(proposals=proposals, wall_seconds=100.0)
         ),
-        strategy=StrategySection(in_flight=in_flight, crossover_rate=0.0),
+        strategy=msgspec.convert(settings, StrategySection),
     )
     record = CampaignRecord(
         campaign="cid", spec=spec, seed_source=SOURCE, out_dir="/tmp", submitted_at=0.0
     )
     plan = TaskPlan(
         name="pendulum",
-        instances=("0", "1"),
+        train=TRAIN,
+        validation=VALIDATION,
         params={"max_steps": 200},
         tools=(TOOL_SPEC,) if tools else (),
         failure_score=-2000.0,
+        best_possible=0.0,
     )
-    return CampaignState(
-        record, plan, started_at=0.0, orchestrator=ME, best_artifact="/tmp/best.py"
-    )
+    return CampaignState(record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b.py")
 
 
 def of_type(step: Step, kind: type[M]) -> list[M]:
@@ -59,7 +78,7 @@ def evaluation(work: EvaluateWork, score: float, error: str = "") -> Evaluation:
         campaign="cid",
         candidate_id=work.candidate.id,
         score=score,
-        instances=(),
+        instances=tuple(InstanceScore(instance=i, score=score) for i in work.instances),
         isolation="bwrap",
         error=error,
     )
@@ -70,24 +89,26 @@ def diagnosis(work: DiagnoseWork) -> Diagnosis:
         work_id=work.work_id,
         campaign="cid",
         candidate_id=work.candidate.id,
-        failure_mode="m",
+        failure_mode="never swings up",
         visual_evidence="v",
-        root_cause="r",
-        suggested_fix="f",
+        root_cause="gain too small",
+        suggested_fix="increase the gain",
     )
 
 
-def proposal(work: ProposeWork, source: str = SOURCE) -> Proposal:
+def proposal(work: ProposeWork) -> Proposal:
     return Proposal(
         work_id=work.work_id,
         campaign="cid",
         operator=work.operator,
         parent_ids=(work.parent.id,),
-        artifact=Artifact(source=source),
+        artifact=Artifact(source=SOURCE + "# child\n"),
+        skills_used=("raise-gain",),
     )
 
 
 def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
+    """Register the tool, then score the seed on validation and on a train minibatch."""
     start = state.start(0.0)
     assert of_type(start, CampaignStarted)
     (tool_work,) = of_type(start, ToolWork)
@@ -97,56 +118,83 @@ def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
         1.0,
     )
     assert of_type(registered, ToolRegistered)
-    (seed_work,) = of_type(registered, EvaluateWork)
-    assert seed_work.candidate.id == "c0000" and seed_work.tools[0].name == "energy"
-    return state.apply(evaluation(seed_work, seed_score), EVALUATOR, 2.0)
+    validation, train = of_type(registered, EvaluateWork)
+    assert validation.instances == VALIDATION and train.candidate.id == SEED_ID
+    assert set(train.instances) <= set(TRAIN) and len(train.instances) == 2
+    first = state.apply(evaluation(validation, seed_score), EVALUATOR, 2.0)
+    assert of_type(first, BestConfirmed) and not of_type(first, DiagnoseWork)
+    return state.apply(evaluation(train, seed_score), EVALUATOR, 2.5)
 
 
-def test_seed_evaluation_starts_in_flight_chains() -> None:
-    state = make_state(in_flight=2)
+def one_step(state: CampaignState, step: Step, child: float, parent: float) -> Step:
+    """Drive one m_diag step to its decision: diagnose, propose, evaluate both on a minibatch."""
+    (diag,) = of_type(step, DiagnoseWork)
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
+    assert prop.diagnosis is not None and prop.intensity == 2.0  # far from the ceiling 0
+    evaluations = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
+    child_work, parent_work = evaluations
+    assert child_work.instances == parent_work.instances  # POLCA: one minibatch for both
+    assert parent_work.candidate.id == prop.parent.id
+    state.apply(evaluation(parent_work, parent), EVALUATOR, 5.0)
+    return state.apply(evaluation(child_work, child), EVALUATOR, 6.0)
+
+
+def test_the_seed_is_validated_then_a_step_starts() -> None:
+    state = make_state()
     step = seeded(state)
-    assert len(of_type(step, DiagnoseWork)) == 2
-    assert state.proposals == 2 and state.seed_score == -1000.0
-    assert [a.record.tag for a in step.accepted] == ["seed"]
+    assert state.seed_score == -1000.0 and state.best_id == SEED_ID
+    assert len(of_type(step, DiagnoseWork)) == 1 and state.proposals == 1
+    assert state.pool.stats(SEED_ID).count == 2
 
 
-def test_a_better_child_is_accepted_and_the_campaign_finishes_at_the_budget() -> None:
-    state = make_state(proposals=2, in_flight=2)
-    diag_a, diag_b = of_type(seeded(state), DiagnoseWork)
-    (propose_a,) = of_type(state.apply(diagnosis(diag_a), None, 3.0), ProposeWork)
-    assert propose_a.operator == "m_diag" and propose_a.diagnosis is not None
-    (eval_a,) = of_type(state.apply(proposal(propose_a), None, 4.0), EvaluateWork)
-    step = state.apply(evaluation(eval_a, -500.0), EVALUATOR, 5.0)
-    (accepted,) = of_type(step, CandidateAccepted)
-    assert accepted.previous_best == -1000.0 and accepted.tag == "accept/1"
-    assert step.accepted[0].candidate.id == eval_a.candidate.id
-    assert not of_type(step, CampaignFinished)  # chain b is still in flight
+def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
+    state = make_state(skills=3)
+    decided = one_step(state, seeded(state), child=-400.0, parent=-900.0)
+    (accepted,) = of_type(decided, CandidateAccepted)
+    assert accepted.previous_best == -900.0 and accepted.tag == "accept/1"
+    assert [c.record.tag for c in decided.commits] == ["accept/1"]
+    assert decided.skill_uses == [("raise-gain", 500.0)]
+    assert of_type(decided, ExtractWork)[0].delta == 500.0
+    (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
+    confirmed = state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
+    (event,) = of_type(confirmed, BestConfirmed)
+    assert event.is_best and event.validation_score == -450.0
+    assert state.best_id == validate.candidate.id and state.best_score == -450.0
+    assert [c.best for c in confirmed.commits] == [True]
 
-    (propose_b,) = of_type(state.apply(diagnosis(diag_b), None, 6.0), ProposeWork)
-    (eval_b,) = of_type(state.apply(proposal(propose_b), None, 7.0), EvaluateWork)
-    last = state.apply(evaluation(eval_b, -700.0), EVALUATOR, 8.0)
-    assert of_type(last, CandidateRejected)
-    (finished,) = of_type(last, CampaignFinished)
-    summary = finished.summary
-    assert (summary.seed_score, summary.best_score) == (-1000.0, -500.0)
-    assert (summary.proposals, summary.evaluations, summary.accepted) == (2, 3, 1)
-    assert summary.stop_reason == "proposal budget spent"
-    assert {a.role for a in summary.agents} == {"orchestrator", "evaluator"}
-    assert next(a for a in summary.agents if a.role == "evaluator").items_processed == 3
+
+def test_a_worse_child_is_rejected_and_not_tagged() -> None:
+    state = make_state()
+    decided = one_step(state, seeded(state), child=-1200.0, parent=-1000.0)
+    assert of_type(decided, CandidateRejected) and not of_type(decided, CandidateAccepted)
+    assert [c.record.tag for c in decided.commits] == [""]
+    assert state.best_id == SEED_ID
+
+
+def test_the_epsilon_net_filters_a_proposal_before_evaluation() -> None:
+    state = make_state(epsilon=0.1)
+    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
+    step = state.apply(proposal(prop), None, 4.0)
+    assert not of_type(step, EvaluateWork)
+    (request,) = step.admissions
+    rejection = Rejection(candidate_id=request.candidate_id, nearest_id=SEED_ID, distance=0.01)
+    after = state.on_admission(request.candidate_id, rejection, 5.0)
+    (filtered,) = of_type(after, CandidateFiltered)
+    assert filtered.nearest_id == SEED_ID and filtered.epsilon == 0.1
+    assert of_type(after, DiagnoseWork)  # the next step starts
 
 
 def test_a_duplicate_result_changes_nothing() -> None:
     state = make_state()
-    diag_a, _ = of_type(seeded(state), DiagnoseWork)
-    first = state.apply(diagnosis(diag_a), None, 3.0)
-    before = msgspec.structs.asdict(state.summary(3.0))
-    again = state.apply(diagnosis(diag_a), None, 3.5)
+    (diag,) = of_type(seeded(state), DiagnoseWork)
+    first = state.apply(diagnosis(diag), None, 3.0)
+    again = state.apply(diagnosis(diag), None, 3.5)
     assert of_type(first, ProposeWork) and again.outbound == []
-    assert msgspec.structs.asdict(state.summary(3.0)) == before
 
 
-def test_a_failed_chain_is_abandoned_and_replaced() -> None:
-    state = make_state(proposals=5, in_flight=1)
+def test_a_failed_step_is_abandoned_and_replaced() -> None:
+    state = make_state(proposals=5)
     (diag,) = of_type(seeded(state), DiagnoseWork)
     step = state.apply(
         WorkFailed(work_id=diag.work_id, campaign="cid", stage="diagnose", error="x"), None, 3.0
@@ -155,10 +203,20 @@ def test_a_failed_chain_is_abandoned_and_replaced() -> None:
     assert len(of_type(step, DiagnoseWork)) == 1 and state.proposals == 2
 
 
+def test_the_campaign_finishes_when_the_last_step_is_decided() -> None:
+    state = make_state(proposals=1)
+    decided = one_step(state, seeded(state), child=-1200.0, parent=-1000.0)
+    (finished,) = of_type(decided, CampaignFinished)
+    summary = finished.summary
+    assert summary.stop_reason == "proposal budget spent" and summary.status == "completed"
+    assert (summary.seed_score, summary.best_score, summary.proposals) == (-1000.0, -1000.0, 1)
+    assert {a.role for a in summary.agents} == {"orchestrator", "evaluator"}
+
+
 def test_a_broken_seed_fails_the_campaign() -> None:
     state = make_state(tools=False)
-    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
-    step = state.apply(evaluation(seed_work, -2000.0, error="timed out"), None, 1.0)
+    validation, _ = of_type(state.start(0.0), EvaluateWork)
+    step = state.apply(evaluation(validation, -2000.0, error="timed out"), None, 1.0)
     (finished,) = of_type(step, CampaignFinished)
     assert finished.summary.status == "failed" and "timed out" in finished.summary.stop_reason
 
@@ -169,4 +227,33 @@ def test_the_wall_clock_budget_stops_the_campaign() -> None:
     assert state.tick(50.0).outbound == []
     (finished,) = of_type(state.tick(100.0), CampaignFinished)
     assert finished.summary.stop_reason == "wall-clock budget spent"
-    assert finished.summary.status == "completed"
+
+
+def test_steps_without_improvement_force_a_burst_of_i1_x_div_m_diag() -> None:
+    state = make_state(proposals=10, burst_after=2)
+    step = seeded(state)
+    for _ in range(2):
+        step = one_step(state, step, child=-1200.0, parent=-1000.0)
+    (burst,) = of_type(step, BurstStarted)
+    assert burst.operators == ("i1", "x_div", "m_diag")
+    (forced,) = of_type(step, ProposeWork)  # i1 goes straight to the actor, from the seed
+    assert forced.operator == "i1" and forced.parent.id == SEED_ID
+
+
+def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
+    state = make_state(proposals=20, stagnation_window=2, stagnation_threshold=1.0)
+    step = one_step(state, seeded(state), child=-400.0, parent=-1000.0)
+    (validate,) = [w for w in of_type(step, EvaluateWork) if w.instances == VALIDATION]
+    child_id = validate.candidate.id
+    # On validation the child is worse than the seed: the seed stays the campaign's best,
+    # while the train mean prefers the child — the search has drifted from its best.
+    state.apply(evaluation(validate, -1500.0), EVALUATOR, 7.0)
+    assert state.best_id == SEED_ID
+    rolled: list[RolledBack] = []
+    for _ in range(4):
+        step = one_step(state, step, child=-1300.0, parent=-1250.0)
+        rolled += of_type(step, RolledBack)
+        if rolled:
+            break
+    assert rolled and rolled[0].candidate_id == SEED_ID and rolled[0].to_tag == "seed"
+    assert step.rollbacks == ["seed"] and child_id != SEED_ID

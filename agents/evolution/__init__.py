@@ -1,0 +1,75 @@
+"""The evolution engine's pure core: the rules of the papers as functions and small classes.
+
+- ``pool`` — POLCA §3: the candidate pool as a priority queue with running statistics, selection
+  by mean or UCB, minibatches sampled with replacement.
+- ``epsilon_net`` — POLCA Algorithm 4: greedy farthest-first ε-net admission.
+- ``bandit`` — REFLEX §3.4: UCB1 over operators with clipped normalised rewards, forced
+  exploration bursts on stalls.
+- ``stagnation`` — A-Evolve: stagnation window and rollback to the best tagged candidate.
+- ``intensity`` — A-Evolve: graduated mutation intensity.
+- ``analysis`` / ``history`` — A-Evolve: multi-layer analysis of evaluations, rolling history.
+- ``skills`` — REFLEX skill utility and extraction from diffs, A-Evolve auto-seeded skills.
+
+No I/O and no hidden randomness: every random choice takes an explicit ``random.Random``.
+"""
+
+from agents.evolution.analysis import (
+    Analysis,
+    CategoryStat,
+    FailurePattern,
+    InstanceStat,
+    analyze,
+    patterns_over_threshold,
+    render_analysis,
+)
+from agents.evolution.bandit import (
+    ExplorationBurst,
+    OperatorBandit,
+    next_operator,
+    normalised_reward,
+)
+from agents.evolution.epsilon_net import admit_to_epsilon_net, cosine_distance, euclidean_distance
+from agents.evolution.history import EvolutionHistory, HistoryEntry
+from agents.evolution.intensity import mutation_intensity, progress_fraction
+from agents.evolution.pool import CandidatePool, CandidateStats, noise_scale, sample_minibatch
+from agents.evolution.skills import (
+    SkillDraft,
+    seed_skill_for,
+    skill_from_diff,
+    skill_resource,
+    update_utility,
+)
+from agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
+
+__all__ = [
+    "Analysis",
+    "CandidatePool",
+    "CandidateStats",
+    "CategoryStat",
+    "Decision",
+    "EvolutionHistory",
+    "ExplorationBurst",
+    "FailurePattern",
+    "HistoryEntry",
+    "InstanceStat",
+    "OperatorBandit",
+    "SkillDraft",
+    "StagnationDetector",
+    "admit_to_epsilon_net",
+    "analyze",
+    "cosine_distance",
+    "euclidean_distance",
+    "mutation_intensity",
+    "next_operator",
+    "noise_scale",
+    "normalised_reward",
+    "on_stagnation",
+    "patterns_over_threshold",
+    "progress_fraction",
+    "render_analysis",
+    "sample_minibatch",
+    "seed_skill_for",
+    "skill_from_diff",
+    "skill_resource",
+    "update_utility",
+]

@@ -1,0 +1,5 @@
+"""The registry: AGP's context manager behind a NATS request-reply interface.
+
+``service.Registry`` combines the Qdrant store, the git library and an embedder;
+``agent.run_registry`` is the process; ``client.RegistryClient`` is how other agents call it.
+"""

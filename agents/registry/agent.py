@@ -1,0 +1,140 @@
+"""The registry process: answers ``evo.registry.<op>`` requests from its queue group.
+
+Several registry processes may share the load (NATS hands each request to one member of the
+queue group) only when they share a Qdrant server (``QDRANT_URL``) and a library folder on one
+host (library writes are serialised by a file lock, ε-net admissions per campaign only within a
+process) and are started with the same embedder (the resources collection is laid out for
+one). In local mode Qdrant's folder is locked, so exactly one process may open a root: a second
+one fails at start with ``StoreInUse``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from agents.registry.dispatch import answer
+from agents.registry.errors import RegistryError
+from agents.registry.service import Registry
+from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from bus import codec, subjects, tracing
+from bus.connection import connect
+from bus.publisher import Publisher
+from schemas.agents import Heartbeat
+from schemas.registry import EmbedderSpec, ErrorReply, RegistryReply
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RegistryProcess(AgentProcess):
+    """An agent process that answers requests instead of consuming a stream; its heartbeat
+    counts requests (answered, and being answered now)."""
+
+    answered: int = 0
+    answering: int = 0
+
+    def heartbeat(self) -> Heartbeat:
+        """A heartbeat with this process's request counters."""
+        beat = super().heartbeat()
+        return Heartbeat(
+            agent=beat.agent,
+            started_at=beat.started_at,
+            at=beat.at,
+            items_processed=self.answered,
+            in_flight=self.answering,
+            concurrency=self.settings.concurrency,
+        )
+
+
+async def run_registry(
+    settings: AgentSettings,
+    root: Path,
+    *,
+    embedder: EmbedderSpec | None = None,
+    task_status: TaskStatus[RegistryProcess] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the registry under ``root`` until SIGINT/SIGTERM (or ``request_stop`` on the process
+    handed to ``task_status``).
+
+    Args:
+        settings: the bus, concurrency (requests answered at once), heartbeat and shutdown times.
+        root: ``library/`` (git) and ``qdrant/`` (local mode) live here.
+        embedder: a dense embedder fused with BM25 in resource search; None: BM25 only.
+
+    Raises:
+        LibraryError, StoreError, EmbedderError: the registry could not be opened.
+        ConnectError: no NATS server at ``settings.nats_url``.
+    """
+    agent = make_agent_ref("registry")
+    async with await Registry.open(root, embedder=embedder) as registry:
+        nc = await connect(settings.nats_url, name=f"evobus-registry-{agent.agent_id}")
+        try:
+            js = nc.jetstream()
+            proc = RegistryProcess(settings, agent, nc, js, Publisher(js, agent))
+            sub = await nc.subscribe(subjects.all_registry_ops(), queue=subjects.REGISTRY_QUEUE)
+            await nc.flush()  # the subscription is known to the server before anyone is told
+            task_status.started(proc)
+            await serve(proc, extra=_answering(proc, sub, registry))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await nc.drain()
+
+
+def _answering(
+    proc: RegistryProcess, sub: Subscription, registry: Registry
+) -> Callable[[], Awaitable[None]]:
+    async def answer_requests() -> None:
+        # A semaphore, not a CapacityLimiter: the slot is taken here and given back by the task
+        # that answers, and only a semaphore may be released by another task.
+        slots = anyio.Semaphore(max(1, proc.settings.concurrency))
+        try:
+            async with anyio.create_task_group() as requests:
+                async for msg in sub.messages:
+                    await slots.acquire()
+                    requests.start_soon(_answer_one, proc, registry, msg, slots)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sub.unsubscribe()
+
+    return answer_requests
+
+
+async def _answer_one(
+    proc: RegistryProcess, registry: Registry, msg: Msg, slots: anyio.Semaphore
+) -> None:
+    # A request that has begun is finished even when a stop arrives (serve cancels this task
+    # group on shutdown), within shutdown_timeout.
+    proc.answering += 1
+    try:
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + proc.settings.shutdown_timeout
+            reply = await _reply_to(registry, msg)
+            if msg.reply:
+                await msg.respond(codec.encode(reply))
+            else:
+                log.warning("registry: request on %s has no reply subject", msg.subject)
+            proc.answered += 1
+    finally:
+        proc.answering -= 1
+        slots.release()
+
+
+async def _reply_to(registry: Registry, msg: Msg) -> RegistryReply:
+    headers: dict[str, Any] = dict(msg.headers or {})
+    with tracing.consumer_span(msg.subject, "", 1, headers) as span:
+        try:
+            return await answer(registry, msg.subject, msg.data)
+        except Exception as exc:  # the process boundary: record it, answer, keep serving
+            log.exception("registry: request on %s failed", msg.subject)
+            span.record_exception(exc)
+            error = RegistryError("internal", f"{type(exc).__name__}: {exc}")
+            return ErrorReply(code=error.code, message=error.message)

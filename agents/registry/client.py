@@ -1,0 +1,220 @@
+"""How other agents call the registry: typed async methods over NATS request-reply.
+
+Every method sends one request on ``evo.registry.<op>`` and returns the typed result, or raises
+the typed error the registry answered with (``ResourceNotFound``, ``VersionNotFound``,
+``InvalidRequest``, ``RegistryError``), or ``RegistryUnavailable`` when no registry answered.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from agents.registry.errors import RegistryError, RegistryUnavailable
+from agents.registry.protocol import error_from_reply, operation
+from bus import codec, subjects, tracing
+from schemas.registry import (
+    Admission,
+    AdmissionReply,
+    AdmitRequest,
+    ContractReply,
+    ContractRequest,
+    EmbedderSpec,
+    ErrorReply,
+    ForgetReply,
+    ForgetRequest,
+    GetRequest,
+    HistoryRequest,
+    ListRequest,
+    ParamValue,
+    ProposalText,
+    RegisterRequest,
+    RegistryReply,
+    RegistryRequest,
+    Resource,
+    ResourceChanges,
+    ResourceKind,
+    ResourceReply,
+    ResourcesReply,
+    RestoreRequest,
+    RetireRequest,
+    SearchReply,
+    SearchRequest,
+    SkillUseRequest,
+    UpdateRequest,
+)
+
+R = TypeVar("R", bound=RegistryReply)
+
+
+class RegistryClient:
+    """A registry client on an open NATS connection.
+
+    Args:
+        nc: the connection (the caller owns it).
+        timeout: seconds to wait for each reply.
+    """
+
+    def __init__(self, nc: Client, timeout: float = 10.0) -> None:
+        self._nc = nc
+        self._timeout = timeout
+
+    async def _call(
+        self, request: RegistryRequest, expected: type[R], wait: float | None = None
+    ) -> R:
+        op = operation(request)
+        headers: dict[str, str] = {}
+        tracing.inject(headers)
+        seconds = wait or self._timeout
+        try:
+            msg = await self._nc.request(
+                subjects.registry(op), codec.encode(request), timeout=seconds, headers=headers
+            )
+        except NoRespondersError:
+            raise RegistryUnavailable(f"no registry process serves {op!r}") from None
+        except NatsTimeoutError:
+            raise RegistryUnavailable(f"no answer to {op!r} within {seconds:.1f} s") from None
+        try:
+            reply = codec.REGISTRY_REPLY_DECODER.decode(msg.data)
+        except codec.DecodeError as exc:
+            raise RegistryError("protocol", f"undecodable reply to {op!r}: {exc}") from None
+        if isinstance(reply, ErrorReply):
+            raise error_from_reply(reply)
+        if not isinstance(reply, expected):
+            raise RegistryError("protocol", f"{op!r} answered with {type(reply).__name__}")
+        return reply
+
+    async def register(
+        self,
+        kind: ResourceKind,
+        name: str,
+        *,
+        description: str = "",
+        source: str = "",
+        params: Mapping[str, ParamValue] | None = None,
+        contract: str = "",
+        trainable: bool = True,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Resource:
+        """Register a resource: version 1, or the next version when it differs from the latest
+        (an identical one returns the latest). An empty ``contract`` is generated."""
+        request = RegisterRequest(
+            kind=kind,
+            name=name,
+            description=description,
+            source=source,
+            params=dict(params or {}),
+            contract=contract,
+            trainable=trainable,
+            metadata=dict(metadata or {}),
+        )
+        return (await self._call(request, ResourceReply)).resource
+
+    async def update(
+        self,
+        kind: ResourceKind,
+        name: str,
+        *,
+        description: str | None = None,
+        source: str | None = None,
+        params: Mapping[str, ParamValue] | None = None,
+        contract: str | None = None,
+        trainable: bool | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Resource:
+        """A new version with the given fields replaced (the others as they are).
+
+        Raises:
+            ResourceNotFound: no such resource.
+            InvalidRequest: it is retired.
+        """
+        changes = ResourceChanges(
+            description=description,
+            source=source,
+            params=dict(params) if params is not None else None,
+            contract=contract,
+            trainable=trainable,
+            metadata=dict(metadata) if metadata is not None else None,
+        )
+        request = UpdateRequest(kind=kind, name=name, changes=changes)
+        return (await self._call(request, ResourceReply)).resource
+
+    async def restore(self, kind: ResourceKind, name: str, version: int) -> Resource:
+        """Bring back ``version`` as a new version.
+
+        Raises:
+            ResourceNotFound, VersionNotFound: nothing to restore.
+        """
+        request = RestoreRequest(kind=kind, name=name, version=version)
+        return (await self._call(request, ResourceReply)).resource
+
+    async def retire(self, kind: ResourceKind, name: str) -> Resource:
+        """Retire a resource (a new version, out of search and list)."""
+        request = RetireRequest(kind=kind, name=name)
+        return (await self._call(request, ResourceReply)).resource
+
+    async def get(self, kind: ResourceKind, name: str, version: int | None = None) -> Resource:
+        """The latest version of a resource, or ``version``."""
+        request = GetRequest(kind=kind, name=name, version=version)
+        return (await self._call(request, ResourceReply)).resource
+
+    async def history(self, kind: ResourceKind, name: str) -> builtins.list[Resource]:
+        """Every version of a resource, oldest first."""
+        request = HistoryRequest(kind=kind, name=name)
+        return builtins.list((await self._call(request, ResourcesReply)).resources)
+
+    async def search(
+        self, kind: ResourceKind, query: str, k: int = 5
+    ) -> builtins.list[tuple[Resource, float]]:
+        """The ``k`` active resources of ``kind`` best matching ``query``, with their scores."""
+        reply = await self._call(SearchRequest(kind=kind, query=query, k=k), SearchReply)
+        return [(hit.resource, hit.score) for hit in reply.hits]
+
+    async def contract(self, kind: ResourceKind, name: str | None = None) -> str:
+        """One resource's contract, or all active ``kind`` resources' contracts in one text."""
+        return (await self._call(ContractRequest(kind=kind, name=name), ContractReply)).contract
+
+    async def admit(
+        self,
+        campaign: str,
+        proposals: Sequence[tuple[str, str]],
+        epsilon: float,
+        embedder: EmbedderSpec | None = None,
+        *,
+        reply_timeout: float | None = None,
+    ) -> Admission:
+        """ε-net admission of (candidate id, artifact text) proposals into a campaign's pool.
+
+        Admitted proposals are added to the pool; each rejected one comes with its nearest
+        neighbour and their distance (< ε). ``reply_timeout`` overrides the client's timeout
+        (a remote embedder may need longer).
+        """
+        request = AdmitRequest(
+            campaign=campaign,
+            proposals=tuple(ProposalText(candidate_id=c, text=t) for c, t in proposals),
+            epsilon=epsilon,
+            embedder=embedder or EmbedderSpec(),
+        )
+        return (await self._call(request, AdmissionReply, reply_timeout)).admission
+
+    async def forget(self, campaign: str, candidate_ids: Sequence[str]) -> int:
+        """Remove candidates from a campaign's pool; returns how many were in it."""
+        request = ForgetRequest(campaign=campaign, candidate_ids=tuple(candidate_ids))
+        return (await self._call(request, ForgetReply)).removed
+
+    async def record_skill_use(self, name: str, delta: float, delta_max: float) -> Resource:
+        """Credit a skill for a child whose fitness changed by ``delta`` (clipped to Δmax)."""
+        request = SkillUseRequest(name=name, delta=delta, delta_max=delta_max)
+        return (await self._call(request, ResourceReply)).resource
+
+    async def list(
+        self, kind: ResourceKind | None = None, include_retired: bool = False
+    ) -> builtins.list[Resource]:
+        """The latest version of every resource (of ``kind``), by kind and name."""
+        request = ListRequest(kind=kind, include_retired=include_retired)
+        return builtins.list((await self._call(request, ResourcesReply)).resources)

@@ -1,0 +1,103 @@
+"""From request bytes to a reply: decode, check the subject, call the registry, type the errors.
+
+Everything a request can do wrong ends as an ``ErrorReply``; only a bug escapes ``answer``
+(the process boundary in ``agent.py`` records and answers those).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agents.registry.errors import InvalidRequest, RegistryError
+from agents.registry.protocol import error_reply, operation
+from agents.registry.service import Registry
+from bus import codec, subjects
+from infra.embedders import EmbedderError
+from infra.library import LibraryError
+from infra.qdrant_store import PoolDimensionMismatch, StoreError
+from schemas.registry import (
+    AdmissionReply,
+    AdmitRequest,
+    ContractReply,
+    ContractRequest,
+    ForgetReply,
+    ForgetRequest,
+    GetRequest,
+    HistoryRequest,
+    ListRequest,
+    RegisterRequest,
+    RegistryReply,
+    RegistryRequest,
+    ResourceReply,
+    ResourcesReply,
+    RestoreRequest,
+    RetireRequest,
+    SearchHit,
+    SearchReply,
+    SearchRequest,
+    SkillUseRequest,
+    UpdateRequest,
+)
+
+log = logging.getLogger(__name__)
+
+
+async def answer(registry: Registry, subject: str, data: bytes) -> RegistryReply:
+    """The reply to the request ``data`` received on ``subject``."""
+    try:
+        request = codec.REGISTRY_REQUEST_DECODER.decode(data)
+    except codec.DecodeError as exc:
+        log.warning("registry: undecodable request on %s: %s", subject, exc)
+        return error_reply(InvalidRequest(f"undecodable request on {subject}: {exc}"))
+    op = operation(request)
+    # The subject names the operation so NATS permissions can grant some operations only
+    # (an actor may search and get, not retire); a body that disagrees is refused.
+    if subjects.registry_op(subject) != op:
+        return error_reply(InvalidRequest(f"a {op!r} request cannot be sent on {subject}"))
+    try:
+        return await dispatch(registry, request)
+    except RegistryError as exc:
+        return error_reply(exc)
+    except PoolDimensionMismatch as exc:
+        return error_reply(InvalidRequest(str(exc)))
+    except EmbedderError as exc:
+        log.warning("registry: %s failed: %s", op, exc)
+        return error_reply(RegistryError("embedder_failed", str(exc)))
+    except StoreError as exc:
+        log.warning("registry: %s failed: %s", op, exc)
+        return error_reply(RegistryError("store_failed", str(exc)))
+    except LibraryError as exc:
+        log.warning("registry: %s failed: %s", op, exc)
+        return error_reply(RegistryError("library_failed", str(exc)))
+
+
+async def dispatch(registry: Registry, request: RegistryRequest) -> RegistryReply:
+    """Call the registry operation ``request`` asks for and wrap its result in a reply."""
+    match request:
+        case RegisterRequest():
+            return ResourceReply(resource=await registry.register(request))
+        case UpdateRequest(kind=kind, name=name, changes=changes):
+            return ResourceReply(resource=await registry.update(kind, name, changes))
+        case RestoreRequest(kind=kind, name=name, version=version):
+            return ResourceReply(resource=await registry.restore(kind, name, version))
+        case RetireRequest(kind=kind, name=name):
+            return ResourceReply(resource=await registry.retire(kind, name))
+        case GetRequest(kind=kind, name=name, version=version):
+            return ResourceReply(resource=await registry.get(kind, name, version))
+        case ListRequest(kind=kind, include_retired=include_retired):
+            resources = await registry.list_latest(kind, include_retired=include_retired)
+            return ResourcesReply(resources=tuple(resources))
+        case HistoryRequest(kind=kind, name=name):
+            return ResourcesReply(resources=tuple(await registry.history(kind, name)))
+        case SearchRequest(kind=kind, query=query, k=k):
+            hits = await registry.search(kind, query, k)
+            return SearchReply(hits=tuple(SearchHit(resource=r, score=s) for r, s in hits))
+        case ContractRequest(kind=kind, name=name):
+            return ContractReply(contract=await registry.contract(kind, name))
+        case AdmitRequest(campaign=campaign, proposals=proposals, epsilon=eps, embedder=spec):
+            admission = await registry.admit(campaign, proposals, eps, spec)
+            return AdmissionReply(admission=admission)
+        case ForgetRequest(campaign=campaign, candidate_ids=ids):
+            return ForgetReply(removed=await registry.forget(campaign, ids))
+        case SkillUseRequest(name=name, delta=delta, delta_max=delta_max):
+            return ResourceReply(resource=await registry.record_skill_use(name, delta, delta_max))

@@ -1,0 +1,265 @@
+"""The registry service on a real bus: real nats-server, real local Qdrant, real git library."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import anyio
+import git
+import pytest
+
+from agents.registry.agent import RegistryProcess, run_registry
+from agents.registry.client import RegistryClient
+from agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from agents.registry.service import Registry
+from agents.runtime import AgentSettings
+from bus import codec, subjects
+from bus.connection import connect
+from infra.nats_server import NatsServer
+from infra.qdrant_store import StoreInUse
+from schemas.agents import Heartbeat
+from schemas.registry import EmbedderSpec, ErrorReply, GetRequest, ListRequest, ResourcesReply
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SWING_UP = '''import math
+
+def policy(obs):
+    """Swing up, then balance with a PD law."""
+    cos_theta, sin_theta, omega = obs
+    theta = math.atan2(sin_theta, cos_theta)
+    if cos_theta < 0.8:
+        energy = 0.5 * omega * omega + 10.0 * (cos_theta - 1.0)
+        return 2.0 if omega * energy < 0 else -2.0
+    return max(-2.0, min(2.0, -11.0 * theta - 1.5 * omega))
+'''
+AVERAGE = """def policy(obs):
+    total = 0.0
+    for value in obs:
+        total += value
+    return [total / len(obs)]
+"""
+TOOL = '''def clip(value: float, low: float, high: float) -> float:
+    """Clamp value into [low, high]."""
+    return max(low, min(high, value))
+'''
+SKILLS = {
+    "energy-pump": ("swing the pendulum up by pumping energy in phase with its velocity", "pump"),
+    "pd-balance": ("balance upright with a proportional-derivative law near the top", "pd"),
+    "torque-clip": ("keep the torque command inside the actuator limits", "clip"),
+}
+
+
+@asynccontextmanager
+async def registry_service(
+    url: str, root: Path, embedder: EmbedderSpec | None = None
+) -> AsyncIterator[tuple[RegistryClient, RegistryProcess]]:
+    """A running registry process (as a task of this test) and a client on its own connection."""
+    settings = AgentSettings(role="registry", nats_url=url, heartbeat_interval=0.1)
+    async with anyio.create_task_group() as tg:
+        proc: RegistryProcess = await tg.start(
+            partial(run_registry, embedder=embedder), settings, root
+        )
+        nc = await connect(url, name="registry-test-client")
+        try:
+            yield RegistryClient(nc, timeout=5.0), proc
+        finally:
+            await nc.drain()
+            proc.request_stop()
+
+
+async def register_skills(client: RegistryClient) -> None:
+    for name, (trigger, function) in SKILLS.items():
+        await client.register(
+            "skill", name, description=trigger, source=f"def {function}(obs):\n    return 0.0\n"
+        )
+
+
+@pytest.mark.timeout(30)
+async def test_lifecycle_round_trips_and_every_version_is_a_commit(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        first = await client.register("tool", "clip", description="clamp a number", source=TOOL)
+        assert first.version == 1
+        assert "clip(value: float, low: float, high: float) -> float" in first.contract
+        assert await client.register("tool", "clip", description="clamp a number", source=TOOL) == (
+            first
+        )  # identical: no second version
+        second = await client.update("tool", "clip", source=TOOL.replace("max(low", "max(low "))
+        assert (second.version, second.description) == (2, "clamp a number")
+        retired = await client.retire("tool", "clip")
+        assert retired.version == 3 and retired.retired
+        assert await client.list("tool") == []
+        assert [r.version for r in await client.list("tool", include_retired=True)] == [3]
+        with pytest.raises(InvalidRequest):
+            await client.update("tool", "clip", description="retired tools do not change")
+
+        restored = await client.restore("tool", "clip", 1)
+        assert (restored.version, restored.source, restored.retired) == (4, TOOL, False)
+        assert await client.get("tool", "clip") == restored
+        assert (await client.get("tool", "clip", version=2)).source == second.source
+        assert [r.version for r in await client.history("tool", "clip")] == [1, 2, 3, 4]
+        assert (await client.contract("tool", "clip")).startswith("tools.clip: clamp a number")
+        assert "tools.clip" in await client.contract("tool")
+
+        with pytest.raises(ResourceNotFound):
+            await client.get("tool", "nothing-here")
+        with pytest.raises(VersionNotFound) as missing:
+            await client.restore("tool", "clip", 99)
+        assert missing.value.version == 99
+        with pytest.raises(InvalidRequest):
+            await client.register("tool", "../escape", source=TOOL)
+
+    repo = git.Repo(tmp_path / "library")
+    log = [c.message.strip() for c in repo.iter_commits(paths="tool/clip.json")]
+    assert log == [
+        "restore tool/clip v1 as v4",
+        "retire tool/clip v3",
+        "update tool/clip v2 (source)",
+        "register tool/clip v1",
+    ]
+    assert not repo.is_dirty(untracked_files=True)
+    repo.close()
+
+
+@pytest.mark.timeout(30)
+async def test_search_finds_skills_by_bm25_words(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        await register_skills(client)
+        hits = await client.search("skill", "the pendulum will not swing up: pump more energy")
+        assert hits[0][0].name == "energy-pump"
+        assert hits[0][1] > 0
+        hits = await client.search("skill", "torque exceeds the actuator limits", k=1)
+        assert [r.name for r, _ in hits] == ["torque-clip"]
+        assert await client.search("tool", "torque limits") == []  # other kinds stay out
+        assert await client.search("skill", "== ( )") == []  # no words, no dense: nothing
+
+        await client.retire("skill", "torque-clip")
+        hits = await client.search("skill", "torque exceeds the actuator limits")
+        assert "torque-clip" not in [r.name for r, _ in hits]
+
+
+@pytest.mark.timeout(30)
+async def test_search_fuses_bm25_with_the_dense_embedder(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path, EmbedderSpec(kind="hashed")) as (
+        client,
+        _,
+    ):
+        await register_skills(client)
+        hits = await client.search("skill", "pump energy to swing the pendulum up", k=3)
+        assert hits[0][0].name == "energy-pump"
+        # Reciprocal rank fusion of two prefetches: at most 2 · 1/(0 + 2) (Qdrant's k = 2).
+        assert 0.0 < hits[0][1] <= 1.0
+        # A query without a single BM25 word still ranks by the dense prefetch.
+        assert len(await client.search("skill", "== ( )", k=3)) == 3
+
+
+@pytest.mark.timeout(30)
+async def test_epsilon_net_rejects_near_duplicates_and_admits_distinct_programs(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    near_copy = SWING_UP.replace("-11.0 * theta", "-12.0 * theta")
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        first = await client.admit(campaign_id, [("c0001", SWING_UP)], epsilon=0.08)
+        assert first.admitted == ("c0001",) and first.rejected == ()
+
+        verdict = await client.admit(
+            campaign_id, [("c0002", near_copy), ("c0003", AVERAGE)], epsilon=0.08
+        )
+        assert verdict.admitted == ("c0003",)
+        [rejection] = verdict.rejected
+        assert (rejection.candidate_id, rejection.nearest_id) == ("c0002", "c0001")
+        assert 0.0 < rejection.distance < 0.08
+
+        again = await client.admit(campaign_id, [("c0003", AVERAGE)], epsilon=0.08)
+        assert again.admitted == ("c0003",)  # a retried admission is not its own duplicate
+
+        assert await client.forget(campaign_id, ["c0001", "never-there"]) == 1
+        later = await client.admit(campaign_id, [("c0002", near_copy)], epsilon=0.08)
+        assert later.admitted == ("c0002",)
+
+        with pytest.raises(InvalidRequest):
+            await client.admit(campaign_id, [("c9", AVERAGE)], 0.08, EmbedderSpec(dim=64))
+        with pytest.raises(InvalidRequest):
+            await client.admit(campaign_id, [("c9", AVERAGE)], epsilon=float("nan"))
+
+
+@pytest.mark.timeout(30)
+async def test_skill_use_updates_its_utility(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        await register_skills(client)
+        used = await client.record_skill_use("energy-pump", delta=5.0, delta_max=10.0)
+        assert used.params == {"utility": 0.5, "uses": 1} and used.version == 2
+        used = await client.record_skill_use("energy-pump", delta=-3.0, delta_max=10.0)
+        assert used.params == {"utility": 0.5, "uses": 2}
+        with pytest.raises(ResourceNotFound):
+            await client.record_skill_use("no-such-skill", delta=1.0, delta_max=1.0)
+        with pytest.raises(InvalidRequest):
+            await client.record_skill_use("energy-pump", delta=1.0, delta_max=0.0)
+
+
+@pytest.mark.timeout(40)
+async def test_skills_persist_across_registry_processes(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        await register_skills(client)
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        hits = await client.search("skill", "balance upright near the top", k=1)
+        assert [r.name for r, _ in hits] == ["pd-balance"]
+    # The index is derived from the library: without it, it is rebuilt at start.
+    shutil.rmtree(tmp_path / "qdrant")
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        hits = await client.search("skill", "pump energy", k=1)
+        assert [r.name for r, _ in hits] == ["energy-pump"]
+        assert len(await client.list("skill")) == 3
+
+
+@pytest.mark.timeout(30)
+async def test_bad_requests_get_error_replies_and_the_service_keeps_serving(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, proc):
+        nc = await connect(nats_server.url, name="registry-test-raw")
+        try:
+            beats = await nc.subscribe(subjects.heartbeat("registry", proc.agent.agent_id))
+            for subject, payload in [
+                (subjects.registry("get"), b"\xc1 not msgpack"),
+                (subjects.registry("get"), codec.encode(ListRequest())),  # body ≠ subject
+            ]:
+                msg = await nc.request(subject, payload, timeout=5)
+                reply = codec.REGISTRY_REPLY_DECODER.decode(msg.data)
+                assert isinstance(reply, ErrorReply) and reply.code == "invalid_request"
+            msg = await nc.request(
+                subjects.registry("get"), codec.encode(GetRequest(kind="skill", name="x")), 5
+            )
+            reply = codec.REGISTRY_REPLY_DECODER.decode(msg.data)
+            assert isinstance(reply, ErrorReply) and reply.code == "resource_not_found"
+            msg = await nc.request(subjects.registry("list"), codec.encode(ListRequest()), 5)
+            assert codec.REGISTRY_REPLY_DECODER.decode(msg.data) == ResourcesReply(resources=())
+            assert await client.list() == []
+
+            with anyio.fail_after(5):
+                while True:
+                    beat = codec.HEARTBEAT_DECODER.decode((await beats.next_msg(5)).data)
+                    assert isinstance(beat, Heartbeat)
+                    if beat.items_processed >= 5:
+                        break
+            assert beat.agent.role == "registry"
+        finally:
+            await nc.drain()
+
+
+async def test_local_mode_lets_one_registry_open_a_root(tmp_path: Path) -> None:
+    async with await Registry.open(tmp_path):
+        with pytest.raises(StoreInUse):
+            await Registry.open(tmp_path)
+    async with await Registry.open(tmp_path) as reopened:  # free again once closed
+        assert await reopened.list_latest() == []

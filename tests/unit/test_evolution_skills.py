@@ -1,0 +1,141 @@
+"""Skills: REFLEX's utility rule and diff extraction, A-Evolve's auto-seeded skills."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from agents.evolution.analysis import FailurePattern
+from agents.evolution.skills import (
+    MAX_SNIPPET_LINES,
+    ORIGIN_DIFF,
+    ORIGIN_SEED,
+    mean_utility,
+    seed_skill_for,
+    should_evict,
+    skill_from_diff,
+    skill_resource,
+    skill_slug,
+    update_utility,
+)
+
+PARENT = """\
+import math
+
+
+def policy(obs):
+    cos_t, sin_t, omega = obs
+    # swing up
+    torque = 0.5 * omega
+    return max(-2.0, min(2.0, torque))
+"""
+
+CHILD = """\
+import math
+
+
+def policy(obs):
+    cos_t, sin_t, omega = obs
+    # swing up
+    if cos_t > 0.9:
+        torque = -8.0 * math.atan2(sin_t, cos_t) - 1.5 * omega
+    else:
+        torque = 2.0 * omega
+    return max(-2.0, min(2.0, torque))
+"""
+
+
+def test_utility_adds_clipped_normalised_gains_and_counts_uses() -> None:
+    utility, uses = update_utility(0.0, 0, 50.0, delta_max=100.0)
+    assert (utility, uses) == (0.5, 1)
+    utility, uses = update_utility(utility, uses, -300.0, delta_max=100.0)  # a regression
+    assert (utility, uses) == (0.5, 2)
+    utility, uses = update_utility(utility, uses, 1e6, delta_max=100.0, alpha=0.5)
+    assert (utility, uses) == (1.0, 3)
+    assert mean_utility(utility, uses) == pytest.approx(1 / 3)
+    assert mean_utility(0.0, 0) == 0.0
+
+
+def test_eviction_needs_enough_uses_and_a_low_gain_per_use() -> None:
+    assert not should_evict(0.0, 4)  # not tried enough
+    assert should_evict(0.0, 5)
+    assert should_evict(0.2, 5)  # 0.04 per use, below the default 0.05
+    assert not should_evict(0.3, 5)  # 0.06 per use
+    assert not should_evict(0.2, 5, min_mean=0.03)
+
+
+def test_skill_from_diff_keeps_the_changed_child_lines() -> None:
+    draft = skill_from_diff(PARENT, CHILD, trigger="Insufficient energy pumping near the top")
+    assert draft is not None
+    assert draft.origin == ORIGIN_DIFF
+    assert draft.trigger == "Insufficient energy pumping near the top"
+    assert draft.snippet.splitlines() == [
+        "if cos_t > 0.9:",
+        "    torque = -8.0 * math.atan2(sin_t, cos_t) - 1.5 * omega",
+        "else:",
+        "    torque = 2.0 * omega",
+    ]
+    assert "def policy" not in draft.snippet and "return" not in draft.snippet
+    assert draft.name.startswith("insufficient-energy-pumping-near-the-top-")
+    again = skill_from_diff(PARENT, CHILD, trigger="Insufficient energy pumping near the top")
+    assert again == draft  # the name is stable
+
+
+def test_skill_from_diff_separates_hunks_and_caps_the_length() -> None:
+    child = PARENT.replace("import math", "import math\nGAIN = 3.0").replace("0.5 *", "GAIN *")
+    draft = skill_from_diff(PARENT, child, trigger="gain")
+    assert draft is not None
+    assert draft.snippet.splitlines() == ["GAIN = 3.0", "# ...", "torque = GAIN * omega"]
+    long_child = PARENT.replace(
+        "    torque = 0.5 * omega", "\n".join(f"    t{i} = {i}" for i in range(40))
+    )
+    long_draft = skill_from_diff(PARENT, long_child, trigger="many")
+    assert long_draft is not None
+    lines = long_draft.snippet.splitlines()
+    assert len(lines) == MAX_SNIPPET_LINES and lines[-1] == "# ..."
+
+
+def test_nothing_meaningful_gives_none() -> None:
+    assert skill_from_diff(PARENT, PARENT, trigger="x") is None
+    cosmetic = PARENT.replace("# swing up", "# swing it up!").replace(
+        "0.5 * omega", "0.5  *  omega"
+    )
+    assert skill_from_diff(PARENT, cosmetic + "\n\n", trigger="x") is None
+    deletion = PARENT.replace("    torque = 0.5 * omega\n", "")
+    assert skill_from_diff(PARENT, deletion, trigger="x") is None
+
+
+def test_blank_trigger_falls_back_to_the_first_changed_line() -> None:
+    draft = skill_from_diff(PARENT, CHILD, trigger="  ")
+    assert draft is not None and draft.trigger == "if cos_t > 0.9:"
+    assert skill_slug("") == "skill"
+    assert skill_slug("Late Braking: ALT > 0.2!") == "late-braking-alt-0-2"
+
+
+def test_seeded_skill_from_a_failure_pattern() -> None:
+    error = FailurePattern(
+        kind="error", key="ZeroDivisionError", count=3, share=0.5, instances=("1", "2", "3")
+    )
+    draft = seed_skill_for(error)
+    assert draft.origin == ORIGIN_SEED
+    assert "ZeroDivisionError" in draft.trigger
+    assert all(line.startswith("#") for line in draft.snippet.splitlines())
+    assert "3x, on 50% of the instances" in draft.snippet
+    # The name depends on the pattern, not on how often it was seen.
+    later = msgspec.structs.replace(error, count=9, share=0.9)
+    assert seed_skill_for(later).name == draft.name
+    feedback = FailurePattern(
+        kind="feedback", key="upright 0% of the time", count=4, share=0.8, instances=("1",)
+    )
+    other = seed_skill_for(feedback)
+    assert other.name != draft.name and other.name.startswith("feedback-upright-0-of-the-time-")
+
+
+def test_skill_resource_is_a_registry_skill() -> None:
+    draft = skill_from_diff(PARENT, CHILD, trigger="energy pumping")
+    assert draft is not None
+    resource = skill_resource(draft, version=2, utility=1.5, uses=3)
+    assert resource.kind == "skill" and resource.name == draft.name and resource.version == 2
+    assert resource.description == draft.trigger and resource.source == draft.snippet
+    assert resource.params == {"utility": 1.5, "uses": 3}
+    assert resource.metadata == {"origin": ORIGIN_DIFF}
