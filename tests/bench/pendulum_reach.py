@@ -25,21 +25,25 @@ from agents.supervisor import RunOptions, run_campaign
 from bus.connection import connect
 from infra.nats_server import NatsServer
 from schemas.campaign import load_campaign
-from schemas.events import CampaignFinished, CandidateAccepted
+from schemas.events import BestConfirmed, CampaignFinished, CandidateProposed
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pendulum.toml"
 
 
 async def first_reach(url: str, campaign: str, target: float) -> int | None:
-    """The proposal count at the first acceptance scoring at least ``target``."""
+    """Proposals made before the campaign's best first scored ``target`` on validation."""
     nc = await connect(url, name="bench-reader")
+    proposed = 0
     try:
         async with event_stream(nc.jetstream(), campaign, from_start=True) as events:
             async for event in events:
-                if isinstance(event, CandidateAccepted) and event.score >= target:
-                    return event.proposals
-                if isinstance(event, CampaignFinished):
-                    return None
+                match event:
+                    case CandidateProposed():
+                        proposed += 1
+                    case BestConfirmed() if event.is_best and event.validation_score >= target:
+                        return proposed
+                    case CampaignFinished():
+                        return None
     finally:
         await nc.drain()
     return None
