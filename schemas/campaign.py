@@ -65,7 +65,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         crossover_rate: share of x_div proposals when the bandit is off (the skeleton's rule).
         rng_seed: seed of the orchestrator's random choices.
         selection: parent priority, the empirical mean or UCB (POLCA §3).
-        ucb_beta: the exploration weight β of UCB selection.
+        ucb_beta: UCB's β in units of the pool's evaluation noise σ (POLCA §4 takes 2σ).
         minibatch: train instances per evaluation, drawn with replacement (POLCA §3).
         min_evaluations: evaluations a candidate needs before it can be reported best.
         epsilon: ε-net radius in embedding space (POLCA Algorithm 4); 0 turns the filter off.
