@@ -1,0 +1,164 @@
+"""Benchmark: the engine's parts switched off one at a time, in offline mode.
+
+For each task, variant and rng seed it runs the example campaign end to end (supervisor,
+agents, registry, sandbox) on one embedded nats-server, then reads the events back: the
+campaign's best on validation as a function of the evaluations spent. Variants:
+
+    full        everything on
+    no-epsilon  strategy.epsilon = 0      (no ε-net admission)
+    no-bandit   strategy.bandit = false   (m_diag, with crossover_rate x_div; bursts remain)
+    no-skills   strategy.skills = 0       (no skill retrieval, extraction or seeding)
+
+    .venv/bin/python -m tests.bench.ablation --tasks pendulum --seeds 3 --proposals 60 \
+        --json tests/bench/results/ablation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from agents.events_view import event_stream
+from agents.supervisor import RunOptions, run_campaign
+from bus.connection import connect
+from infra.nats_server import NatsServer
+from schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+VARIANTS: dict[str, dict[str, str]] = {
+    "full": {},
+    "no-epsilon": {"epsilon": "0.0"},
+    "no-bandit": {"bandit": "false"},
+    "no-skills": {"skills": "0"},
+}
+
+
+def variant_campaign(task: str, variant: str, rng_seed: int, proposals: int) -> str:
+    """The task's example campaign with the variant's strategy keys and absolute seed path."""
+    example = EXAMPLES / f"{task}.toml"
+    text = example.read_text()
+    overrides = {**VARIANTS[variant], "rng_seed": str(rng_seed)}
+    for key, value in overrides.items():
+        pattern = rf"(?m)^{key} = [^#\n]*"
+        if re.search(pattern, text):
+            text = re.sub(pattern, f"{key} = {value} ", text)
+        else:
+            text = text.replace("[strategy]\n", f"[strategy]\n{key} = {value}\n", 1)
+    text = re.sub(r"(?m)^proposals = \d+", f"proposals = {proposals}", text)
+    seed = re.search(r'(?m)^seed_artifact = "([^"]*)"', text)
+    if seed and seed.group(1):
+        absolute = (example.parent / seed.group(1)).as_posix()
+        text = text.replace(seed.group(0), f'seed_artifact = "{absolute}"')
+    return text
+
+
+async def best_curve(url: str, campaign: str) -> list[tuple[int, float]]:
+    """(evaluations spent, best validation score) at every new best."""
+    nc = await connect(url, name="bench-reader")
+    evaluations = 0
+    curve: list[tuple[int, float]] = []
+    try:
+        async with event_stream(nc.jetstream(), campaign, from_start=True) as events:
+            async for event in events:
+                match event:
+                    case CandidateEvaluated():
+                        evaluations += 1
+                    case BestConfirmed() if event.is_best:
+                        curve.append((evaluations, event.validation_score))
+                    case CampaignFinished():
+                        break
+    finally:
+        await nc.drain()
+    return curve
+
+
+def best_at(curve: list[tuple[int, float]], evaluations: int) -> float | None:
+    """The best score reached within ``evaluations``."""
+    reached = [score for spent, score in curve if spent <= evaluations]
+    return reached[-1] if reached else None
+
+
+async def bench(tasks: list[str], seeds: int, proposals: int) -> dict[str, object]:
+    runs: list[dict[str, object]] = []
+    with tempfile.TemporaryDirectory() as tmp, NatsServer(Path(tmp) / "nats") as server:
+        for task in tasks:
+            for variant in VARIANTS:
+                for seed in range(seeds):
+                    campaign_file = Path(tmp) / f"{task}-{variant}-{seed}.toml"
+                    campaign_file.write_text(variant_campaign(task, variant, seed, proposals))
+                    cid = f"abl-{task}-{variant}-{seed}-{int(time.time())}"
+                    # A fresh registry root per run: no skills leak between variants.
+                    out = Path(tmp) / "runs" / cid
+                    summary = await run_campaign(
+                        RunOptions(campaign_file, server.url, cid, out), echo=lambda _l: None
+                    )
+                    curve = await best_curve(server.url, cid)
+                    runs.append(
+                        {
+                            "task": task,
+                            "variant": variant,
+                            "rng_seed": seed,
+                            "seed_score": summary.seed_score,
+                            "best_score": summary.best_score,
+                            "evaluations": summary.evaluations,
+                            "wall_seconds": summary.wall_seconds,
+                            "curve": curve,
+                        }
+                    )
+                    print(
+                        f"{task:<12} {variant:<11} seed {seed}: {summary.seed_score} -> "
+                        f"{summary.best_score} in {summary.evaluations} evaluations, "
+                        f"{summary.wall_seconds:.0f} s",
+                        flush=True,
+                    )
+    return {"benchmark": "ablation", "proposals": proposals, "seeds": seeds, "runs": runs}
+
+
+def table(report: dict[str, object]) -> str:
+    """Median best validation score per task and variant at evaluation checkpoints."""
+    runs = report["runs"]
+    assert isinstance(runs, list)
+    checkpoints = (50, 100, 200, 400)
+    lines = [
+        f"{'task':<12} {'variant':<11} "
+        + " ".join(f"{f'@{c} evals':>11}" for c in checkpoints)
+        + f" {'final':>9}"
+    ]
+    keys = sorted(
+        {(r["task"], r["variant"]) for r in runs}, key=lambda k: (k[0], list(VARIANTS).index(k[1]))
+    )
+    for task, variant in keys:
+        mine = [r for r in runs if (r["task"], r["variant"]) == (task, variant)]
+        cells = []
+        for c in checkpoints:
+            values = [v for r in mine if (v := best_at(r["curve"], c)) is not None]
+            cells.append(f"{statistics.median(values):11.1f}" if values else f"{'-':>11}")
+        finals = [float(r["best_score"]) for r in mine if r["best_score"] is not None]
+        final = f"{statistics.median(finals):9.1f}" if finals else f"{'-':>9}"
+        lines.append(f"{task:<12} {variant:<11} " + " ".join(cells) + f" {final}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=["pendulum"])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--proposals", type=int, default=60)
+    parser.add_argument("--json", type=Path, help="write the report here")
+    args = parser.parse_args()
+    report = anyio.run(bench, args.tasks, args.seeds, args.proposals)
+    print("\nmedian best validation score (higher is better) by evaluations spent\n")
+    print(table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
