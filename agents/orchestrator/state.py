@@ -17,6 +17,7 @@ Effects that need I/O (registry calls, git commits) come back in ``Step`` for th
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -70,6 +71,9 @@ ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based 
 # A-Evolve Phase 5: a failure pattern seeds a skill once it recurs this often.
 SEED_PATTERN_MIN_COUNT = 3
 SEED_PATTERN_MIN_SHARE = 0.5
+# ... among the instances of this many recent evaluations (one minibatch is too few to tell a
+# pattern of the search from a property of one instance).
+ANALYSIS_WINDOW = 20
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,7 @@ class CampaignState:
             self.strategy.stagnation_window, self.strategy.stagnation_threshold
         )
         self.history = EvolutionHistory()
+        self.recent: deque[Evaluation] = deque(maxlen=ANALYSIS_WINDOW)
         self.candidates: dict[str, Candidate] = {}
         self.last_evaluation: dict[str, Evaluation] = {}
         self.records: dict[str, LineageRecord] = {}
@@ -362,6 +367,8 @@ class CampaignState:
     ) -> None:
         self.evaluations += 1
         self.last_evaluation[cid] = ev
+        if train:
+            self.recent.append(ev)
         if train and not ev.error:
             for score in ev.instances:
                 self.pool.record(cid, score.instance, score.score)
@@ -677,7 +684,7 @@ class CampaignState:
         )
         if self.burst.observe(improved=improved_best):
             self._burst(step, now, f"no improvement of the best in {self.burst.patience} steps")
-        self._seed_skills(step, child)
+        self._seed_skills(step)
         self._validate_best(step)
         self._watch_stagnation(step, now)
 
@@ -718,12 +725,14 @@ class CampaignState:
         )
         self._work(step, "extract", item, Pending("extract", candidate_id=chain.candidate_id))
 
-    def _seed_skills(self, step: Step, ev: Evaluation) -> None:
+    def _seed_skills(self, step: Step) -> None:
         """A-Evolve Phase 5: a failure pattern that keeps recurring seeds a skill."""
-        if not self.strategy.skills:
+        if not self.strategy.skills or len(self.recent) < ANALYSIS_WINDOW // 2:
             return
         patterns = patterns_over_threshold(
-            analyze([ev]), min_share=SEED_PATTERN_MIN_SHARE, min_count=SEED_PATTERN_MIN_COUNT
+            analyze(list(self.recent)),
+            min_share=SEED_PATTERN_MIN_SHARE,
+            min_count=SEED_PATTERN_MIN_COUNT,
         )
         for pattern in patterns:
             key = f"{pattern.kind}:{pattern.key}"
