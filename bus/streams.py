@@ -8,12 +8,14 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
+    ObjectStoreConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
 )
 from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 
 from bus import subjects
 
@@ -137,4 +139,16 @@ async def key_value(js: JetStreamContext, bucket: str, *, history: int = 1) -> K
     except BucketNotFoundError:
         return await js.create_key_value(
             KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE)
+        )
+
+
+async def object_store(
+    js: JetStreamContext, bucket: str, *, ttl: float | None = None
+) -> ObjectStore:
+    """Open an object store bucket, creating it on first use (objects expire after ``ttl`` s)."""
+    try:
+        return await js.object_store(bucket)
+    except BucketNotFoundError:
+        return await js.create_object_store(
+            bucket, config=ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl)
         )

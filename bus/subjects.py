@@ -24,6 +24,9 @@ STREAM_DLQ = "EVO_DLQ"
 
 KV_CAMPAIGNS = "EVO_CAMPAIGNS"
 
+# Object store of behavioral-evidence images, named <campaign>/<candidate id>/<work id>.png.
+OBJ_EVIDENCE = "EVO_EVIDENCE"
+
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -3,7 +3,9 @@
 Each run gets a fresh working directory, ``python -I``, a scrubbed environment, rlimits, a
 wall-clock timeout that kills everything the candidate started, capped output, no network and,
 when we are root, the uid "nobody". Namespaces come from bubblewrap when it works, else from
-util-linux ``unshare``; without either, runs are refused unless the campaign allows them.
+util-linux ``unshare``; without either, runs are refused unless the campaign allows them. Files
+the run wrote (an evidence image) can be read back before the directory goes: only regular
+files inside it, never through a link, each capped.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from schemas.results import Isolation
 NOBODY = 65534
 MAX_PROCESSES = 64  # per uid, so shared by concurrent runs; the pid namespace bounds each run
 _MIB = 1 << 20
+COLLECT_MAX_BYTES = 2 * _MIB
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # World-writable places of a usual host, covered by private tmpfs in the unshare backend (bwrap
 # mounts everything read-only but /tmp).
@@ -54,7 +57,8 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     """What one sandboxed run did.
 
     ``returncode`` is None when the wall-clock timeout killed the run, negative when a signal
-    did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each.
+    did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each. ``files`` holds the
+    collected files that could be read back, ``files_skipped`` why each other one was not.
     """
 
     returncode: int | None
@@ -64,6 +68,8 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     output_truncated: bool
     isolation: Isolation
     duration_seconds: float
+    files: dict[str, bytes] = {}
+    files_skipped: dict[str, str] = {}
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded."""
@@ -96,6 +102,8 @@ async def run_sandboxed(
     *,
     python: str | None = None,
     isolation: Isolation | None = None,
+    collect: Sequence[str] = (),
+    collect_max_bytes: int = COLLECT_MAX_BYTES,
 ) -> SandboxRun:
     """Write ``files`` into a fresh directory and run ``[python, "-I", *argv]`` there.
 
@@ -108,13 +116,17 @@ async def run_sandboxed(
         limits: the campaign's sandbox limits.
         python: the interpreter, by default this one (so its installed packages import).
         isolation: a backend to force; None takes the best that works here.
+        collect: relative paths to read back after the run, into ``SandboxRun.files``; one that
+            is missing, not a regular file, reached through a symlink, hard-linked, or larger
+            than ``collect_max_bytes`` is left out and named in ``files_skipped``.
+        collect_max_bytes: the cap on each collected file.
 
     Raises:
         SandboxUnavailable: that isolation does not work here, or none does and
             ``limits.allow_unisolated`` is false.
-        ValueError: a file path is absolute or leaves the directory.
+        ValueError: a file or collect path is absolute or leaves the directory.
     """
-    for name in files:
+    for name in (*files, *collect):
         path = PurePosixPath(name)
         if path.is_absolute() or ".." in path.parts or not path.parts:
             raise ValueError(f"sandbox file {name!r} must be a relative path inside the workdir")
@@ -128,7 +140,12 @@ async def run_sandboxed(
         interpreter = python or sys.executable
         prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir, files)
         command = await anyio.to_thread.run_sync(prepare)
-        return await _execute(command, workdir, limits, chosen)
+        run = await _execute(command, workdir, limits, chosen)
+        if not collect:
+            return run
+        read = functools.partial(_collect, workdir, collect, collect_max_bytes)
+        found, skipped = await anyio.to_thread.run_sync(read)
+        return msgspec.structs.replace(run, files=found, files_skipped=skipped)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_remove, workdir)
@@ -271,6 +288,66 @@ def _write_files(workdir: str, files: Mapping[str, str | bytes], owner: int | No
         for directory, _, names in os.walk(workdir):
             for path in (directory, *(os.path.join(directory, n) for n in names)):
                 os.chown(path, owner, owner)
+
+
+def _collect(
+    workdir: str, names: Sequence[str], cap: int
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Read back files the run left in ``workdir``: the candidate controls that directory, so
+    every component is opened without following symlinks, and only a regular file with one
+    link (not a hard link to something outside) of at most ``cap`` bytes is returned."""
+    found: dict[str, bytes] = {}
+    skipped: dict[str, str] = {}
+    for name in names:
+        try:
+            found[name] = _read_inside(workdir, PurePosixPath(name).parts, cap)
+        except _NotCollected as exc:
+            skipped[name] = str(exc)
+    return found, skipped
+
+
+class _NotCollected(Exception):
+    """Why a file asked for was not read back."""
+
+
+def _read_inside(workdir: str, parts: Sequence[str], cap: int) -> bytes:
+    directory_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    # O_NONBLOCK: a FIFO planted under the name would otherwise block the open forever.
+    file_flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    opened = [os.open(workdir, directory_flags)]
+    try:
+        for part in parts[:-1]:
+            opened.append(_open_at(part, directory_flags, opened[-1]))
+        fd = _open_at(parts[-1], file_flags, opened[-1])
+        opened.append(fd)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotCollected("not a regular file")
+        if info.st_nlink != 1:
+            raise _NotCollected("hard-linked")
+        if info.st_size > cap:
+            raise _NotCollected(f"{info.st_size} bytes, over the cap of {cap}")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(cap + 1)
+        if len(data) > cap:  # it grew after the stat
+            raise _NotCollected(f"over the cap of {cap} bytes")
+        return data
+    finally:
+        for descriptor in reversed(opened):
+            os.close(descriptor)
+
+
+def _open_at(name: str, flags: int, directory: int) -> int:
+    try:
+        return os.open(name, flags, dir_fd=directory)
+    except FileNotFoundError:
+        raise _NotCollected("missing") from None
+    except OSError as exc:  # a symlink gives ELOOP, or ENOTDIR where a directory is expected
+        try:
+            link = stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+        except OSError:
+            link = False
+        raise _NotCollected("a symlink" if link else exc.strerror or "unreadable") from None
 
 
 async def _drain(stream: ByteReceiveStream, kept: bytearray, cap: int) -> None:

@@ -1,17 +1,28 @@
-"""The evaluator process: one sandboxed run of the task's harness per EvaluateWork."""
+"""The evaluator process: one sandboxed run of the task's harness per EvaluateWork.
+
+When the work asks for behavioral evidence (``task_params["evidence"]``) and the task draws it,
+the image the harness leaves in the sandbox comes back with the run and is stored in the
+``EVO_EVIDENCE`` object store; the Evaluation names it for the critic.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+
+import msgspec
+from nats.errors import Error as NatsError
 
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
 from agents.runtime import AgentProcess, WorkBinding
-from agents.tasks import Task, TaskError, TaskOutputError, get_task
+from agents.tasks import Task, TaskError, TaskOutputError, evidence_files, get_task
 from agents.work import expect, on_dead, result_outbound
+from bus import subjects
 from bus.envelope import MessageContext
 from bus.errors import Reject, Retry
 from bus.publisher import Outbound
+from bus.streams import object_store
 from infra.errors import SandboxUnavailable
 from infra.sandbox import SandboxRun, run_sandboxed
 from schemas.registry import Resource
@@ -19,7 +30,12 @@ from schemas.results import Evaluation, InstanceScore
 from schemas.tools import ToolRef
 from schemas.work import EvaluateWork, Work
 
+log = logging.getLogger(__name__)
+
 HARNESS = "harness.py"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Evidence images are kept as long as the work and results streams keep their messages.
+EVIDENCE_TTL_SECONDS = 7 * 24 * 3600.0
 
 
 def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> dict[str, str]:
@@ -64,9 +80,25 @@ def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation
     )
 
 
+def evidence_name(work: EvaluateWork) -> str:
+    """The object name of an evaluation's evidence image: ``<campaign>/<candidate>/<work>.png``."""
+    return f"{work.campaign}/{work.candidate.id}/{work.work_id}.png"
+
+
+def evidence_image(run: SandboxRun, collected: Sequence[str]) -> bytes | None:
+    """The PNG the harness drew, if it drew one; anything else the candidate left there is not
+    an image of ours and is dropped."""
+    for name in collected:
+        data = run.files.get(name, b"")
+        if data.startswith(PNG_SIGNATURE):
+            return data
+    return None
+
+
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``evaluate`` stage."""
     registry = RegistryClient(proc.nc)
+    evidence_store = await object_store(proc.js, subjects.OBJ_EVIDENCE, ttl=EVIDENCE_TTL_SECONDS)
     cache: dict[ToolRef, Resource] = {}  # registered versions never change
 
     async def tools_for(refs: Sequence[ToolRef]) -> list[Resource]:
@@ -85,11 +117,23 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         except TaskError as exc:
             raise Reject(str(exc)) from None
         files = sandbox_files(task, work, await tools_for(work.tools))
+        collect = evidence_files(task, work.task_params)
         try:
-            run = await run_sandboxed(files, [HARNESS], work.sandbox)
+            run = await run_sandboxed(files, [HARNESS], work.sandbox, collect=collect)
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
         evaluation = to_evaluation(task, work, run)
+        image = evidence_image(run, collect)
+        if collect and image is None:
+            why = "; ".join(f"{k}: {v}" for k, v in run.files_skipped.items()) or "not a PNG"
+            log.warning("%s: no evidence image (%s)", work.work_id, why)
+        if image is not None:
+            name = evidence_name(work)
+            try:
+                await evidence_store.put(name, image)
+            except NatsError as exc:
+                raise Retry(f"evidence image not stored: {exc}", delay=2.0) from None
+            evaluation = msgspec.structs.replace(evaluation, evidence=name)
         return [result_outbound(evaluation, "evaluate")]
 
     return [WorkBinding("evaluate", handle, on_dead("evaluate"))]

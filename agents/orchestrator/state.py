@@ -87,6 +87,7 @@ class TaskPlan:
     tools: tuple[ToolSpec, ...]
     failure_score: float
     best_possible: float | None = None
+    entrypoint: str = "policy"
 
 
 @dataclass
@@ -270,10 +271,19 @@ class CampaignState:
     def _evaluate_seed(self, step: Step) -> None:
         """The seed is scored on validation (its reported score) and on one train minibatch."""
         self.phase = "seed"
-        seed = Candidate(id=SEED_ID, artifact=Artifact(source=self.record.seed_source))
+        seed = Candidate(
+            id=SEED_ID,
+            artifact=Artifact(source=self.record.seed_source, entrypoint=self.plan.entrypoint),
+        )
         self.candidates[seed.id] = seed
         self.pool.add(seed.id)
-        self._evaluate(step, seed, self.plan.validation, Pending("validate", candidate_id=SEED_ID))
+        self._evaluate(
+            step,
+            seed,
+            self.plan.validation,
+            Pending("validate", candidate_id=SEED_ID),
+            evidence=True,
+        )
         minibatch = sample_minibatch(self.plan.train, self.strategy.minibatch, self.rng)
         self._evaluate(step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
 
@@ -750,8 +760,13 @@ class CampaignState:
         ):
             return
         candidate = self.candidates[best]
+        # Validation runs also draw the behavioral evidence the critic reads (REFLEX §3.2).
         self._evaluate(
-            step, candidate, self.plan.validation, Pending("validate", candidate_id=best)
+            step,
+            candidate,
+            self.plan.validation,
+            Pending("validate", candidate_id=best),
+            evidence=True,
         )
 
     def _watch_stagnation(self, step: Step, now: float) -> None:

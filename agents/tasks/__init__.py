@@ -10,7 +10,19 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from types import MappingProxyType
 
-from agents.tasks.base import RESULT_MARKER, Task, TaskParams, parse_result_line
+from agents.tasks.acrobot import AcrobotTask
+from agents.tasks.base import (
+    EVIDENCE_FILE,
+    EVIDENCE_PARAM,
+    RESULT_MARKER,
+    RendersEvidence,
+    Task,
+    TaskParams,
+    evidence_files,
+    parse_result_line,
+    wants_evidence,
+)
+from agents.tasks.ccaa import CcaaTask
 from agents.tasks.errors import (
     InvalidInstanceError,
     TaskError,
@@ -18,13 +30,20 @@ from agents.tasks.errors import (
     TaskOutputError,
     UnknownTaskError,
 )
+from agents.tasks.lunar_lander import LunarLanderTask
 from agents.tasks.pendulum import PendulumTask
 
 __all__ = [
     "BUILTIN_TASKS",
+    "EVIDENCE_FILE",
+    "EVIDENCE_PARAM",
     "RESULT_MARKER",
+    "AcrobotTask",
+    "CcaaTask",
     "InvalidInstanceError",
+    "LunarLanderTask",
     "PendulumTask",
+    "RendersEvidence",
     "Task",
     "TaskError",
     "TaskLoadError",
@@ -32,13 +51,22 @@ __all__ = [
     "TaskParams",
     "UnknownTaskError",
     "available_tasks",
+    "evidence_files",
     "get_task",
     "parse_result_line",
+    "wants_evidence",
 ]
 
 ENTRY_POINT_GROUP = "evobus.tasks"
 
-BUILTIN_TASKS: Mapping[str, Callable[[], Task]] = MappingProxyType({"pendulum": PendulumTask})
+BUILTIN_TASKS: Mapping[str, Callable[[], Task]] = MappingProxyType(
+    {
+        "acrobot": AcrobotTask,
+        "ccaa": CcaaTask,
+        "lunar_lander": LunarLanderTask,
+        "pendulum": PendulumTask,
+    }
+)
 
 
 def available_tasks() -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -26,6 +27,10 @@ RESULT_MARKER = "EVOBUS-RESULT "
 # Files every harness gets next to ``candidate.py`` and the ``tools`` package.
 HARNESS_FILE = "harness.py"
 CONFIG_FILE = "task.json"
+# The behavioral-evidence image a harness draws into its workdir when the work asks for it
+# (``EVIDENCE_PARAM`` set to true in ``EvaluateWork.task_params``); REFLEX §3.3.
+EVIDENCE_FILE = "evidence.png"
+EVIDENCE_PARAM = "evidence"
 
 TaskParams = dict[str, int | float | str | bool]
 
@@ -81,6 +86,31 @@ class Task(Protocol):
     def tools(self) -> tuple[ToolSpec, ...]:
         """Helper tools shipped with the task, importable as ``tools.<name>`` by candidates."""
         ...
+
+
+def package_source(module: str) -> str:
+    """The text of a module file of this package: harnesses travel to the sandbox as text."""
+    return resources.files("agents.tasks").joinpath(module).read_text(encoding="utf-8")
+
+
+@runtime_checkable
+class RendersEvidence(Protocol):
+    """A task whose harness can draw behavioral evidence: ``evidence_file`` names the image it
+    writes into the workdir when ``wants_evidence(task_params)``. Optional for tasks."""
+
+    evidence_file: str
+
+
+def wants_evidence(params: Mapping[str, int | float | str | bool]) -> bool:
+    """Whether an evaluation's task params ask for the behavioral-evidence image."""
+    return params.get(EVIDENCE_PARAM) is True
+
+
+def evidence_files(task: Task, params: Mapping[str, int | float | str | bool]) -> tuple[str, ...]:
+    """The files an evaluation of ``task`` with ``params`` brings back from the sandbox."""
+    if isinstance(task, RendersEvidence) and wants_evidence(params):
+        return (task.evidence_file,)
+    return ()
 
 
 class HarnessReport(msgspec.Struct, frozen=True, kw_only=True):

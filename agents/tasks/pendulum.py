@@ -1,22 +1,15 @@
 """The built-in ``pendulum`` task: a Gymnasium Pendulum-v1 swing-up policy, ``policy(obs)``.
 
 One instance is one seeded episode of ``max_steps`` steps; its score is the episode return (about
--1700 to 0). The harness (``pendulum_harness.py``, copied into the sandbox) also reports the time
-spent upright, the peak torque, the final angle and the mean speed of each episode.
+-1700 to 0). The shared control harness (``gym_harness.py``) also reports the time spent upright,
+the peak torque, the final angle and the mean speed of each episode, and classes each episode by
+its start angle (``start-near-top``, ``start-sideways``, ``start-hanging``).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from importlib import resources
-from typing import Literal
-
-from agents.tasks.base import CONFIG_FILE, HARNESS_FILE, TaskParams, parse_result_line
-from agents.tasks.errors import InvalidInstanceError
-from schemas.artifacts import Artifact
-from schemas.campaign import TaskSection
-from schemas.results import InstanceScore
+from agents.tasks.base import package_source
+from agents.tasks.control import ControlTask
 from schemas.tools import ToolSpec
 
 # Worse than any real return (the worst possible is about -16.3 per step, -3260 over 200 steps,
@@ -68,21 +61,7 @@ DESCRIPTION = (
 )
 
 
-def _source(module: str) -> str:
-    return resources.files("agents.tasks").joinpath(module).read_text(encoding="utf-8")
-
-
-def _episode_seed(instance: str) -> int:
-    try:
-        seed = int(instance)
-    except ValueError:
-        raise InvalidInstanceError(instance, "an episode seed must be an integer") from None
-    if seed < 0 or str(seed) != instance:
-        raise InvalidInstanceError(instance, "an episode seed is written as an integer >= 0")
-    return seed
-
-
-class PendulumTask:
+class PendulumTask(ControlTask):
     """Gymnasium Pendulum-v1: ``policy(obs) -> torque``, scored by episode return."""
 
     name = "pendulum"
@@ -92,61 +71,15 @@ class PendulumTask:
         "  # obs = [cos(theta), sin(theta), theta_dot]; returns the torque, clipped to [-2, 2]"
     )
     failure_score = FAILURE_SCORE
-
-    def seed_artifact(self) -> Artifact:
-        """The seed controller: the right structure with constants that never swing up."""
-        return Artifact(source=SEED_SOURCE, entrypoint="policy")
-
-    def instances(
-        self, params: TaskSection, split: Literal["train", "validation"] = "validation"
-    ) -> tuple[str, ...]:
-        """Validation: seeds ``episode_seed …`` (``validation_episodes`` of them); train: the
-        ``train_instances`` seeds after those (the validation ones when there are none)."""
-        first = params.episode_seed
-        count = params.validation_episodes
-        if split == "train" and params.train_instances:
-            first, count = first + count, params.train_instances
-        return tuple(str(first + i) for i in range(count))
-
-    def task_params(self, params: TaskSection) -> TaskParams:
-        """The episode length."""
-        return {"max_steps": params.max_steps}
-
-    def sandbox_files(
-        self, instances: Sequence[str], params: Mapping[str, int | float | str | bool]
-    ) -> dict[str, str]:
-        """``harness.py`` and its ``task.json`` (instances, episode length, failure score).
-
-        Raises:
-            InvalidInstanceError: an instance is not an episode seed.
-        """
-        for instance in instances:
-            _episode_seed(instance)
-        config = {
-            "instances": list(instances),
-            "max_steps": int(params.get("max_steps", TaskSection().max_steps)),
-            "failure_score": self.failure_score,
-            "entrypoint": str(params.get("entrypoint", "policy")),
-        }
-        return {
-            HARNESS_FILE: _source("pendulum_harness.py"),
-            CONFIG_FILE: json.dumps(config, indent=2) + "\n",
-        }
-
-    def parse_output(self, stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
-        """Per-episode scores, feedback and metrics from the harness's result line.
-
-        Raises:
-            TaskOutputError: no valid result line for exactly these instances.
-        """
-        return parse_result_line(stdout, instances)
+    env_id = "Pendulum-v1"
+    seed_source = SEED_SOURCE
 
     def tools(self) -> tuple[ToolSpec, ...]:
         """``energy``: the pendulum's conserved energy, plus angle helpers."""
         return (
             ToolSpec(
                 name="energy",
-                source=_source("pendulum_energy.py"),
+                source=package_source("pendulum_energy.py"),
                 tests=ENERGY_TESTS,
                 description=(
                     "pendulum_energy(cos_th, sin_th, thdot) -> float: energy relative to upright "
