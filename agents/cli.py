@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("runs") / ".registry",
         help="the registry's library and local Qdrant (registry only; QDRANT_URL for a server)",
     )
+    agent.add_argument(
+        "--dense",
+        choices=("hashed", "none"),
+        default="hashed",
+        help="dense vectors fused with BM25 in the registry's search (registry only)",
+    )
 
     events = sub.add_parser("events", help="print a campaign's events live, or replay them")
     events.add_argument("--campaign", help="campaign id (default: every campaign)")
@@ -119,8 +125,10 @@ async def _agent(args: argparse.Namespace) -> int:
         return 0 if summary.status == "completed" else EXIT_FAILED
     if args.role == "registry":
         from agents.registry.agent import run_registry
+        from schemas.registry import EmbedderSpec
 
-        await run_registry(settings, args.root)
+        embedder = EmbedderSpec() if args.dense == "hashed" else None
+        await run_registry(settings, args.root, embedder=embedder)
         return 0
     await run_agent(settings, _setup_for(args.role))
     return 0
