@@ -193,14 +193,18 @@ async def _workspace_command(args: argparse.Namespace) -> int:
     workspace = lineage.open_workspace(args.out, args.campaign)
     if args.command == "best":
         record, source = lineage.best(workspace)
-        head = f"{args.campaign}: best {record.candidate_id} scores {record.score:.1f}"
+        value = record.validation if record.validation is not None else record.score
+        head = f"{args.campaign}: best {record.candidate_id} scores {value:.1f}"
         print(f"# {head} ({record.tag})")
         print(source, end="")
     elif args.command == "lineage":
         for record in lineage.lineage(workspace):
             parents = "+".join(record.parent_ids) or "-"
+            shown = f"{record.score:.1f}"
+            if record.validation is not None:
+                shown += f" (validation {record.validation:.1f})"
             line = (
-                f"{record.candidate_id:>6} {record.score:10.1f}  {record.operator:<6} "
+                f"{record.candidate_id:>6} {shown:>28}  {record.operator:<6} "
                 f"from {parents:<13} {record.tag:<10} {record.diagnosis}"
             )
             print(line.rstrip())

@@ -153,6 +153,8 @@ class Progress:
         self.budget = budget
         self.echo = echo
         self.evaluated = 0
+        self.accepted = 0
+        self.proposals = 0
         self.best: float | None = None
         self.started_at: float | None = None
 
@@ -174,12 +176,8 @@ class Progress:
                     f"{event.train_mean:.1f} over {event.evaluations} scores)"
                 )
             case CandidateAccepted():
-                gain = event.score - event.previous_best
-                self.echo(
-                    f"{self._head(event.at)}  [{event.proposals:>4}/{self.budget} proposals] "
-                    f"{event.candidate_id} beats its parent: {event.score:9.1f}  "
-                    f"(+{gain:.1f} on the same minibatch, {event.operator})"
-                )
+                self.accepted += 1
+                self.proposals = event.proposals
             case CandidateEvaluated():
                 self.evaluated += 1
                 if event.candidate_id == "c0000" and self.best is None:
@@ -191,7 +189,8 @@ class Progress:
                 elif self.evaluated % 25 == 0:
                     self.echo(
                         f"{self._head(event.at)}  {self.evaluated} evaluations, "
-                        f"best {score(self.best)}"
+                        f"{self.proposals}/{self.budget} proposals, {self.accepted} children "
+                        f"beat their parent, best {score(self.best)}"
                     )
             case (
                 ToolRegistered() | DeadLettered() | WorkAbandoned() | RolledBack() | BurstStarted()

@@ -43,7 +43,9 @@ class Candidate(msgspec.Struct, frozen=True, kw_only=True):
 class LineageRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What the campaign workspace keeps beside each accepted candidate (``<id>.json``).
 
-    ``diagnosis`` is the critic's verdict that led to it, in one line ("" when none did).
+    ``score`` is its mean on the minibatch it was decided on; ``validation`` its score on the
+    held-out validation instances once it was confirmed as a best. ``diagnosis`` is the critic's
+    verdict that led to it, in one line ("" when none did).
     """
 
     candidate_id: str
@@ -54,3 +56,4 @@ class LineageRecord(msgspec.Struct, frozen=True, kw_only=True):
     diagnosis: str = ""
     rationale: str = ""
     at: float = 0.0
+    validation: float | None = None

@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 from agents.evolution.analysis import analyze, patterns_over_threshold, render_analysis
 from agents.evolution.bandit import ExplorationBurst, OperatorBandit, next_operator
 from agents.evolution.history import EvolutionHistory
@@ -448,6 +450,8 @@ class CampaignState:
         if is_best:
             self.best_id, self.best_validation = cid, score
             record = self.records.get(cid) or self._lineage(cid, score, tag="seed")
+            record = msgspec.structs.replace(record, validation=score)
+            self.records[cid] = record
             step.commits.append(Commit(self.candidates[cid], record, best=True))
 
     # -- one step --------------------------------------------------------------------------
