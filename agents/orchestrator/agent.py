@@ -121,6 +121,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 concurrency=1,  # the single writer applies results one at a time
             )
         )
+        await runner.register_environment(task.description, task.signature)
         await publisher.publish_all(await effects(state.start(time.time())))
         await serve(proc, extra=clock)
         return state.summary(time.time())

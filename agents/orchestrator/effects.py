@@ -32,6 +32,22 @@ class Effects:
         self.registry = registry
         self.workspace = workspace
 
+    async def register_environment(self, description: str, signature: str) -> None:
+        """Register the campaign's task as an AGP environment resource (a no-op when the
+        registry already holds this version of it)."""
+        state = self.state
+        try:
+            await self.registry.register(
+                "environment",
+                state.plan.name,
+                description=description,
+                contract=signature,
+                trainable=False,
+                metadata={"entrypoint": state.plan.entrypoint},
+            )
+        except RegistryError as exc:
+            log.warning("campaign %s: task not registered as an environment: %s", state.cid, exc)
+
     async def run(self, first: Step) -> list[Outbound]:
         """Carry out ``first`` and every step its effects lead to; the messages to publish."""
         out: list[Outbound] = []

@@ -112,6 +112,9 @@ async def test_a_campaign_beats_its_seed_across_processes(
     best_source = await anyio.Path(summary.best_artifact).read_text()
     assert best_source == workspace.show("best", "best.py")
     assert len([t for t in workspace.tags() if t.startswith("accept/")]) == len(accepted)
+    library = tmp_path / "runs" / ".registry" / "library"
+    assert await anyio.Path(library / "environment" / "pendulum.json").exists()
+    assert await anyio.Path(library / "tool" / "energy.json").exists()
     chain = lineage.lineage(workspace)
     assert chain[0].candidate_id == summary.best_candidate and chain[-1].operator == "seed"
     roles = {a.role for a in summary.agents}
