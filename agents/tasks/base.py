@@ -9,6 +9,7 @@ travels as files; nothing of evobus is importable there.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -104,6 +105,23 @@ class RendersEvidence(Protocol):
 def wants_evidence(params: Mapping[str, int | float | str | bool]) -> bool:
     """Whether an evaluation's task params ask for the behavioral-evidence image."""
     return params.get(EVIDENCE_PARAM) is True
+
+
+def harness_files(
+    harness: str,
+    config: Mapping[str, object],
+    params: Mapping[str, int | float | str | bool],
+    evidence_module: str,
+) -> dict[str, str]:
+    """The sandbox files of a standard harness: ``harness.py``, its ``task.json`` and, when the
+    evaluation asks for evidence, the module that draws it."""
+    files = {HARNESS_FILE: harness}
+    settings = dict(config)
+    if wants_evidence(params):
+        settings["evidence"] = True
+        files[f"{evidence_module}.py"] = package_source(f"{evidence_module}.py")
+    files[CONFIG_FILE] = json.dumps(settings, indent=2) + "\n"
+    return files
 
 
 def evidence_files(task: Task, params: Mapping[str, int | float | str | bool]) -> tuple[str, ...]:

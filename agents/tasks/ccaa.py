@@ -15,20 +15,17 @@ with the seed ``episode_seed``, none of them a validation frequency. ``max_steps
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from agents.tasks.base import (
-    CONFIG_FILE,
     EVIDENCE_FILE,
-    HARNESS_FILE,
     TaskParams,
+    harness_files,
     package_source,
     parse_result_line,
-    wants_evidence,
 )
 from agents.tasks.errors import InvalidInstanceError
 from schemas.artifacts import Artifact
@@ -162,12 +159,7 @@ class CcaaTask:
             "failure_score": self.failure_score,
             "entrypoint": str(params.get("entrypoint", "design")),
         }
-        files = {HARNESS_FILE: package_source("ccaa_harness.py")}
-        if wants_evidence(params):
-            config["evidence"] = True
-            files[f"{EVIDENCE_MODULE}.py"] = package_source(f"{EVIDENCE_MODULE}.py")
-        files[CONFIG_FILE] = json.dumps(config, indent=2) + "\n"
-        return files
+        return harness_files(package_source("ccaa_harness.py"), config, params, EVIDENCE_MODULE)
 
     def parse_output(self, stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
         """Per-frequency scores, feedback naming every term, metrics and band position.

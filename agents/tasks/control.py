@@ -7,18 +7,15 @@ environment; each subclass gives the environment, the words and the seed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 from agents.tasks.base import (
-    CONFIG_FILE,
     EVIDENCE_FILE,
-    HARNESS_FILE,
     TaskParams,
+    harness_files,
     package_source,
     parse_result_line,
-    wants_evidence,
 )
 from agents.tasks.errors import InvalidInstanceError
 from schemas.artifacts import Artifact
@@ -113,12 +110,8 @@ class ControlTask:
             "failure_score": self.failure_score,
             "entrypoint": str(params.get("entrypoint", "policy")),
         }
-        files = {HARNESS_FILE: package_source("gym_harness.py") + launcher(self.env_id)}
-        if wants_evidence(params):
-            config["evidence"] = True
-            files[f"{EVIDENCE_MODULE}.py"] = package_source(f"{EVIDENCE_MODULE}.py")
-        files[CONFIG_FILE] = json.dumps(config, indent=2) + "\n"
-        return files
+        harness = package_source("gym_harness.py") + launcher(self.env_id)
+        return harness_files(harness, config, params, EVIDENCE_MODULE)
 
     def parse_output(self, stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
         """Per-episode scores, feedback, metrics and start classes from the result line.
