@@ -23,11 +23,15 @@ RESERVED_CAMPAIGN_IDS = frozenset({"agent", "control", "registry"})
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Hard limits of a campaign; 0 means unlimited for ``evaluations``."""
+    """Hard limits of a campaign; 0 means unlimited for ``evaluations`` and ``tokens``.
+
+    ``tokens`` counts prompt and completion tokens of every model call the campaign's work made.
+    """
 
     proposals: PositiveInt = 60
     evaluations: NonNegativeInt = 0
     wall_seconds: PositiveFloat = 240.0
+    tokens: NonNegativeInt = 0
 
 
 class CampaignSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -109,10 +113,47 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     allow_unisolated: bool = False
 
 
-class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[llm]``: the model backend. Only the offline engine exists so far."""
+HttpUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]
 
-    provider: Literal["offline"] = "offline"
+
+class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[llm]``: the model backend.
+
+    ``offline`` runs no model at all (the classical evolutionary baseline); ``openai`` sends every
+    role's calls to OpenAI-compatible servers (vLLM, or ``evobus llm-sim``).
+
+    Attributes:
+        base_urls: one or more ``…/v1`` endpoints; calls go to the least-loaded one.
+        api_key_env: the name of the environment variable holding the API key ("" for none);
+            the key itself never appears in a campaign file, a log or a span.
+        actor_model: the model that proposes, extracts skills and writes tools.
+        critic_model: the model that diagnoses (and summarises).
+        critic_vision: whether ``critic_model`` accepts images; the behavioral-evidence PNG is
+            attached when true, described in words otherwise.
+        temperature, max_tokens: sampling settings of every call.
+        samples: completions per proposal call (``n``); the first valid one is used.
+        timeout_seconds: per HTTP request.
+        max_retries: retries on 429, 5xx and connection errors, with exponential backoff.
+        concurrency: requests in flight per endpoint, per agent process.
+        tool_refine_rounds: how often the tool generator asks the model to fix a failing tool
+            (AGS §5.2) before it synthesises a new one or gives up.
+    """
+
+    provider: Literal["offline", "openai"] = "offline"
+    base_urls: Annotated[tuple[HttpUrl, ...], msgspec.Meta(min_length=1)] = (
+        "http://127.0.0.1:8000/v1",
+    )
+    api_key_env: str = ""
+    actor_model: str = "Qwen/Qwen3-8B"
+    critic_model: str = "Qwen/Qwen2.5-VL-7B-Instruct"
+    critic_vision: bool = True
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] = 0.7
+    max_tokens: Annotated[int, msgspec.Meta(ge=16, le=131_072)] = 4096
+    samples: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
+    timeout_seconds: PositiveFloat = 120.0
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
+    tool_refine_rounds: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
 
 
 class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

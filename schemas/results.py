@@ -7,7 +7,8 @@ from typing import Literal
 import msgspec
 
 from schemas.artifacts import Artifact, Operator
-from schemas.tools import ToolRecord
+from schemas.llm import Usage
+from schemas.tools import ToolRecord, ToolRef
 
 # How an evaluation was isolated (infra/sandbox.py): bwrap namespaces, unshare namespaces,
 # or a plain child process when the campaign allowed unisolated evaluation.
@@ -43,6 +44,7 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", ta
     error: str = ""
     duration_seconds: float = 0.0
     evidence: str = ""  # object name of the behavioral-evidence PNG in the EVO_EVIDENCE store
+    usage: Usage = Usage()  # model calls the evaluation made (tasks such as prompt_qa)
 
 
 class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_field="type"):
@@ -56,6 +58,7 @@ class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_
     root_cause: str
     suggested_fix: str
     engine: str = "offline-rules"
+    usage: Usage = Usage()
 
 
 class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_field="type"):
@@ -69,6 +72,8 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_fi
     rationale: str = ""
     engine: str = "offline-ast"
     skills_used: tuple[str, ...] = ()
+    tools: tuple[ToolRef, ...] = ()  # registered tools the child imports (requested by the actor)
+    usage: Usage = Usage()
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", tag_field="type"):
@@ -80,6 +85,7 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", t
     record: ToolRecord | None = None
     error: str = ""
     reused: bool = False
+    usage: Usage = Usage()
 
 
 class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", tag_field="type"):
@@ -89,6 +95,7 @@ class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", t
     campaign: str
     stage: str
     error: str
+    usage: Usage = Usage()  # tokens spent before it failed still count against the budget
 
 
 class SkillExtracted(
@@ -101,6 +108,7 @@ class SkillExtracted(
     name: str = ""
     version: int = 0
     reason: str = ""
+    usage: Usage = Usage()
 
 
 Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed | SkillExtracted

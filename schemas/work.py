@@ -8,6 +8,7 @@ import msgspec
 
 from schemas.artifacts import Candidate, Operator
 from schemas.campaign import SandboxSection
+from schemas.llm import ToolNeed
 from schemas.results import Diagnosis, Evaluation
 from schemas.tools import ToolRef, ToolSpec
 
@@ -76,12 +77,14 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
 
 
 class ToolWork(msgspec.Struct, frozen=True, kw_only=True, tag="tool", tag_field="type"):
-    """Ask the tool generator to validate and register a tool (or find an existing version)."""
+    """Ask the tool generator for a tool: validate and register ``spec`` as given (a task's own
+    tools), or serve ``request`` by search, validation, refinement or synthesis (AGS §5.2)."""
 
     work_id: str
     campaign: str
     pool_version: int
-    spec: ToolSpec
+    spec: ToolSpec | None = None
+    request: ToolNeed | None = None
 
 
 class ExtractWork(msgspec.Struct, frozen=True, kw_only=True, tag="extract", tag_field="type"):

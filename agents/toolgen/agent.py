@@ -11,7 +11,7 @@ from agents.registry.errors import RegistryUnavailable, ResourceNotFound
 from agents.runtime import AgentProcess, WorkBinding
 from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
-from bus.errors import Retry
+from bus.errors import Reject, Retry
 from bus.publisher import Outbound
 from infra.sandbox import run_sandboxed
 from schemas.campaign import SandboxSection
@@ -73,6 +73,8 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
 
     async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         work = expect(item, ToolWork)
+        if work.spec is None:
+            raise Reject("tool requests are not served yet")
         spec = work.spec
         error = await validate(spec, SandboxSection())
         if error:
