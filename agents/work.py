@@ -10,6 +10,7 @@ from bus.consumer import OnDead
 from bus.envelope import MessageContext
 from bus.errors import Reject
 from bus.publisher import Outbound
+from schemas.llm import Usage
 from schemas.results import Result, WorkFailed
 from schemas.work import Work
 
@@ -26,11 +27,23 @@ def result_outbound(result: Result, stage: str) -> Outbound:
     )
 
 
-def work_failed(item: Work, stage: str, error: str) -> Outbound:
-    """A WorkFailed result for ``item``: its requester stops waiting for it."""
-    return result_outbound(
-        WorkFailed(work_id=item.work_id, campaign=item.campaign, stage=stage, error=error), stage
+def work_failed(
+    item: Work, stage: str, error: str, *, usage: Usage | None = None, error_type: str = ""
+) -> Outbound:
+    """A WorkFailed result for ``item``: its requester stops waiting for it.
+
+    ``usage`` is what model calls the failed attempt made (still charged to the budget);
+    ``error_type`` names the typed error (``InvalidModelOutput``, …) when there is one.
+    """
+    failed = WorkFailed(
+        work_id=item.work_id,
+        campaign=item.campaign,
+        stage=stage,
+        error=error,
+        usage=usage or Usage(),
+        error_type=error_type,
     )
+    return result_outbound(failed, stage)
 
 
 def on_dead(stage: str) -> OnDead[Work]:

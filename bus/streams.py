@@ -152,3 +152,12 @@ async def object_store(
         return await js.create_object_store(
             bucket, config=ObjectStoreConfig(storage=StorageType.FILE, ttl=ttl)
         )
+
+
+# Evidence images are kept as long as the work and results streams keep their messages.
+EVIDENCE_TTL_SECONDS = 7 * 24 * 3600.0
+
+
+async def evidence_store(js: JetStreamContext) -> ObjectStore:
+    """The object store of behavioral-evidence PNGs (written by evaluators, read by critics)."""
+    return await object_store(js, subjects.OBJ_EVIDENCE, ttl=EVIDENCE_TTL_SECONDS)

@@ -1,27 +1,119 @@
-"""The critic process: a structured diagnosis of a candidate from its evaluation."""
+"""The critic process: a structured diagnosis of a candidate from its evaluation.
+
+With ``provider = "openai"`` the campaign's critic model diagnoses from the ``critic`` prompt
+(REFLEX appendix A) and, when it sees images (``llm.critic_vision``), the behavioral-evidence PNG
+the evaluator stored; a text-only model gets the evaluation in words instead. Offline, the rules
+of agents/critic/rules.py diagnose. Either way the critic never writes code.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from nats.errors import Error as NatsError
+from nats.js.object_store import ObjectStore
+
 from agents.critic.rules import as_diagnosis, diagnose
+from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
+from agents.registry.client import RegistryClient
 from agents.runtime import AgentProcess, WorkBinding
 from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
 from bus.publisher import Outbound
+from bus.streams import evidence_store
+from infra.llm import LLMError, text_message, user_message
+from schemas.llm import CriticVerdict
+from schemas.results import Diagnosis
 from schemas.work import DiagnoseWork, Work
 
+log = logging.getLogger(__name__)
 
-async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-    """Diagnose with the offline rules (REFLEX's critic never writes code)."""
-    work = expect(item, DiagnoseWork)
-    fields = diagnose(work.evaluation, task=work.task)
-    diagnosis = as_diagnosis(
-        fields, work_id=work.work_id, campaign=work.campaign, candidate_id=work.candidate.id
-    )
-    return [result_outbound(diagnosis, "diagnose")]
+EVIDENCE_ATTACHED = "The attached image visualises the execution of the parent program."
+EVIDENCE_NONE = "No image: the task draws none for this evaluation; rely on the evaluation above."
+EVIDENCE_TEXT_ONLY = (
+    "No image is attached because the critic model reads text only; the evaluation above "
+    "describes the behaviour."
+)
+
+
+class Critic:
+    """The critic's handler, with model access and the evidence image store."""
+
+    def __init__(self, models: ModelAccess, evidence: ObjectStore) -> None:
+        self.models = models
+        self.evidence = evidence
+
+    async def image(self, name: str) -> bytes | None:
+        """The evidence PNG called ``name``; None when it is gone (the diagnosis goes on)."""
+        if not name:
+            return None
+        try:
+            result = await self.evidence.get(name)
+        except NatsError as exc:
+            log.warning("evidence %s not read: %s", name, exc)
+            return None
+        return result.data
+
+    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        work = expect(item, DiagnoseWork)
+        models = await self.models.for_campaign(work.campaign)
+        if models is None:
+            fields = diagnose(work.evaluation, task=work.task)
+            diagnosis = as_diagnosis(
+                fields, work_id=work.work_id, campaign=work.campaign, candidate_id=work.candidate.id
+            )
+            return [result_outbound(diagnosis, "diagnose")]
+        try:
+            diagnosis = await self.with_model(models, work)
+        except LLMError as exc:
+            return [model_failure(work, "diagnose", exc)]
+        return [result_outbound(diagnosis, "diagnose")]
+
+    async def with_model(self, models: CampaignModels, work: DiagnoseWork) -> Diagnosis:
+        """Ask the critic model for a REFLEX diagnosis (one structured call)."""
+        section = models.section
+        prompt = await models.prompts.get("critic")
+        images: list[bytes] = []
+        if not section.critic_vision:
+            note = EVIDENCE_TEXT_ONLY
+        else:
+            png = await self.image(work.evaluation.evidence)
+            images = [png] if png else []
+            note = EVIDENCE_ATTACHED if png else EVIDENCE_NONE
+        artifact = work.candidate.artifact
+        values = task_values(work.task, artifact) | {
+            "parent_code": artifact.source,
+            "fitness_score": f"{work.evaluation.score:.4f}",
+            "evaluation_json": evaluation_json(work.evaluation),
+            "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
+            "evidence_note": note,
+        }
+        system, user = prompt.render(values)
+        out = await models.critic.structured(
+            section.critic_model,
+            [text_message("system", system), user_message(user, images)],
+            CriticVerdict,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+        )
+        verdict = out.values[0]
+        return Diagnosis(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            candidate_id=work.candidate.id,
+            failure_mode=verdict.failure_mode,
+            visual_evidence=verdict.visual_evidence,
+            root_cause=verdict.root_cause,
+            suggested_fix=verdict.suggested_fix,
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            usage=out.usage,
+        )
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``diagnose`` stage."""
-    return [WorkBinding("diagnose", handle, on_dead("diagnose"))]
+    evidence = await evidence_store(proc.js)
+    critic = Critic(ModelAccess(proc, RegistryClient(proc.nc)), evidence)
+    return [WorkBinding("diagnose", critic.handle, on_dead("diagnose"))]

@@ -8,23 +8,33 @@ the image the harness leaves in the sandbox comes back with the run and is store
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import msgspec
 from nats.errors import Error as NatsError
 
+from agents.evaluator.tool_calls import (
+    REPORT_FILE,
+    ToolCallReport,
+    feedback,
+    read_report,
+    tool_files,
+)
+from agents.models import ModelAccess
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
 from agents.runtime import AgentProcess, WorkBinding
-from agents.tasks import Task, TaskError, TaskOutputError, evidence_files, get_task
+from agents.tasks import ModelTask, Task, TaskError, TaskOutputError, evidence_files, get_task
 from agents.work import expect, on_dead, result_outbound
-from bus import subjects
 from bus.envelope import MessageContext
 from bus.errors import Reject, Retry
 from bus.publisher import Outbound
-from bus.streams import object_store
+from bus.streams import evidence_store
 from infra.errors import SandboxUnavailable
+from infra.llm import LLMUnavailable, user_message
 from infra.sandbox import SandboxRun, run_sandboxed
+from schemas.llm import Usage
 from schemas.registry import Resource
 from schemas.results import Evaluation, InstanceScore
 from schemas.tools import ToolRef
@@ -34,17 +44,13 @@ log = logging.getLogger(__name__)
 
 HARNESS = "harness.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-# Evidence images are kept as long as the work and results streams keep their messages.
-EVIDENCE_TTL_SECONDS = 7 * 24 * 3600.0
 
 
 def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> dict[str, str]:
     """The candidate, the task's harness and the ``tools`` package, as sandbox files."""
     files = task.sandbox_files(work.instances, work.task_params)
     files["candidate.py"] = work.candidate.artifact.source
-    files["tools/__init__.py"] = ""
-    for tool in tools:
-        files[f"tools/{tool.name}.py"] = tool.source
+    files.update(tool_files(tools))
     return files
 
 
@@ -80,6 +86,72 @@ def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation
     )
 
 
+def with_tool_calls(evaluation: Evaluation, report: ToolCallReport | None) -> Evaluation:
+    """The evaluation with the candidate's tool calls and failures in its feedback."""
+    text, metrics = feedback(report) if report else ("", {})
+    if not text:
+        return evaluation
+    return msgspec.structs.replace(
+        evaluation,
+        feedback="\n".join(t for t in (evaluation.feedback, text) if t),
+        metrics={**evaluation.metrics, **metrics},
+    )
+
+
+async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork) -> Evaluation:
+    """Evaluate a model-run artifact (a prompt): the task asks the campaign's task model.
+
+    Raises:
+        Reject: the campaign has no model (offline), or the work is not the task's.
+        Retry: the model endpoints did not answer; the whole evaluation is redone later rather
+            than scoring the candidate on an outage.
+    """
+    access = await models.for_campaign(work.campaign)
+    if access is None:
+        raise Reject(f"task {task.name} runs candidates through a model; the campaign is offline")
+    section = access.section
+    model = section.task_model or section.actor_model
+    spent = [Usage()]
+    outage: list[LLMUnavailable] = []
+
+    async def ask(prompt: str) -> str:
+        try:
+            out = await access.actor.chat(
+                model,
+                [user_message(prompt)],
+                max_tokens=section.max_tokens,
+                temperature=0.0,
+            )
+        except LLMUnavailable as exc:
+            outage.append(exc)
+            raise
+        spent[0] = spent[0] + out.usage
+        return out.texts[0] if out.texts else ""
+
+    started = time.monotonic()
+    try:
+        scores = await task.evaluate_with_model(
+            work.candidate.artifact, work.instances, work.task_params, ask
+        )
+    except TaskError as exc:
+        raise Reject(str(exc)) from None
+    if outage:
+        raise Retry(f"model unavailable during the evaluation: {outage[0]}", delay=5.0)
+    errors = [s.error for s in scores if s.error]
+    return Evaluation(
+        work_id=work.work_id,
+        campaign=work.campaign,
+        candidate_id=work.candidate.id,
+        score=sum(s.score for s in scores) / len(scores) if scores else task.failure_score,
+        instances=scores,
+        isolation="model",
+        feedback="\n".join(s.feedback for s in scores if s.feedback),
+        error=errors[0] if errors and len(errors) == len(scores) else "",
+        duration_seconds=round(time.monotonic() - started, 3),
+        usage=spent[0],
+    )
+
+
 def evidence_name(work: EvaluateWork) -> str:
     """The object name of an evaluation's evidence image: ``<campaign>/<candidate>/<work>.png``."""
     return f"{work.campaign}/{work.candidate.id}/{work.work_id}.png"
@@ -98,7 +170,8 @@ def evidence_image(run: SandboxRun, collected: Sequence[str]) -> bytes | None:
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``evaluate`` stage."""
     registry = RegistryClient(proc.nc)
-    evidence_store = await object_store(proc.js, subjects.OBJ_EVIDENCE, ttl=EVIDENCE_TTL_SECONDS)
+    models = ModelAccess(proc, registry)
+    evidence = await evidence_store(proc.js)
     cache: dict[ToolRef, Resource] = {}  # registered versions never change
 
     async def tools_for(refs: Sequence[ToolRef]) -> list[Resource]:
@@ -116,13 +189,17 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             task = get_task(work.task)
         except TaskError as exc:
             raise Reject(str(exc)) from None
+        if isinstance(task, ModelTask):
+            return [result_outbound(await through_model(models, task, work), "evaluate")]
         files = sandbox_files(task, work, await tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
         try:
-            run = await run_sandboxed(files, [HARNESS], work.sandbox, collect=collect)
+            run = await run_sandboxed(
+                files, [HARNESS], work.sandbox, collect=(*collect, REPORT_FILE)
+            )
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
-        evaluation = to_evaluation(task, work, run)
+        evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
         image = evidence_image(run, collect)
         if collect and image is None:
             why = "; ".join(f"{k}: {v}" for k, v in run.files_skipped.items()) or "not a PNG"
@@ -130,7 +207,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         if image is not None:
             name = evidence_name(work)
             try:
-                await evidence_store.put(name, image)
+                await evidence.put(name, image)
             except NatsError as exc:
                 raise Retry(f"evidence image not stored: {exc}", delay=2.0) from None
             evaluation = msgspec.structs.replace(evaluation, evidence=name)

@@ -1,0 +1,108 @@
+"""The values prompts are rendered with: task, artifacts, evaluations, skills and tool contracts.
+
+Long texts are cut with a visible marker, so a prompt stays within a model's context however
+much a harness printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from agents.tasks import TaskError, get_task
+from schemas.artifacts import Artifact
+from schemas.registry import Resource
+from schemas.results import Evaluation
+
+MAX_FEEDBACK_CHARS = 400
+MAX_INSTANCES = 12
+MAX_CONTEXT_CHARS = 4000
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying so."""
+    return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more chars]"
+
+
+def task_values(task_name: str, artifact: Artifact) -> dict[str, object]:
+    """The task's description and signature, the artifact's kind, language and entrypoint."""
+    try:
+        task = get_task(task_name)
+        description, signature = task.description, task.signature
+    except TaskError:
+        description, signature = f"(task {task_name!r} is not installed here)", ""
+    return {
+        "task_name": task_name,
+        "task_description": description,
+        "signature": signature,
+        "artifact_kind": artifact.kind,
+        "language": "python" if artifact.language == "python" else "text",
+        "entrypoint": artifact.entrypoint or "(none: the whole text is the artifact)",
+    }
+
+
+class _InstanceView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    instance: str
+    score: float
+    category: str = ""
+    metrics: dict[str, float] = {}
+    feedback: str = ""
+    error: str = ""
+
+
+class _EvaluationView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    candidate_id: str
+    score: float
+    error: str = ""
+    metrics: dict[str, float] = {}
+    instances: list[_InstanceView] = []
+
+
+def evaluation_json(evaluation: Evaluation) -> str:
+    """An evaluation as indented JSON: the mean, metrics, and up to 12 instances."""
+    view = _EvaluationView(
+        candidate_id=evaluation.candidate_id,
+        score=round(evaluation.score, 4),
+        error=clip(evaluation.error, MAX_FEEDBACK_CHARS),
+        metrics={k: round(v, 4) for k, v in evaluation.metrics.items()},
+        instances=[
+            _InstanceView(
+                instance=s.instance,
+                score=round(s.score, 4),
+                category=s.category,
+                metrics={k: round(v, 4) for k, v in s.metrics.items()},
+                feedback=clip(s.feedback, MAX_FEEDBACK_CHARS),
+                error=clip(s.error, MAX_FEEDBACK_CHARS),
+            )
+            for s in evaluation.instances[:MAX_INSTANCES]
+        ],
+    )
+    return msgspec.json.format(msgspec.json.encode(view), indent=2).decode()
+
+
+def skills_md(skills: Sequence[Resource]) -> str:
+    """Retrieved skills, skills.md style: name, when to use it, the snippet."""
+    if not skills:
+        return "(none retrieved)"
+    parts = []
+    for skill in skills:
+        utility = skill.params.get("utility", 0.0)
+        parts.append(
+            f"### {skill.name} (utility {utility})\nWhen: {skill.description}\n"
+            f"```python\n{skill.source.strip()}\n```"
+        )
+    return "\n\n".join(parts)
+
+
+def tools_md(tools: Sequence[Resource]) -> str:
+    """Registered tools with their contracts, as the actor sees them."""
+    if not tools:
+        return "(no tools registered)"
+    parts = []
+    for tool in tools:
+        contract = tool.contract.strip() or tool.description
+        parts.append(
+            f"### tools.{tool.name} (v{tool.version})\n{tool.description}\n```\n{contract}\n```"
+        )
+    return "\n\n".join(parts)

@@ -1,0 +1,321 @@
+"""The built-in prompt templates: version 1 of every prompt resource (AGP's prompt kind).
+
+Placeholders are ``$name`` (``string.Template``), so JSON braces need no escaping. Each template
+is a user message; ``system`` is the system message. REFLEX's critic and actor prompts
+(reflex.md, appendix A) are the starting point of ``critic`` and ``actor.*``; the summarizer is
+POLCA's c_history (polca.md §3), stale-repair FlashEvolve's reflective repair (flashevolve.md
+§3.2), and the tool prompts AGS's tool generator (autogenesis-agp.md §4.1, §5.2).
+
+Every prompt that shows code puts it under a ``## …`` heading in a fenced block, and names the
+operator and artifact kind on their own lines: a reader (or the simulator's offline answerer)
+can find each part without guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt as registered: its name, what it is for, the system and user templates."""
+
+    name: str
+    description: str
+    system: str
+    user: str
+
+
+_TASK = """## Task
+$task_description
+
+## Entrypoint
+```python
+$signature
+```
+"""
+
+_PARENT = """## Parent program
+```$language
+$parent_code
+```
+
+Fitness score: $fitness_score
+"""
+
+_SKILLS_TOOLS = """## Retrieved skills (from skill memory)
+$skills
+
+## Tools candidates may import
+$tools
+"""
+
+_OUTPUT_ACTOR = """Output STRICTLY one JSON object with the keys:
+- "rationale": one or two sentences on what you changed and why;
+- "code": the complete new $artifact_kind (the whole file, defining `$entrypoint`);
+- "tool_requests": a list (usually empty) of tools you need that are not listed above, each
+  {"name": module name, "need": what it must do, "tests": Python asserts that check it}; the
+  code may then `from tools.<name> import ...`.
+"""
+
+CRITIC = Template(
+    name="critic",
+    description="REFLEX REFLECT: diagnose why a parent scores as it does; never writes code",
+    system=(
+        "You are an expert engineer and visual diagnostician. You analyse how a program behaves "
+        "and explain its failures. You never write code."
+    ),
+    user=_TASK
+    + _PARENT
+    + """
+## Evaluation (per instance)
+```json
+$evaluation_json
+```
+
+## Analysis and recent changes
+$context
+
+## Behavioral evidence
+$evidence_note
+
+Operator: critic
+Task name: $task_name
+Artifact kind: $artifact_kind
+
+Analyse the behavioral evidence and the evaluation. Identify why the program fails to achieve a
+perfect score. Do NOT write any code. Output STRICTLY a JSON object with the keys:
+- "failure_mode": a short (2-4 words) categorisation of the error;
+- "visual_evidence": what specific anomalies the evidence shows;
+- "root_cause": what flaw in the program likely causes this behaviour;
+- "suggested_fix": how the program should be modified to fix it.
+""",
+)
+
+_ACTOR_SYSTEM = (
+    "You are an expert Python programmer specialising in control algorithms, optimisation and "
+    "prompt design. You write complete, executable artifacts."
+)
+
+
+def _actor(name: str, description: str, instruction: str, extra: str = "") -> Template:
+    return Template(
+        name=name,
+        description=description,
+        system=_ACTOR_SYSTEM,
+        user=_TASK
+        + _PARENT
+        + extra
+        + _SKILLS_TOOLS
+        + """
+## Evolution so far
+$context
+
+Operator: $operator
+Intensity: $intensity
+Artifact kind: $artifact_kind
+
+"""
+        + instruction
+        + """
+Change size: intensity $intensity on a 0-1 scale; below 0.3 make small, local edits, above 0.7
+you may restructure.
+
+"""
+        + _OUTPUT_ACTOR,
+    )
+
+
+ACTOR_M_DIAG = _actor(
+    "actor.m_diag",
+    "REFLEX m_diag: repair the parent following the critic's diagnosis and retrieved skills",
+    """Write a new, improved child.
+1. Read the critic's diagnosis carefully to understand the failure mode and the suggested fix.
+2. Review the retrieved skills. If a skill is relevant to the suggested fix, adapt and
+   integrate it.
+3. Write the complete, executable new $artifact_kind.""",
+    extra="""
+## Critic's diagnosis
+```json
+$diagnosis_json
+```
+
+""",
+)
+
+ACTOR_M_TEXT = _actor(
+    "actor.m_text",
+    "REFLEX m_text: a focused textual mutation of the parent without a diagnosis",
+    """Make one focused change to the parent that you expect to raise its score: tune a
+threshold or gain, fix an edge case, or simplify a branch. Keep everything that works.""",
+)
+
+ACTOR_X_DIV = _actor(
+    "actor.x_div",
+    "REFLEX x_div: cross two parents into a child that keeps the strengths of both",
+    """Combine the two parents: keep the structure of the parent program and take from the second
+parent the parts that make it score well. The child must be one coherent $artifact_kind.""",
+    extra="""
+## Second parent program
+```$language
+$co_parent_code
+```
+
+Second parent's fitness score: $co_fitness_score
+
+""",
+)
+
+ACTOR_I1 = _actor(
+    "actor.i1",
+    "REFLEX i1: a fresh start, a different approach to the task than the parent's",
+    """Write a new $artifact_kind from scratch with a different approach than the parent's (the
+parent is shown only so you avoid repeating it).""",
+)
+
+SKILL_EXTRACTOR = Template(
+    name="skill_extractor",
+    description="REFLEX §3.4: distil an improving parent → child change into a reusable skill",
+    system="You distil reusable engineering skills from code changes that worked.",
+    user=_TASK
+    + """
+## Parent program
+```$language
+$parent_code
+```
+
+## Improved child program
+```$language
+$child_code
+```
+
+The child scores $delta better than the parent.
+
+## Critic's diagnosis that led to it
+$diagnosis
+
+Operator: skill_extractor
+Artifact kind: $artifact_kind
+
+Describe the change as a skill another program could reuse. Output STRICTLY one JSON object:
+- "name": a short kebab-case name;
+- "trigger": when to apply it, in words (the failure it fixes);
+- "snippet": the few lines of code that carry the change.
+""",
+)
+
+SUMMARIZER = Template(
+    name="summarizer",
+    description="POLCA c_history: the candidate pool and recent changes as global context",
+    system="You summarise the state of an optimisation run for the engineers who continue it.",
+    user=_TASK
+    + """
+## Pool and recent changes
+$context
+
+Operator: summarizer
+
+Summarise in at most eight sentences what has been tried, what worked, what failed, and what
+looks promising next. Output STRICTLY one JSON object: {"summary": "..."}.
+""",
+)
+
+STALE_REPAIR = Template(
+    name="stale_repair",
+    description="FlashEvolve reflective staleness: patch a stale proposal against the pool diff",
+    system=_ACTOR_SYSTEM,
+    user=_TASK
+    + """
+## Stale proposal (written against pool version $old_version)
+```$language
+$proposal_code
+```
+
+## What changed in the pool since (now version $new_version)
+$pool_changes
+
+Operator: stale_repair
+Artifact kind: $artifact_kind
+
+Patch the proposal so it builds on the current pool: keep its idea, adopt what the new pool
+members do better. If the idea is already covered, return the current best unchanged.
+
+"""
+    + _OUTPUT_ACTOR,
+)
+
+TOOL_GENERATOR = Template(
+    name="tool_generator",
+    description="AGS §5.2: synthesise a new tool module with tests for a stated need",
+    system="You write small, dependable Python tool modules with tests. Standard library only.",
+    user="""## Need
+$need
+
+## Tests it must pass
+```python
+$tests
+```
+
+## Tools already registered
+$tools
+
+Operator: tool_generator
+Tool name: $tool_name
+
+Write the module `tools/$tool_name.py`. Output STRICTLY one JSON object:
+- "name": "$tool_name";
+- "description": one sentence on what it does;
+- "source": the module's code (standard library only, no I/O, no network);
+- "tests": more top-level Python asserts, run after `from tools.$tool_name import *` together
+  with the tests above (which always run as they are).
+""",
+)
+
+TOOL_REFINER = Template(
+    name="tool_refiner",
+    description="AGS §5.2: refine a tool whose tests fail, from the failure",
+    system="You fix small Python tool modules so that their tests pass. Standard library only.",
+    user="""## Need
+$need
+
+## Current module `tools/$tool_name.py`
+```python
+$source
+```
+
+## Tests of the request (fixed: they must pass as they are)
+```python
+$tests
+```
+
+## Your own tests so far
+```python
+$own_tests
+```
+
+## Failure
+$failure
+
+Operator: tool_refiner
+Tool name: $tool_name
+
+Fix the module so that every test passes. Output STRICTLY one JSON object with the keys "name",
+"description", "source" and "tests" (your own additional tests; the request's are always run).
+""",
+)
+
+BUILT_IN: dict[str, Template] = {
+    t.name: t
+    for t in (
+        CRITIC,
+        ACTOR_M_DIAG,
+        ACTOR_M_TEXT,
+        ACTOR_X_DIV,
+        ACTOR_I1,
+        SKILL_EXTRACTOR,
+        SUMMARIZER,
+        STALE_REPAIR,
+        TOOL_GENERATOR,
+        TOOL_REFINER,
+    )
+}
