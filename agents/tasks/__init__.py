@@ -2,6 +2,8 @@
 
 ``get_task`` finds a task by name: the built-ins first, then the ``evobus.tasks`` entry-point
 group, whose entries name a zero-argument callable (a task class will do) returning a ``Task``.
+A task that is also a ``ModelTask`` (``prompt_qa``) is run through the model: callers check
+``isinstance(task, ModelTask)`` before asking for sandbox files.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from agents.tasks.base import (
     EVIDENCE_FILE,
     EVIDENCE_PARAM,
     RESULT_MARKER,
+    Ask,
+    ModelTask,
     RendersEvidence,
     Task,
     TaskParams,
@@ -32,6 +36,7 @@ from agents.tasks.errors import (
 )
 from agents.tasks.lunar_lander import LunarLanderTask
 from agents.tasks.pendulum import PendulumTask
+from agents.tasks.prompt_qa import PromptQaTask
 
 __all__ = [
     "BUILTIN_TASKS",
@@ -39,10 +44,13 @@ __all__ = [
     "EVIDENCE_PARAM",
     "RESULT_MARKER",
     "AcrobotTask",
+    "Ask",
     "CcaaTask",
     "InvalidInstanceError",
     "LunarLanderTask",
+    "ModelTask",
     "PendulumTask",
+    "PromptQaTask",
     "RendersEvidence",
     "Task",
     "TaskError",
@@ -65,6 +73,7 @@ BUILTIN_TASKS: Mapping[str, Callable[[], Task]] = MappingProxyType(
         "ccaa": CcaaTask,
         "lunar_lander": LunarLanderTask,
         "pendulum": PendulumTask,
+        "prompt_qa": PromptQaTask,
     }
 )
 

@@ -5,13 +5,16 @@ artifact and instances, and gives the evaluator the files of a sandboxed run: ``
 which imports the candidate, runs it on every instance, and prints one result line, and the
 parser of that line. The harness runs untrusted code in its own process, so everything it needs
 travels as files; nothing of evobus is importable there.
+
+A ``ModelTask`` (``prompt_qa``) evolves artifacts that a model runs, not Python: the evaluator
+asks the model through an ``Ask`` and the task scores the answers; its sandbox methods refuse.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
 from typing import Literal, Protocol, runtime_checkable
 
@@ -34,6 +37,8 @@ EVIDENCE_FILE = "evidence.png"
 EVIDENCE_PARAM = "evidence"
 
 TaskParams = dict[str, int | float | str | bool]
+# One model call of a model-run evaluation: the rendered prompt in, the model's answer text out.
+Ask = Callable[[str], Awaitable[str]]
 
 
 @runtime_checkable
@@ -86,6 +91,32 @@ class Task(Protocol):
 
     def tools(self) -> tuple[ToolSpec, ...]:
         """Helper tools shipped with the task, importable as ``tools.<name>`` by candidates."""
+        ...
+
+
+@runtime_checkable
+class ModelTask(Task, Protocol):
+    """A task whose artifacts are run through the campaign's model instead of the sandbox.
+
+    It is a ``Task`` for everything but the run: ``sandbox_files`` and ``parse_output`` raise
+    ``TaskError``, and the evaluator calls ``evaluate_with_model`` instead.
+    """
+
+    async def evaluate_with_model(
+        self,
+        artifact: Artifact,
+        instances: Sequence[str],
+        params: Mapping[str, int | float | str | bool],
+        ask: Ask,
+    ) -> tuple[InstanceScore, ...]:
+        """Run ``artifact`` on each instance through ``ask``; scores in the order of ``instances``.
+
+        A model call that fails costs its instance the failure score (with ``error`` set), not
+        the evaluation.
+
+        Raises:
+            TaskError: ``params`` lack what the task needs, or an instance is not the task's.
+        """
         ...
 
 
