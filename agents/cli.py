@@ -78,6 +78,27 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument(
         "--until-finished", action="store_true", help="exit after the campaign_finished event"
     )
+    llm_sim = sub.add_parser(
+        "llm-sim", help="serve an OpenAI-compatible vLLM SIMULATOR (not a language model)"
+    )
+    llm_sim.add_argument("--port", type=int, required=True, help="port to listen on (0: free)")
+    llm_sim.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    llm_sim.add_argument("--profile", default="qwen3-8b-h100", help="deployment profile")
+    llm_sim.add_argument("--script", type=Path, help="JSON list of scripted answer rules")
+    llm_sim.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiplies simulated durations"
+    )
+    llm_sim.add_argument(
+        "--error-rate", type=float, default=0.0, help="fraction of requests answered 500/429"
+    )
+    llm_sim.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    llm_sim.add_argument(
+        "--served-model-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model name to serve instead of the profile's (repeatable)",
+    )
     for name, text in (
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
@@ -187,6 +208,31 @@ async def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _llm_sim(args: argparse.Namespace) -> int:
+    import signal
+
+    from infra.llm_sim.script import load_rules
+    from infra.llm_sim.server import serve_sim
+
+    rules = load_rules(args.script) if args.script else []
+    async with serve_sim(
+        profile=args.profile,
+        host=args.host,
+        port=args.port,
+        rules=rules,
+        time_scale=args.time_scale,
+        error_rate=args.error_rate,
+        seed=args.seed,
+        models=args.served_model_name,
+    ) as sim:
+        print(sim.banner, flush=True)
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for received in signals:
+                print(f"evobus llm-sim: {signal.Signals(received).name}, stopping", flush=True)
+                break
+    return 0
+
+
 async def _workspace_command(args: argparse.Namespace) -> int:
     from agents import lineage
 
@@ -226,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": _run,
         "agent": _agent,
         "events": _events,
+        "llm-sim": _llm_sim,
         "best": _workspace_command,
         "lineage": _workspace_command,
         "rollback": _workspace_command,

@@ -7,6 +7,7 @@ everything cleanly when the campaign finishes.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import httpx
 import msgspec
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -27,7 +29,7 @@ from agents.events_view import describe, event_stream, score
 from agents.orchestrator.agent import campaign_dir, write_summary
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
-from agents.tasks import TaskError, get_task
+from agents.tasks import ModelTask, TaskError, get_task
 from bus import subjects
 from bus.connection import connect
 from bus.streams import ensure_streams, key_value
@@ -37,6 +39,7 @@ from schemas.campaign import (
     CampaignRecord,
     CampaignSpec,
     CampaignSummary,
+    LLMSection,
     load_campaign,
     validate_campaign_id,
 )
@@ -71,6 +74,13 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
         task = get_task(spec.campaign.task)
     except TaskError as exc:
         raise CampaignConfigError(str(campaign_file), "campaign.task", str(exc)) from None
+    if isinstance(task, ModelTask) and spec.llm.provider == "offline":
+        raise CampaignConfigError(
+            str(campaign_file),
+            "llm.provider",
+            f'task {task.name} runs its candidates through a model: set provider = "openai"',
+        )
+    task.task_params(spec.task)  # a task's own settings (a dataset, …) fail here, by key
     if not spec.campaign.seed_artifact:
         return task.seed_artifact().source
     path = campaign_file.parent / spec.campaign.seed_artifact
@@ -200,6 +210,47 @@ class Progress:
                 pass
 
 
+async def probe_models(
+    llm: LLMSection, echo: Callable[[str], None], *, path: str = "<campaign>"
+) -> None:
+    """Check that every endpoint of an ``openai`` campaign answers ``/models``, and say what
+    serves there — the simulator is named as one.
+
+    Raises:
+        CampaignConfigError: an endpoint does not answer (naming its key), or the API key
+            variable the campaign names is not set.
+    """
+    if llm.provider == "offline":
+        return
+    headers = {}
+    if llm.api_key_env:
+        key = os.environ.get(llm.api_key_env)
+        if not key:
+            raise CampaignConfigError(
+                path, "llm.api_key_env", f"environment variable {llm.api_key_env} is unset"
+            )
+        headers["Authorization"] = f"Bearer {key}"
+    endpoints = [("llm.base_urls", u) for u in llm.base_urls]
+    endpoints += [("llm.critic_base_urls", u) for u in llm.critic_base_urls]
+    async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+        for i, (key_name, url) in enumerate(endpoints):
+            index = i if key_name == "llm.base_urls" else i - len(llm.base_urls)
+            try:
+                reply = await http.get(f"{url.rstrip('/')}/models")
+                reply.raise_for_status()
+                served = [m.get("id", "?") for m in reply.json().get("data", [])]
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                raise CampaignConfigError(
+                    path,
+                    f"{key_name}[{index}]",
+                    f"{url} does not answer /models ({type(exc).__name__}: {exc}); start vLLM "
+                    "or `evobus llm-sim --port 8000` there",
+                ) from None
+            simulated = reply.headers.get("x-evobus-simulator", "").lower() == "true"
+            what = "evobus llm-sim — a SIMULATOR, not a language model" if simulated else "models"
+            echo(f"evobus: {url}: {what}: {', '.join(served) or 'none listed'}")
+
+
 async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print) -> CampaignSummary:
     """Run a campaign file to the end; return its summary.
 
@@ -210,6 +261,7 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     """
     spec = load_campaign(options.campaign_file)
     seed = seed_source(spec, options.campaign_file)
+    await probe_models(spec.llm, echo, path=str(options.campaign_file))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)

@@ -53,12 +53,19 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     seeds ``episode_seed, episode_seed + 1, …``. ``train_instances`` more, disjoint from those,
     form the train split that minibatches are sampled from (POLCA §3); 0 trains on the
     validation instances themselves.
+
+    Only ``prompt_qa`` reads ``dataset`` and ``metric``: ``dataset`` is its JSONL question set,
+    a path relative to the campaign file (``load_campaign`` makes it absolute); ``metric`` is
+    ``exact`` (the normalised answer equals the normalised reply) or ``substring`` (the
+    normalised answer appears in the normalised reply, as whole words).
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
     episode_seed: NonNegativeInt = 0
     max_steps: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
     train_instances: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    dataset: str = ""
+    metric: Literal["exact", "substring"] = "exact"
 
 
 class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,12 +131,16 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     Attributes:
         base_urls: one or more ``…/v1`` endpoints; calls go to the least-loaded one.
+        critic_base_urls: the critic's own endpoints (a vision model on its own server); empty
+            means ``base_urls``.
         api_key_env: the name of the environment variable holding the API key ("" for none);
             the key itself never appears in a campaign file, a log or a span.
         actor_model: the model that proposes, extracts skills and writes tools.
         critic_model: the model that diagnoses (and summarises).
         critic_vision: whether ``critic_model`` accepts images; the behavioral-evidence PNG is
             attached when true, described in words otherwise.
+        task_model: the model that runs candidates of model-run tasks (``prompt_qa``); empty
+            means ``actor_model``.
         temperature, max_tokens: sampling settings of every call.
         samples: completions per proposal call (``n``); the first valid one is used.
         timeout_seconds: per HTTP request.
@@ -143,10 +154,12 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     base_urls: Annotated[tuple[HttpUrl, ...], msgspec.Meta(min_length=1)] = (
         "http://127.0.0.1:8000/v1",
     )
+    critic_base_urls: tuple[HttpUrl, ...] = ()
     api_key_env: str = ""
     actor_model: str = "Qwen/Qwen3-8B"
     critic_model: str = "Qwen/Qwen2.5-VL-7B-Instruct"
     critic_vision: bool = True
+    task_model: str = ""
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] = 0.7
     max_tokens: Annotated[int, msgspec.Meta(ge=16, le=131_072)] = 4096
     samples: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
@@ -197,6 +210,8 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     wall_seconds: float
     engine: str
     agents: tuple[AgentWork, ...] = ()
+    tokens: int = 0  # prompt + completion tokens of every model call
+    model_calls: int = 0
 
 
 def _key_of(message: str) -> tuple[str, str]:
@@ -250,6 +265,10 @@ def parse_campaign(data: bytes | str, *, path: str = "<campaign>") -> CampaignSp
 def load_campaign(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign file.
 
+    ``task.dataset``, like ``campaign.seed_artifact``, is written relative to the campaign file;
+    the returned spec holds it as an absolute path, so that what reads it later (the
+    orchestrator, from the submitted spec) needs no campaign file.
+
     Raises:
         CampaignConfigError: the file is missing, unreadable or has a bad key or value.
     """
@@ -258,7 +277,12 @@ def load_campaign(path: str | Path) -> CampaignSpec:
         data = p.read_bytes()
     except OSError as exc:
         raise CampaignConfigError(str(p), "", f"cannot read: {exc.strerror}") from None
-    return parse_campaign(data, path=str(p))
+    spec = parse_campaign(data, path=str(p))
+    if not spec.task.dataset:
+        return spec
+    dataset = str((p.parent / spec.task.dataset).resolve())
+    task = msgspec.structs.replace(spec.task, dataset=dataset)
+    return msgspec.structs.replace(spec, task=task)
 
 
 def validate_campaign_id(cid: str) -> str:

@@ -150,6 +150,7 @@ class WorkAbandoned(msgspec.Struct, frozen=True, kw_only=True, tag="work_abandon
     work_id: str
     stage: str
     error: str
+    error_type: str = ""  # e.g. "InvalidModelOutput" when a model's answer could not be used
 
 
 class DeadLettered(msgspec.Struct, frozen=True, kw_only=True, tag="dead_lettered"):

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import msgspec
 
+# What every answer of ``evobus llm-sim`` is marked with, wherever it ends up.
+SIMULATOR_NOTE = "evobus llm-sim: a simulator, not a language model"
+
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
     """Tokens a piece of work spent on model calls (charged to the campaign's token budget)."""

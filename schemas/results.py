@@ -11,8 +11,9 @@ from schemas.llm import Usage
 from schemas.tools import ToolRecord, ToolRef
 
 # How an evaluation was isolated (infra/sandbox.py): bwrap namespaces, unshare namespaces,
-# or a plain child process when the campaign allowed unisolated evaluation.
-Isolation = Literal["bwrap", "unshare", "none"]
+# or a plain child process when the campaign allowed unisolated evaluation; "model" when no
+# candidate code ran because the artifact (a prompt) was run through the campaign's model.
+Isolation = Literal["bwrap", "unshare", "none", "model"]
 
 
 class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +97,7 @@ class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", t
     stage: str
     error: str
     usage: Usage = Usage()  # tokens spent before it failed still count against the budget
+    error_type: str = ""  # the typed error, e.g. "InvalidModelOutput", when there is one
 
 
 class SkillExtracted(

@@ -1,26 +1,48 @@
-"""The actor process: proposals (with retrieved skills) and skill extraction, offline engine."""
+"""The actor process: proposals (with retrieved skills and tools) and skill extraction.
+
+With ``provider = "openai"`` the campaign's actor model writes the child from the prompt of its
+operator (``actor.m_diag``, ``actor.m_text``, ``actor.x_div``, ``actor.i1``; REFLEX appendix A)
+with the diagnosis, the retrieved skills, the registered tools' contracts and the evolution
+history; tools it asks for are requested from the tool generator before the proposal is
+published. Offline, the classical engine mutates the parent (programs: agents/actor/mutation.py,
+prompts: agents/actor/prompt_mutation.py).
+"""
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
 from collections.abc import Sequence
 
 import msgspec
 
 from agents.actor.errors import ProposalError
-from agents.actor.mutation import propose
+from agents.actor.mutation import Offspring, propose
+from agents.actor.prompt_mutation import propose_prompt
 from agents.actor.skills import apply_skills
-from agents.evolution.skills import skill_from_diff
+from agents.actor.tool_requests import request_tools
+from agents.evolution.skills import skill_from_diff, skill_slug
+from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from agents.prompts.context import MAX_CONTEXT_CHARS, clip, skills_md, task_values, tools_md
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryError
 from agents.runtime import AgentProcess, WorkBinding
 from agents.work import expect, on_dead, result_outbound, work_failed
 from bus.envelope import MessageContext
 from bus.publisher import Outbound
+from infra.llm import InvalidModelOutput, LLMError, text_message, user_message
+from schemas.artifacts import Artifact
+from schemas.llm import ActorDraft, SkillDraft, Usage
+from schemas.registry import Resource
 from schemas.results import Diagnosis, Proposal, SkillExtracted
+from schemas.tools import ToolRef
 from schemas.work import ExtractWork, ProposeWork, Work
 
 log = logging.getLogger(__name__)
+
+TOOLS_SHOWN = 5
+_FENCE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
 
 def skill_query(diagnosis: Diagnosis) -> str:
@@ -28,13 +50,50 @@ def skill_query(diagnosis: Diagnosis) -> str:
     return f"{diagnosis.failure_mode} {diagnosis.root_cause} {diagnosis.suggested_fix}"
 
 
+def unfenced(code: str) -> str:
+    """A model's code without the Markdown fence it may have wrapped it in."""
+    match = _FENCE.match(code)
+    return match.group(1) if match else code
+
+
+def child_problem(parent: Artifact, code: str) -> str:
+    """Why ``code`` cannot be the child of ``parent`` ("" when it can)."""
+    if not code.strip():
+        return "the code is empty"
+    if parent.kind != "program" or parent.language != "python":
+        return ""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return f"the code does not parse: {exc.msg} (line {exc.lineno})"
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    if parent.entrypoint and parent.entrypoint not in defined:
+        return f"the code defines no top-level function {parent.entrypoint!r}"
+    return ""
+
+
+def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
+    """The offline engine's child: prompt artifacts and programs have their own engines."""
+    engine = propose_prompt if parent.kind == "prompt" else propose
+    return engine(
+        parent,
+        operator=work.operator,
+        rng_seed=work.rng_seed,
+        co_parent=work.co_parent.artifact if work.co_parent else None,
+        diagnosis=work.diagnosis,
+        intensity=work.intensity,
+    )
+
+
 class Actor:
-    """The actor's handlers, with the registry they retrieve skills from and register them in."""
+    """The actor's handlers, with the registry (skills, tools) and the campaigns' models."""
 
-    def __init__(self, registry: RegistryClient) -> None:
+    def __init__(self, proc: AgentProcess, registry: RegistryClient, models: ModelAccess) -> None:
+        self.proc = proc
         self.registry = registry
+        self.models = models
 
-    async def retrieve(self, work: ProposeWork) -> list[tuple[str, str]]:
+    async def retrieve(self, work: ProposeWork) -> list[Resource]:
         """Top-K skills for the diagnosis; none when there is no diagnosis or no registry."""
         if not work.skills or work.diagnosis is None:
             return []
@@ -43,25 +102,33 @@ class Actor:
         except RegistryError as exc:
             log.warning("skills not retrieved: %s", exc)
             return []
-        return [(skill.name, skill.source) for skill, _ in hits]
+        return [skill for skill, _ in hits]
+
+    async def tools(self, query: str) -> list[Resource]:
+        """Registered tools relevant to ``query``, with their contracts."""
+        try:
+            hits = await self.registry.search("tool", query, TOOLS_SHOWN)
+        except RegistryError as exc:
+            log.warning("tools not retrieved: %s", exc)
+            return []
+        return [tool for tool, _ in hits]
 
     async def propose(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-        """Propose a child; a parent the engine cannot edit is a typed failure, not a crash."""
+        """Propose a child; an unusable parent or answer is a typed failure, not a crash."""
         work = expect(item, ProposeWork)
+        skills = await self.retrieve(work)
+        models = await self.models.for_campaign(work.campaign)
+        if models is not None:
+            try:
+                return [result_outbound(await self.with_model(models, work, skills), "propose")]
+            except LLMError as exc:
+                return [model_failure(work, "propose", exc)]
         parent = work.parent.artifact
-        source, used = apply_skills(parent.source, await self.retrieve(work))
+        source, used = apply_skills(parent.source, [(s.name, s.source) for s in skills])
         try:
-            child = propose(
-                msgspec.structs.replace(parent, source=source),
-                operator=work.operator,
-                rng_seed=work.rng_seed,
-                co_parent=work.co_parent.artifact if work.co_parent else None,
-                diagnosis=work.diagnosis,
-                intensity=work.intensity,
-            )
+            child = offline_child(work, msgspec.structs.replace(parent, source=source))
         except ProposalError as exc:
             return [work_failed(work, "propose", f"offline engine: {exc}")]
-        parents = (work.parent.id,) + ((work.co_parent.id,) if work.co_parent else ())
         rationale = child.rationale
         if used:
             rationale = f"applied skills {', '.join(used)}; {rationale}"
@@ -69,7 +136,7 @@ class Actor:
             work_id=work.work_id,
             campaign=work.campaign,
             operator=work.operator,
-            parent_ids=parents,
+            parent_ids=parent_ids(work),
             artifact=child.artifact,
             rationale=rationale,
             engine=child.engine,
@@ -77,35 +144,203 @@ class Actor:
         )
         return [result_outbound(proposal, "propose")]
 
+    async def with_model(
+        self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
+    ) -> Proposal:
+        """The actor model's child: one structured call with ``samples`` choices, the first
+        usable one taken; one repair round when none is usable.
+
+        Raises:
+            LLMError: the model did not answer, or never gave a usable child.
+        """
+        section = models.section
+        prompt = await models.prompts.get(f"actor.{work.operator}")
+        parent = work.parent.artifact
+        query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
+        co = work.co_parent
+        values = task_values(work.task, parent) | {
+            "parent_code": parent.source,
+            "fitness_score": f"{work.parent_evaluation.score:.4f}",
+            "diagnosis_json": msgspec.json.format(
+                msgspec.json.encode(work.diagnosis), indent=2
+            ).decode()
+            if work.diagnosis
+            else "{}",
+            "co_parent_code": co.artifact.source if co else "",
+            "co_fitness_score": "",
+            "skills": skills_md(skills),
+            "tools": tools_md(shown := await self.tools(query)),
+            "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
+            "operator": work.operator,
+            "intensity": f"{work.intensity:.2f}",
+        }
+        system, user = prompt.render(values)
+        messages = [text_message("system", system), user_message(user)]
+        out = await models.actor.structured(
+            section.actor_model,
+            messages,
+            ActorDraft,
+            n=section.samples,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+        )
+        usage = out.usage
+        draft, problem = _first_usable(parent, out.values)
+        if draft is None:
+            # One repair round for code that is valid JSON but not a usable child.
+            bad = out.values[0]
+            messages += [
+                text_message("assistant", msgspec.json.encode(bad).decode()),
+                user_message(
+                    f"That child is not usable: {problem}. Answer again with the same JSON keys "
+                    f"and a complete, valid {parent.kind}."
+                ),
+            ]
+            again = await models.actor.structured(
+                section.actor_model,
+                messages,
+                ActorDraft,
+                max_tokens=section.max_tokens,
+                temperature=section.temperature,
+            )
+            usage = usage + again.usage
+            draft, problem = _first_usable(parent, again.values)
+            if draft is None:
+                raise InvalidModelOutput("ActorDraft", f"no usable child: {problem}", "", usage)
+        timeout = section.timeout_seconds * (section.tool_refine_rounds + 2)
+        tools = await request_tools(
+            self.proc.js, self.proc.publisher, work, draft.tool_requests, wait_seconds=timeout
+        )
+        code = unfenced(draft.code)
+        requested = {ref.name for ref in tools.refs}
+        imported = imported_tools(code)
+        tools.refs += [
+            ToolRef(name=t.name, version=t.version)
+            for t in shown
+            if t.name in imported and t.name not in requested
+        ]
+        rationale = draft.rationale.strip()
+        if tools.notes:
+            rationale += f" [{'; '.join(tools.notes)}]"
+        return Proposal(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            operator=work.operator,
+            parent_ids=parent_ids(work),
+            artifact=msgspec.structs.replace(parent, source=code),
+            rationale=rationale,
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            skills_used=tuple(s.name for s in skills),
+            tools=tuple(tools.refs),
+            usage=usage + tools.usage,
+        )
+
     async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         """Turn an improving parent → child change into a registered skill (REFLEX §3.4)."""
         work = expect(item, ExtractWork)
         trigger = skill_query(work.diagnosis) if work.diagnosis else ""
-        draft = skill_from_diff(
-            work.parent.artifact.source, work.child.artifact.source, trigger=trigger
-        )
-        if draft is None:
+        models = await self.models.for_campaign(work.campaign)
+        usage = Usage()
+        if models is None:
+            draft = skill_from_diff(
+                work.parent.artifact.source, work.child.artifact.source, trigger=trigger
+            )
+            found = (draft.name, draft.trigger, draft.snippet, draft.origin) if draft else None
+        else:
+            try:
+                answer, usage = await self.extract_with_model(models, work)
+            except LLMError as exc:
+                return [model_failure(work, "extract", exc)]
+            name = skill_slug(answer.name or answer.trigger)
+            found = (name, answer.trigger, answer.snippet, "model") if answer.snippet else None
+        if found is None:
             result = SkillExtracted(
-                work_id=work.work_id, campaign=work.campaign, reason="no meaningful change"
+                work_id=work.work_id,
+                campaign=work.campaign,
+                reason="no meaningful change",
+                usage=usage,
             )
             return [result_outbound(result, "extract")]
+        name, trigger, snippet, origin = found
         skill = await self.registry.register(
             "skill",
-            draft.name,
-            description=draft.trigger,
-            source=draft.snippet,
+            name,
+            description=trigger,
+            source=snippet,
             params={"utility": 0.0, "uses": 0},
-            metadata={"origin": draft.origin, "campaign": work.campaign, "from": work.child.id},
+            metadata={"origin": origin, "campaign": work.campaign, "from": work.child.id},
         )
         result = SkillExtracted(
-            work_id=work.work_id, campaign=work.campaign, name=skill.name, version=skill.version
+            work_id=work.work_id,
+            campaign=work.campaign,
+            name=skill.name,
+            version=skill.version,
+            usage=usage,
         )
         return [result_outbound(result, "extract")]
+
+    async def extract_with_model(
+        self, models: CampaignModels, work: ExtractWork
+    ) -> tuple[SkillDraft, Usage]:
+        """The actor model's skill for an improving change (the ``skill_extractor`` prompt)."""
+        section = models.section
+        prompt = await models.prompts.get("skill_extractor")
+        values = task_values(work.task, work.parent.artifact) | {
+            "parent_code": work.parent.artifact.source,
+            "child_code": work.child.artifact.source,
+            "delta": f"{work.delta:.4f}",
+            "diagnosis": skill_query(work.diagnosis) if work.diagnosis else "(none)",
+        }
+        system, user = prompt.render(values)
+        out = await models.actor.structured(
+            section.actor_model,
+            [text_message("system", system), user_message(user)],
+            SkillDraft,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+        )
+        return out.values[0], out.usage
+
+
+def imported_tools(code: str) -> set[str]:
+    """The ``tools.<name>`` modules a program imports (none when it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "tools" and len(parts) > 1:
+                names.add(parts[1])
+            elif node.module == "tools":
+                names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "tools" and len(parts) > 1:
+                    names.add(parts[1])
+    return names
+
+
+def parent_ids(work: ProposeWork) -> tuple[str, ...]:
+    return (work.parent.id,) + ((work.co_parent.id,) if work.co_parent else ())
+
+
+def _first_usable(parent: Artifact, drafts: Sequence[ActorDraft]) -> tuple[ActorDraft | None, str]:
+    problem = "no answer"
+    for draft in drafts:
+        problem = child_problem(parent, unfenced(draft.code))
+        if not problem:
+            return draft, ""
+    return None, problem
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``propose`` and ``extract`` stages."""
-    actor = Actor(RegistryClient(proc.nc))
+    registry = RegistryClient(proc.nc)
+    actor = Actor(proc, registry, ModelAccess(proc, registry))
     return [
         WorkBinding("propose", actor.propose, on_dead("propose")),
         WorkBinding("extract", actor.extract, on_dead("extract")),

@@ -74,7 +74,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             tools=task.tools(),
             failure_score=task.failure_score,
             best_possible=getattr(task, "best_possible", None),
-            entrypoint=task.seed_artifact().entrypoint,
+            seed=task.seed_artifact(),
         )
         state = CampaignState(
             record,

@@ -53,6 +53,7 @@ from schemas.events import (
     ToolRegistered,
     WorkAbandoned,
 )
+from schemas.llm import SIMULATOR_NOTE, Usage
 from schemas.registry import Rejection
 from schemas.results import (
     Diagnosis,
@@ -78,6 +79,14 @@ SEED_PATTERN_MIN_SHARE = 0.5
 ANALYSIS_WINDOW = 20
 
 
+_PROGRAM = Artifact(source="")
+
+
+def _simulated(engine: str) -> str:
+    """The simulator's note, kept when an engine string is shortened."""
+    return f" ({SIMULATOR_NOTE})" if SIMULATOR_NOTE in engine else ""
+
+
 @dataclass(frozen=True)
 class TaskPlan:
     """What the orchestrator needs of the task, resolved once at start."""
@@ -89,7 +98,11 @@ class TaskPlan:
     tools: tuple[ToolSpec, ...]
     failure_score: float
     best_possible: float | None = None
-    entrypoint: str = "policy"
+    seed: Artifact = _PROGRAM  # the task's seed: its kind, language and entrypoint
+
+    @property
+    def entrypoint(self) -> str:
+        return self.seed.entrypoint
 
 
 @dataclass
@@ -195,6 +208,9 @@ class CampaignState:
         self.accepted = 0
         self.filtered = 0
         self.tools: dict[str, ToolRef] = {}
+        self.candidate_tools: dict[str, tuple[ToolRef, ...]] = {}  # tools a child asked for
+        self.usage = Usage()  # model calls of every applied result (the token budget)
+        self.engines: set[str] = set()  # what made the diagnoses and proposals
         self.pending: dict[str, Pending] = {}
         self.admitting: dict[str, Chain] = {}
         self.work_by_agent: dict[str, tuple[AgentRef, int]] = {}
@@ -241,10 +257,28 @@ class CampaignState:
                 candidate=candidate,
                 instances=instances,
                 task_params=params,
-                tools=tuple(self.tools.values()),
+                tools=self._tools_of(candidate.id),
                 sandbox=self.spec.sandbox,
             ),
             pending,
+        )
+
+    def _tools_of(self, candidate_id: str) -> tuple[ToolRef, ...]:
+        """The task's tools and those the candidate's proposal asked for (newest version)."""
+        tools = dict(self.tools)
+        tools.update((ref.name, ref) for ref in self.candidate_tools.get(candidate_id, ()))
+        return tuple(tools.values())
+
+    @property
+    def engine(self) -> str:
+        """What proposes and diagnoses: the offline engine, or the models (and what the results
+        said made them — the simulator says it is one)."""
+        llm = self.spec.llm
+        if llm.provider == "offline":
+            return ENGINE
+        said = "; ".join(sorted(self.engines)) or "no model answer yet"
+        return (
+            f"openai-compatible models (actor {llm.actor_model}, critic {llm.critic_model}): {said}"
         )
 
     # -- start -----------------------------------------------------------------------------
@@ -258,7 +292,7 @@ class CampaignState:
                 campaign=self.cid,
                 at=now,
                 task=self.plan.name,
-                engine=ENGINE,
+                engine=self.engine,
                 budget_proposals=budget.proposals,
                 budget_wall_seconds=budget.wall_seconds,
             ),
@@ -275,7 +309,7 @@ class CampaignState:
         self.phase = "seed"
         seed = Candidate(
             id=SEED_ID,
-            artifact=Artifact(source=self.record.seed_source, entrypoint=self.plan.entrypoint),
+            artifact=msgspec.structs.replace(self.plan.seed, source=self.record.seed_source),
         )
         self.candidates[seed.id] = seed
         self.pool.add(seed.id)
@@ -297,6 +331,9 @@ class CampaignState:
         if pending is None or self.phase == "finished":
             return step
         self.results_applied += 1
+        self.usage = self.usage + result.usage
+        if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
+            self.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
         if sender is not None:
             _, count = self.work_by_agent.get(sender.agent_id, (sender, 0))
             self.work_by_agent[sender.agent_id] = (sender, count + 1)
@@ -331,8 +368,17 @@ class CampaignState:
                     )
             case _:
                 self._finish(step, now, "failed", f"unexpected {type(result).__name__} result")
+        self._check_tokens(step, now)
         self._refill(step, now)
         return step
+
+    def _check_tokens(self, step: Step, now: float) -> None:
+        """The token budget is a hard stop: what is in flight is dropped (the shell purges the
+        campaign's queued work when it finishes)."""
+        limit = self.spec.campaign.budget.tokens
+        if self.phase != "finished" and limit > 0 and self.usage.total_tokens >= limit:
+            status: Status = "completed" if self.best_id else "failed"
+            self._finish(step, now, status, "token budget spent")
 
     def _on_tool(self, step: Step, result: ToolResult, now: float) -> None:
         if result.record is None:
@@ -362,6 +408,7 @@ class CampaignState:
                 work_id=result.work_id,
                 stage=result.stage,
                 error=result.error,
+                error_type=result.error_type,
             ),
         )
         if chain is not None:
@@ -565,6 +612,8 @@ class CampaignState:
         chain.candidate_id = candidate.id
         chain.rationale = proposal.rationale
         chain.skills_used = proposal.skills_used
+        if proposal.tools:
+            self.candidate_tools[candidate.id] = proposal.tools
         self.candidates[candidate.id] = candidate
         self._event(
             step,
@@ -850,7 +899,7 @@ class CampaignState:
         return render_plan(
             campaign=self.cid,
             spec=self.spec,
-            engine=ENGINE,
+            engine=self.engine,
             best_id=self.best_id,
             best_score=self.best_score,
             proposals=self.proposals,
@@ -895,6 +944,8 @@ class CampaignState:
             evaluations=self.evaluations,
             accepted=self.accepted,
             wall_seconds=round(now - self.started_at, 3),
-            engine=ENGINE,
+            engine=self.engine,
             agents=agents,
+            tokens=self.usage.total_tokens,
+            model_calls=self.usage.calls,
         )

@@ -1,26 +1,44 @@
-"""The tool-generator process: validate a tool's tests in the sandbox, then register it."""
+"""The tool-generator process: tools validated in the sandbox, registered with their contracts.
+
+Two kinds of ``tool`` work. A task's own tool (``ToolWork.spec``) is validated against its tests
+and registered as given. A tool request (``ToolWork.request``, from the actor) follows AGS's tool
+generator (autogenesis-agp.md §4.1, §5.2): the registry's tool of that name, else the best
+semantic-search match, is validated against the request's tests; a failing one is refined
+through the model at most ``llm.tool_refine_rounds`` times; with nothing found a new tool is
+synthesised from the request, with tests, and refined the same way. Only a version whose tests
+pass in the sandbox is registered; anything else is refused with the last failure.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import keyword
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
+from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from agents.prompts.context import tools_md
 from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryUnavailable, ResourceNotFound
+from agents.registry.errors import RegistryError, RegistryUnavailable, ResourceNotFound
 from agents.runtime import AgentProcess, WorkBinding
 from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
-from bus.errors import Reject, Retry
+from bus.errors import Retry
 from bus.publisher import Outbound
+from infra.llm import LLMError, text_message, user_message
 from infra.sandbox import run_sandboxed
 from schemas.campaign import SandboxSection
+from schemas.llm import ToolDraft, ToolNeed, Usage
 from schemas.registry import Resource
 from schemas.results import ToolResult
 from schemas.tools import ToolRecord, ToolSpec
 from schemas.work import ToolWork, Work
 
+log = logging.getLogger(__name__)
+
 PASSED = "EVOBUS-TOOL-TESTS-PASSED"
+SEARCH_HITS = 3
 
 
 def validation_files(spec: ToolSpec) -> dict[str, str]:
@@ -67,44 +85,207 @@ def tool_record(resource: Resource) -> ToolRecord:
     )
 
 
-async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-    """Serve the ``tool`` stage; tools are registered as AGP resources in the registry."""
-    registry = RegistryClient(proc.nc)
+def with_tests(need: ToolNeed, source: str, own_tests: str, description: str) -> ToolSpec:
+    """A tool for ``need``: the request's tests always run, as they are, before its own."""
+    tests = "\n".join(t for t in (need.tests.strip(), own_tests.strip()) if t)
+    return ToolSpec(name=need.name, source=source, tests=tests, description=description)
 
-    async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+
+@dataclass
+class Attempt:
+    """Where serving one request got to."""
+
+    spec: ToolSpec | None = None
+    own_tests: str = ""
+    origin: str = ""
+    failure: str = ""
+    usage: Usage = field(default_factory=Usage)
+    engine: str = ""
+
+
+class ToolGenerator:
+    """The ``tool`` stage's handler with the registry and the campaigns' models."""
+
+    def __init__(self, registry: RegistryClient, models: ModelAccess) -> None:
+        self.registry = registry
+        self.models = models
+
+    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         work = expect(item, ToolWork)
+        limits = (await self.models.record(work.campaign)).spec.sandbox
+        if work.request is not None:
+            return [await self.serve(work, work.request, limits)]
         if work.spec is None:
-            raise Reject("tool requests are not served yet")
-        spec = work.spec
-        error = await validate(spec, SandboxSection())
+            return [self.refused(work, "", "the work item has neither a spec nor a request")]
+        error = await validate(work.spec, limits)
         if error:
-            result = ToolResult(
-                work_id=work.work_id, campaign=work.campaign, name=spec.name, error=error
-            )
-            return [result_outbound(result, "tool")]
+            return [self.refused(work, work.spec.name, error)]
+        return [await self.register(work, work.spec, {"origin": "task"}, Usage())]
+
+    def refused(
+        self, work: ToolWork, name: str, error: str, usage: Usage | None = None
+    ) -> Outbound:
+        result = ToolResult(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            name=name,
+            error=error,
+            usage=usage or Usage(),
+        )
+        return result_outbound(result, "tool")
+
+    async def register(
+        self, work: ToolWork, spec: ToolSpec, metadata: dict[str, str], usage: Usage
+    ) -> Outbound:
+        """Register ``spec`` (validated) as a tool resource; reused when unchanged."""
         try:
-            before = await registry.get("tool", spec.name)
-        except ResourceNotFound:
-            before = None
-        try:
-            resource = await registry.register(
+            try:
+                before: Resource | None = await self.registry.get("tool", spec.name)
+            except ResourceNotFound:
+                before = None
+            resource = await self.registry.register(
                 "tool",
                 spec.name,
                 description=spec.description,
                 source=spec.source,
-                metadata={"tests": spec.tests},
+                metadata={"tests": spec.tests, **metadata},
                 trainable=True,
             )
         except RegistryUnavailable as exc:
             raise Retry(str(exc), delay=2.0) from None
-        reused = before is not None and before.version == resource.version
         result = ToolResult(
             work_id=work.work_id,
             campaign=work.campaign,
             name=spec.name,
             record=tool_record(resource),
-            reused=reused,
+            reused=before is not None and before.version == resource.version,
+            usage=usage,
         )
-        return [result_outbound(result, "tool")]
+        return result_outbound(result, "tool")
 
-    return [WorkBinding("tool", handle, on_dead("tool"))]
+    async def serve(self, work: ToolWork, need: ToolNeed, limits: SandboxSection) -> Outbound:
+        """AGS §5.2: retrieve → validate → refine (≤ R rounds) → else synthesise → register."""
+        if not need.name.isidentifier() or keyword.iskeyword(need.name):
+            return self.refused(work, need.name, f"{need.name!r} is not a Python identifier")
+        models = await self.models.for_campaign(work.campaign)
+        attempt = await self.retrieve(need)
+        try:
+            if attempt.spec is not None:
+                attempt.failure = await validate(attempt.spec, limits)
+                if attempt.failure and models is not None:
+                    await self.refine(models, need, attempt, limits)
+            if attempt.spec is None or attempt.failure:
+                if models is None:
+                    why = attempt.failure or "no registered tool matches"
+                    return self.refused(
+                        work, need.name, f"{why}; no model to write one (provider offline)"
+                    )
+                found_failure = attempt.failure
+                attempt = Attempt(usage=attempt.usage)
+                await self.synthesise(models, need, attempt)
+                attempt.failure = await validate(attempt.spec, limits) if attempt.spec else ""
+                if attempt.failure:
+                    await self.refine(models, need, attempt, limits)
+                if attempt.failure and found_failure:
+                    attempt.failure = f"{attempt.failure} (the registered match: {found_failure})"
+        except LLMError as exc:
+            return model_failure(work, "tool", exc, attempt.usage)
+        if attempt.spec is None or attempt.failure:
+            return self.refused(work, need.name, attempt.failure, attempt.usage)
+        metadata = {"origin": attempt.origin, "need": need.need}
+        if attempt.engine:
+            metadata["engine"] = attempt.engine
+        return await self.register(work, attempt.spec, metadata, attempt.usage)
+
+    async def retrieve(self, need: ToolNeed) -> Attempt:
+        """The registered tool of the requested name, else the best semantic match."""
+        try:
+            try:
+                found = await self.registry.get("tool", need.name)
+                origin = f"registered {found.name} v{found.version}"
+            except ResourceNotFound:
+                hits = await self.registry.search("tool", f"{need.name} {need.need}", SEARCH_HITS)
+                if not hits:
+                    return Attempt()
+                found = hits[0][0]
+                origin = f"search match {found.name} v{found.version}"
+        except RegistryUnavailable as exc:
+            raise Retry(str(exc), delay=2.0) from None
+        except RegistryError as exc:
+            log.warning("tool search failed: %s", exc)
+            return Attempt()
+        own = found.metadata.get("tests", "")
+        spec = with_tests(need, found.source, own, found.description or need.need)
+        return Attempt(spec=spec, own_tests=own, origin=origin)
+
+    async def synthesise(self, models: CampaignModels, need: ToolNeed, attempt: Attempt) -> None:
+        """A new tool from the ``tool_generator`` prompt."""
+        try:
+            shown = [tool for tool, _ in await self.registry.search("tool", need.need, 5)]
+        except RegistryError:
+            shown = []
+        values = {
+            "need": need.need,
+            "tests": need.tests or "# (none given: write your own)",
+            "tools": tools_md(shown),
+            "tool_name": need.name,
+        }
+        await self._draft(models, "tool_generator", values, need, attempt, "synthesised")
+
+    async def refine(
+        self, models: CampaignModels, need: ToolNeed, attempt: Attempt, limits: SandboxSection
+    ) -> None:
+        """At most ``tool_refine_rounds`` model fixes of a failing tool (AGS §5.2)."""
+        for _ in range(models.section.tool_refine_rounds):
+            assert attempt.spec is not None
+            values = {
+                "need": need.need,
+                "tool_name": need.name,
+                "source": attempt.spec.source,
+                "tests": need.tests or "# (none given)",
+                "own_tests": attempt.own_tests or "# (none)",
+                "failure": attempt.failure,
+            }
+            await self._draft(models, "tool_refiner", values, need, attempt, "refined")
+            attempt.failure = await validate(attempt.spec, limits)
+            if not attempt.failure:
+                return
+
+    async def _draft(
+        self,
+        models: CampaignModels,
+        prompt_name: str,
+        values: Mapping[str, object],
+        need: ToolNeed,
+        attempt: Attempt,
+        how: str,
+    ) -> None:
+        section = models.section
+        prompt = await models.prompts.get(prompt_name)
+        system, user = prompt.render(values)
+        try:
+            out = await models.actor.structured(
+                section.actor_model,
+                [text_message("system", system), user_message(user)],
+                ToolDraft,
+                max_tokens=section.max_tokens,
+                temperature=section.temperature,
+            )
+        except LLMError as exc:
+            usage = getattr(exc, "usage", None)
+            if isinstance(usage, Usage):
+                attempt.usage = attempt.usage + usage
+            raise
+        attempt.usage = attempt.usage + out.usage
+        draft = out.values[0]
+        attempt.own_tests = draft.tests
+        attempt.spec = with_tests(need, draft.source, draft.tests, draft.description or need.need)
+        attempt.origin = how if not attempt.origin else f"{attempt.origin}, {how}"
+        attempt.engine = engine_name(out.model, simulator=out.simulator, prompt=prompt.ref)
+
+
+async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
+    """Serve the ``tool`` stage; tools are registered as AGP resources in the registry."""
+    registry = RegistryClient(proc.nc)
+    generator = ToolGenerator(registry, ModelAccess(proc, registry))
+    return [WorkBinding("tool", generator.handle, on_dead("tool"))]

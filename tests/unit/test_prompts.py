@@ -1,0 +1,157 @@
+"""Prompt templates render completely with what each role gives them, and the simulator's
+offline answerer reads the rendered prompts back into valid answers."""
+
+from __future__ import annotations
+
+import ast
+import string
+
+import msgspec
+import pytest
+
+from agents.prompts import BUILT_IN, Prompt
+from agents.prompts.context import evaluation_json, skills_md, task_values, tools_md
+from agents.sim_answers import offline_answer
+from schemas.artifacts import Artifact
+from schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
+from schemas.registry import Resource
+from tests.samples import DIAGNOSIS, EVALUATION, SOURCE
+
+PENDULUM = Artifact(source=SOURCE)
+PROMPT_ARTIFACT = Artifact(
+    source="Answer the question.\n\nQuestion: {question}\nAnswer:",
+    kind="prompt",
+    language="text",
+    entrypoint="",
+)
+SKILL = Resource(
+    name="pump-energy", kind="skill", version=1, description="never swings up", source="x = 1"
+)
+TOOL = Resource(name="clamp", kind="tool", version=2, description="clamp a value", contract="")
+
+# What each role hands its prompt (agents/critic, agents/actor, agents/toolgen).
+ACTOR_VALUES = task_values("pendulum", PENDULUM) | {
+    "parent_code": SOURCE,
+    "fitness_score": "-950.5",
+    "diagnosis_json": msgspec.json.encode(DIAGNOSIS).decode(),
+    "co_parent_code": SOURCE.replace("2.0", "3.0"),
+    "co_fitness_score": "",
+    "skills": skills_md([SKILL]),
+    "tools": tools_md([TOOL]),
+    "context": "recent changes: none",
+    "operator": "m_diag",
+    "intensity": "0.50",
+}
+VALUES: dict[str, dict[str, object]] = {
+    "critic": task_values("pendulum", PENDULUM)
+    | {
+        "parent_code": SOURCE,
+        "fitness_score": "-950.5",
+        "evaluation_json": evaluation_json(EVALUATION),
+        "context": "none",
+        "evidence_note": "none",
+    },
+    "actor.m_diag": ACTOR_VALUES,
+    "actor.m_text": ACTOR_VALUES | {"operator": "m_text"},
+    "actor.x_div": ACTOR_VALUES | {"operator": "x_div"},
+    "actor.i1": ACTOR_VALUES | {"operator": "i1"},
+    "skill_extractor": task_values("pendulum", PENDULUM)
+    | {
+        "parent_code": SOURCE,
+        "child_code": SOURCE.replace("-2.0", "-3.5"),
+        "delta": "120.0",
+        "diagnosis": "never swings up",
+    },
+    "summarizer": task_values("pendulum", PENDULUM) | {"context": "c0001 beat c0000 by 120"},
+    "stale_repair": task_values("pendulum", PENDULUM)
+    | {
+        "old_version": 3,
+        "new_version": 5,
+        "proposal_code": SOURCE,
+        "pool_changes": "c0004 joined",
+    },
+    "tool_generator": {"need": "clamp", "tests": "assert 1", "tools": "", "tool_name": "clamp"},
+    "tool_refiner": {
+        "need": "clamp",
+        "tool_name": "clamp",
+        "source": "def clamp(x): return x",
+        "tests": "assert clamp(3) == 2",
+        "own_tests": "",
+        "failure": "AssertionError",
+    },
+}
+
+
+def render(name: str, values: dict[str, object] | None = None) -> str:
+    t = BUILT_IN[name]
+    return Prompt(name, 1, t.system, t.user).render(values or VALUES[name])[1]
+
+
+def test_every_built_in_prompt_has_the_values_its_role_gives() -> None:
+    assert set(VALUES) == set(BUILT_IN)
+    for name, template in BUILT_IN.items():
+        needed = set(string.Template(template.user).get_identifiers())
+        assert needed <= set(VALUES[name]), (name, needed - set(VALUES[name]))
+        assert "$" not in render(name).replace("$$", ""), name
+
+
+def test_the_critic_prompt_carries_the_evaluation_and_asks_for_the_reflex_keys() -> None:
+    text = render("critic")
+    assert '"score": -950.5' in text
+    for key in msgspec.structs.fields(CriticVerdict):
+        assert key.name in text
+    assert "Do NOT write any code" in text
+
+
+def test_offline_answer_to_the_critic_prompt_is_a_valid_verdict() -> None:
+    answer = offline_answer("CriticVerdict", render("critic"))
+    assert answer is not None
+    verdict = msgspec.json.decode(answer, type=CriticVerdict)
+    assert "simulator" in verdict.visual_evidence
+    assert verdict.failure_mode
+
+
+@pytest.mark.parametrize("name", ["actor.m_diag", "actor.m_text", "actor.x_div", "actor.i1"])
+def test_offline_answer_to_an_actor_prompt_is_a_parseable_child(name: str) -> None:
+    answer = offline_answer("ActorDraft", render(name))
+    assert answer is not None
+    draft = msgspec.json.decode(answer, type=ActorDraft)
+    tree = ast.parse(draft.code)
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "policy" for n in tree.body)
+    assert draft.code != SOURCE
+    assert "not a language model" in draft.rationale
+
+
+def test_offline_answer_edits_a_prompt_artifact_and_keeps_its_placeholder() -> None:
+    values = task_values("prompt_qa", PROMPT_ARTIFACT) | {
+        **{k: v for k, v in ACTOR_VALUES.items() if k not in ("artifact_kind", "language")},
+        "parent_code": PROMPT_ARTIFACT.source,
+        "operator": "m_text",
+    }
+    values["artifact_kind"] = "prompt"
+    values["language"] = "text"
+    answer = offline_answer("ActorDraft", render("actor.m_text", values))
+    assert answer is not None
+    draft = msgspec.json.decode(answer, type=ActorDraft)
+    assert draft.code.count("{question}") == 1
+    assert draft.code != PROMPT_ARTIFACT.source
+
+
+def test_offline_answers_for_skills_summaries_and_stale_repair() -> None:
+    skill = msgspec.json.decode(
+        offline_answer("SkillDraft", render("skill_extractor")) or "", type=SkillDraft
+    )
+    assert "-3.5" in skill.snippet
+    summary = msgspec.json.decode(
+        offline_answer("HistorySummary", render("summarizer")) or "", type=HistorySummary
+    )
+    assert "c0001 beat c0000" in summary.summary
+    repaired = msgspec.json.decode(
+        offline_answer("ActorDraft", render("stale_repair")) or "", type=ActorDraft
+    )
+    assert repaired.code == SOURCE
+
+
+def test_the_offline_engine_has_no_answer_for_tool_synthesis() -> None:
+    assert offline_answer("ToolDraft", render("tool_generator")) is None
+    assert offline_answer("Unknown", "anything") is None
