@@ -25,6 +25,7 @@ from schemas.events import (
     ToolRegistered,
     WorkAbandoned,
 )
+from schemas.llm import ToolNeed, Usage
 from schemas.results import (
     Diagnosis,
     Evaluation,
@@ -144,6 +145,32 @@ SAMPLES: dict[str, msgspec.Struct] = {
         work_id="cid-w000001", campaign="cid", name="energy", record=TOOL_RECORD
     ),
     "result_failed": WorkFailed(work_id="cid-w000009", campaign="cid", stage="propose", error="x"),
+    # The model path (issue 4): a tool request, usage, a typed failure, the tools of a child.
+    "work_tool_request": ToolWork(
+        work_id="cid-w000004-tool0",
+        campaign="cid",
+        pool_version=3,
+        request=ToolNeed(name="clamp", need="clamp to [-2, 2]", tests="assert clamp(3) == 2"),
+    ),
+    "result_proposal_model": Proposal(
+        work_id="cid-w000004",
+        campaign="cid",
+        operator="m_diag",
+        parent_ids=("c0000",),
+        artifact=Artifact(source=SOURCE),
+        rationale="raised the gain",
+        engine="openai:Qwen/Qwen3-8B prompt actor.m_diag@v1",
+        tools=(ToolRef(name="clamp", version=1),),
+        usage=Usage(prompt_tokens=900, completion_tokens=300, calls=1),
+    ),
+    "result_failed_model": WorkFailed(
+        work_id="cid-w000010",
+        campaign="cid",
+        stage="diagnose",
+        error="InvalidModelOutput: CriticVerdict: expected an object",
+        usage=Usage(prompt_tokens=1200, completion_tokens=40, calls=2),
+        error_type="InvalidModelOutput",
+    ),
     "event_started": CampaignStarted(
         campaign="cid",
         at=AT,
