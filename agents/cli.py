@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     llm_sim.add_argument(
         "--error-rate", type=float, default=0.0, help="fraction of requests answered 500/429"
     )
+    llm_sim.add_argument(
+        "--spike-rate", type=float, default=0.0, help="fraction of requests held back a while"
+    )
+    llm_sim.add_argument(
+        "--spike-seconds", type=float, default=0.0, help="how long a latency spike lasts"
+    )
     llm_sim.add_argument("--seed", type=int, default=0, help="seed of every random draw")
     llm_sim.add_argument(
         "--served-model-name",
@@ -197,7 +203,13 @@ async def _run(args: argparse.Namespace) -> int:
         f"  seed score {score(summary.seed_score)} -> best {score(summary.best_score)} "
         f"({summary.best_candidate})\n"
         f"  {summary.proposals} proposals, {summary.evaluations} evaluations, "
-        f"{summary.accepted} accepted\n"
+        f"{summary.accepted} accepted"
+        + (
+            f", {summary.tokens} model tokens in {summary.model_calls} calls"
+            if summary.tokens
+            else ""
+        )
+        + "\n"
         f"  engine: {summary.engine}\n"
         f"  best artifact: {summary.best_artifact}\n"
         f"  summary: {args.out / summary.campaign / 'summary.json'}\n"
@@ -211,17 +223,21 @@ async def _run(args: argparse.Namespace) -> int:
 async def _llm_sim(args: argparse.Namespace) -> int:
     import signal
 
+    from agents.sim_answers import OfflineAnswerer
     from infra.llm_sim.script import load_rules
     from infra.llm_sim.server import serve_sim
 
     rules = load_rules(args.script) if args.script else []
     async with serve_sim(
+        answerer=OfflineAnswerer(),
         profile=args.profile,
         host=args.host,
         port=args.port,
         rules=rules,
         time_scale=args.time_scale,
         error_rate=args.error_rate,
+        spike_rate=args.spike_rate,
+        spike_seconds=args.spike_seconds,
         seed=args.seed,
         models=args.served_model_name,
     ) as sim:

@@ -22,6 +22,7 @@ from agents.actor.mutation import propose
 from agents.actor.prompt_mutation import propose_prompt
 from agents.critic.rules import diagnose
 from agents.evolution.skills import skill_from_diff
+from infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
 from schemas.artifacts import Artifact, Operator
 from schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from schemas.results import Diagnosis, Evaluation, InstanceScore
@@ -198,3 +199,22 @@ def offline_answer(schema_name: str, prompt: str, seed: int = 0) -> str | None:
         case _:
             answer = None
     return None if answer is None else msgspec.json.encode(answer).decode()
+
+
+class OfflineAnswerer:
+    """The simulator's answerer: the offline engine for evobus's structured outputs (each choice
+    with its own random draw), the simulator's generic answer for everything else."""
+
+    def __init__(self, fallback: Answerer | None = None) -> None:
+        self.fallback = fallback or GenericAnswerer()
+
+    def answer(self, request: ChatRequest) -> list[str]:
+        if request.response_type == "json_schema" and request.schema_name:
+            texts = [
+                offline_answer(request.schema_name, request.prompt, request.rng.randrange(2**31))
+                for _ in range(request.n)
+            ]
+            answered = [t for t in texts if t is not None]
+            if len(answered) == len(texts):
+                return answered
+        return self.fallback.answer(request)

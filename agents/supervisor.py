@@ -210,6 +210,16 @@ class Progress:
                 pass
 
 
+def _models_at(llm: LLMSection, *, critic: bool) -> dict[str, str]:
+    """The models an actor endpoint must serve, by key (the critic's too when it shares them)."""
+    wanted = {"llm.actor_model": llm.actor_model}
+    if llm.task_model:
+        wanted["llm.task_model"] = llm.task_model
+    if critic:
+        wanted["llm.critic_model"] = llm.critic_model
+    return wanted
+
+
 async def probe_models(
     llm: LLMSection, echo: Callable[[str], None], *, path: str = "<campaign>"
 ) -> None:
@@ -246,6 +256,17 @@ async def probe_models(
                     f"{url} does not answer /models ({type(exc).__name__}: {exc}); start vLLM "
                     "or `evobus llm-sim --port 8000` there",
                 ) from None
+            if key_name == "llm.critic_base_urls":
+                wanted = {"llm.critic_model": llm.critic_model}
+            else:
+                wanted = _models_at(llm, critic=not llm.critic_base_urls)
+            for model_key, model in wanted.items():
+                if served and model not in served:
+                    raise CampaignConfigError(
+                        path,
+                        model_key,
+                        f"{model!r} is not served at {url} (it serves {', '.join(served)})",
+                    )
             simulated = reply.headers.get("x-evobus-simulator", "").lower() == "true"
             what = "evobus llm-sim — a SIMULATOR, not a language model" if simulated else "models"
             echo(f"evobus: {url}: {what}: {', '.join(served) or 'none listed'}")

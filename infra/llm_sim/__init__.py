@@ -1,0 +1,37 @@
+"""``evobus llm-sim``: an OpenAI-compatible server that behaves like a vLLM deployment.
+
+It exists so that the real client path and throughput benchmarks run without a GPU or weights.
+It is a simulator, never a language model, and says so in every response: the
+``x-evobus-simulator: true`` header, ``system_fingerprint: "evobus-llm-sim"``, and models
+``owned_by`` "evobus-llm-sim (simulator, not a language model)".
+
+- ``profiles``: the deployment's numbers (``Profile``, ``get_profile``, ``list_profiles``).
+- ``engine``: the pure time model (continuous batching, prefill, decode, output lengths).
+- ``answers``: the ``Answerer`` protocol, ``ChatRequest`` and ``GenericAnswerer``.
+- ``script``: scripted rules checked before the answerer.
+- ``server``: the HTTP server (``serve_sim``, ``serve_sim_in_thread``).
+"""
+
+from infra.llm_sim.answers import Answerer, ChatMessage, ChatRequest, GenericAnswerer
+from infra.llm_sim.profiles import Profile, get_profile, list_profiles
+from infra.llm_sim.script import Rule, Script, ScriptError, load_rules, parse_rules
+from infra.llm_sim.server import RunningSim, SimSettings, serve_sim, serve_sim_in_thread
+
+__all__ = [
+    "Answerer",
+    "ChatMessage",
+    "ChatRequest",
+    "GenericAnswerer",
+    "Profile",
+    "Rule",
+    "RunningSim",
+    "Script",
+    "ScriptError",
+    "SimSettings",
+    "get_profile",
+    "list_profiles",
+    "load_rules",
+    "parse_rules",
+    "serve_sim",
+    "serve_sim_in_thread",
+]
