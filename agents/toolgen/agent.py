@@ -2,11 +2,13 @@
 
 Two kinds of ``tool`` work. A task's own tool (``ToolWork.spec``) is validated against its tests
 and registered as given. A tool request (``ToolWork.request``, from the actor) follows AGS's tool
-generator (autogenesis-agp.md §4.1, §5.2): the registry's tool of that name, else the best
-semantic-search match, is validated against the request's tests; a failing one is refined
-through the model at most ``llm.tool_refine_rounds`` times; with nothing found a new tool is
+generator (autogenesis-agp.md §4.1, §5.2). The registry's tool of that name is validated
+against the request's tests and, when it fails, refined through the model at most
+``llm.tool_refine_rounds`` times. Without one, the best semantic-search match is taken when it
+passes the request's tests (and registered under the asked name). Otherwise a new tool is
 synthesised from the request, with tests, and refined the same way. Only a version whose tests
-pass in the sandbox is registered; anything else is refused with the last failure.
+pass in the sandbox is registered; anything else is refused with the last failure. An unchanged
+registered tool that passes is returned as it is (``reused``), without a new version.
 """
 
 from __future__ import annotations
@@ -86,8 +88,10 @@ def tool_record(resource: Resource) -> ToolRecord:
 
 
 def with_tests(need: ToolNeed, source: str, own_tests: str, description: str) -> ToolSpec:
-    """A tool for ``need``: the request's tests always run, as they are, before its own."""
-    tests = "\n".join(t for t in (need.tests.strip(), own_tests.strip()) if t)
+    """A tool for ``need``: the request's tests always run, as they are, before its own (once:
+    a registered tool already carries the tests of the request that made it)."""
+    asked, own = need.tests.strip(), own_tests.strip()
+    tests = own if asked in own else "\n".join(t for t in (asked, own) if t)
     return ToolSpec(name=need.name, source=source, tests=tests, description=description)
 
 
@@ -96,11 +100,25 @@ class Attempt:
     """Where serving one request got to."""
 
     spec: ToolSpec | None = None
+    found: Resource | None = None  # the registered tool the attempt started from
     own_tests: str = ""
     origin: str = ""
     failure: str = ""
     usage: Usage = field(default_factory=Usage)
     engine: str = ""
+
+
+def unchanged(attempt: Attempt) -> bool:
+    """Whether the attempt ends where it started: a registered tool of the asked name that
+    passes as it is (nothing to register)."""
+    found, spec = attempt.found, attempt.spec
+    return (
+        found is not None
+        and spec is not None
+        and found.name == spec.name
+        and found.source == spec.source
+        and found.metadata.get("tests", "") == spec.tests
+    )
 
 
 class ToolGenerator:
@@ -172,7 +190,10 @@ class ToolGenerator:
         try:
             if attempt.spec is not None:
                 attempt.failure = await validate(attempt.spec, limits)
-                if attempt.failure and models is not None:
+                same_name = attempt.found is not None and attempt.found.name == need.name
+                if attempt.failure and same_name and models is not None:
+                    # The requested tool exists but fails: refine it. A search match that fails
+                    # the request's tests is not the tool asked for: synthesise instead.
                     await self.refine(models, need, attempt, limits)
             if attempt.spec is None or attempt.failure:
                 if models is None:
@@ -192,6 +213,17 @@ class ToolGenerator:
             return model_failure(work, "tool", exc, attempt.usage)
         if attempt.spec is None or attempt.failure:
             return self.refused(work, need.name, attempt.failure, attempt.usage)
+        if unchanged(attempt):
+            assert attempt.found is not None
+            result = ToolResult(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                name=need.name,
+                record=tool_record(attempt.found),
+                reused=True,
+                usage=attempt.usage,
+            )
+            return result_outbound(result, "tool")
         metadata = {"origin": attempt.origin, "need": need.need}
         if attempt.engine:
             metadata["engine"] = attempt.engine
@@ -204,6 +236,8 @@ class ToolGenerator:
                 found = await self.registry.get("tool", need.name)
                 origin = f"registered {found.name} v{found.version}"
             except ResourceNotFound:
+                if not need.tests.strip():
+                    return Attempt()  # without tests nothing shows that a match does the job
                 hits = await self.registry.search("tool", f"{need.name} {need.need}", SEARCH_HITS)
                 if not hits:
                     return Attempt()
@@ -216,7 +250,7 @@ class ToolGenerator:
             return Attempt()
         own = found.metadata.get("tests", "")
         spec = with_tests(need, found.source, own, found.description or need.need)
-        return Attempt(spec=spec, own_tests=own, origin=origin)
+        return Attempt(spec=spec, found=found, own_tests=own, origin=origin)
 
     async def synthesise(self, models: CampaignModels, need: ToolNeed, attempt: Attempt) -> None:
         """A new tool from the ``tool_generator`` prompt."""

@@ -1,0 +1,274 @@
+"""Every role through ``provider = "openai"`` against ``evobus llm-sim``, end to end.
+
+The simulator is real HTTP on a socket; agents are separate processes on a real nats-server.
+Scripted rules drive what the offline engine cannot answer (tool synthesis, invalid output, a
+format-sensitive question answerer); everything else is answered by the offline engine through
+the simulator, which says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from agents.sim_answers import OfflineAnswerer
+from bus import codec, subjects
+from bus.connection import connect
+from bus.streams import ensure_streams
+from infra.llm_sim.server import RunningSim, serve_sim_in_thread
+from infra.nats_server import NatsServer
+from schemas.campaign import CampaignSummary
+from schemas.events import CampaignFinished, CandidateProposed, Event, WorkAbandoned
+from schemas.results import Diagnosis, Evaluation, Proposal, Result
+from tests.processes import start_evobus
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+ROOT = Path(__file__).parent.parent.parent
+EXAMPLES = ROOT / "examples"
+SEED = (EXAMPLES / "pendulum_seed.py").as_posix()
+ACTOR = "Qwen/Qwen3-8B"
+CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
+LLM = """
+[llm]
+provider = "openai"
+base_urls = ["{url}"]
+actor_model = "{actor}"
+critic_model = "{critic}"
+critic_vision = {vision}
+max_tokens = 2048
+"""
+
+TOOL_CODE = """\
+from tools.clamp_torque import clamp
+
+
+def policy(obs: list[float]) -> float:
+    c, s, w = obs
+    return clamp(-0.8 * w * (0.5 * w * w + 8.0 * (c - 1.0)) / 4.0)
+"""
+TOOL_DRAFT = {
+    "name": "clamp_torque",
+    "description": "clamp a torque to the pendulum's limits [-2, 2]",
+    "source": "def clamp(x, lo=-2.0, hi=2.0):\n    return max(lo, min(hi, float(x)))\n",
+    "tests": "assert clamp(0.5) == 0.5",
+}
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningSim]:
+    """One simulator for the module: the calibrated profile, 50× faster than real time."""
+    with serve_sim_in_thread(
+        answerer=OfflineAnswerer(), time_scale=0.02, models=(ACTOR, CRITIC), seed=7
+    ) as running:
+        yield running
+
+
+def script(sim: RunningSim, rules: Sequence[dict[str, Any]]) -> None:
+    """Replace the simulator's scripted rules."""
+    httpx.delete(f"{sim.url}/sim/script").raise_for_status()
+    if rules:
+        httpx.post(f"{sim.url}/sim/script", json=list(rules)).raise_for_status()
+
+
+async def read_results(js: JetStreamContext, campaign: str) -> list[Result]:
+    """Every result the campaign's agents published (from EVO_RESULTS, from the start)."""
+    sub = await js.subscribe(
+        subjects.results_filter(campaign), ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    results: list[Result] = []
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=2.0)
+            except NatsTimeoutError:
+                return results
+            results.append(codec.RESULT_DECODER.decode(msg.data))
+    finally:
+        await sub.unsubscribe()
+
+
+async def run_campaign(
+    nats: NatsServer, tmp_path: Path, campaign: str, text: str
+) -> tuple[CampaignSummary, list[Event], list[Result]]:
+    """``evobus run`` as a process; the events and results an outside subscriber sees."""
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    nc = await connect(nats.url, name="test-observer")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    events: list[Event] = []
+    sub = await js.subscribe(subjects.events_filter(campaign), ordered_consumer=True)
+    run = start_evobus(
+        "run",
+        str(path),
+        "--nats",
+        nats.url,
+        "--id",
+        campaign,
+        "--out",
+        str(tmp_path / "runs"),
+        log=tmp_path / "run.log",
+    )
+    try:
+        with anyio.fail_after(200):
+            async for msg in sub.messages:
+                event = codec.EVENT_DECODER.decode(msg.data)
+                events.append(event)
+                if isinstance(event, CampaignFinished):
+                    break
+        await anyio.to_thread.run_sync(run.wait, 60)
+        results = await read_results(js, campaign)
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(20)
+        await sub.unsubscribe()
+        await nc.drain()
+    output = (tmp_path / "run.log").read_text()
+    assert run.returncode == 0, output
+    summary_path = tmp_path / "runs" / campaign / "summary.json"
+    summary = msgspec.json.decode(summary_path.read_bytes(), type=CampaignSummary)
+    return summary, events, results
+
+
+def assert_through_the_simulator(summary: CampaignSummary, results: Sequence[Result]) -> None:
+    """Every proposal came from the model path, and the run says the model was simulated."""
+    proposals = [r for r in results if isinstance(r, Proposal)]
+    assert proposals and all(p.engine.startswith("openai:") for p in proposals)
+    assert all("simulator" in p.engine for p in proposals)
+    assert "simulator, not a language model" in summary.engine
+    assert summary.tokens > 0 and summary.model_calls > 0
+    charged = sum(r.usage.total_tokens for r in results)
+    assert summary.tokens <= charged  # each applied result charged once; ignored ones not
+
+
+@pytest.mark.timeout(300)
+async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_output(
+    sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    script(
+        sim,
+        [
+            # The critic's first answer and its repair are both unusable: a typed failure.
+            {
+                "schema": "CriticVerdict",
+                "pattern": "Task name: pendulum",
+                "times": 2,
+                "response": "I think the pendulum is fine.",
+            },
+            # One proposal imports a tool it asks the tool generator for.
+            {
+                "schema": "ActorDraft",
+                "pattern": r"Operator: m_(diag|text)",
+                "times": 1,
+                "response": {
+                    "rationale": "bound the pump torque with a tool",
+                    "code": TOOL_CODE,
+                    "tool_requests": [
+                        {
+                            "name": "clamp_torque",
+                            "need": "clamp a torque to [-2, 2]",
+                            "tests": "assert clamp(5.0) == 2.0\nassert clamp(-3) == -2.0",
+                        }
+                    ],
+                },
+            },
+            {"schema": "ToolDraft", "pattern": "Tool name: clamp_torque", "response": TOOL_DRAFT},
+        ],
+    )
+    campaign = (
+        f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
+        "[campaign.budget]\nproposals = 12\nwall_seconds = 150\n"
+        "[task]\nvalidation_episodes = 3\n"
+        "[strategy]\nin_flight = 3\nrng_seed = 5\nminibatch = 2\nmin_evaluations = 2\n"
+        + LLM.format(url=sim.base_url, actor=ACTOR, critic=CRITIC, vision="true")
+    )
+    summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    assert summary.status == "completed", summary.stop_reason
+    assert_through_the_simulator(summary, results)
+
+    abandoned = [e for e in events if isinstance(e, WorkAbandoned)]
+    assert any(e.error_type == "InvalidModelOutput" and e.stage == "diagnose" for e in abandoned)
+
+    with_tool = [r for r in results if isinstance(r, Proposal) and r.tools]
+    assert [t.name for t in with_tool[0].tools] == ["clamp_torque"], with_tool
+    child = next(
+        e.candidate_id
+        for e in events
+        if isinstance(e, CandidateProposed) and e.rationale.startswith("bound the pump torque")
+    )
+    evaluations = [r for r in results if isinstance(r, Evaluation) and r.candidate_id == child]
+    assert evaluations and not evaluations[0].error, evaluations
+    assert re.search(r"tool calls: clamp_torque\.clamp ×\d+", evaluations[0].feedback)
+    assert evaluations[0].metrics["tool_calls"] > 0
+
+
+@pytest.mark.timeout(300)
+async def test_ccaa_through_the_simulator(
+    sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    script(sim, [])
+    example = (EXAMPLES / "ccaa.toml").read_text()
+    seed = re.search(r'seed_artifact = "([^"]+)"', example)
+    seed_line = f'seed_artifact = "{(EXAMPLES / seed.group(1)).as_posix()}"\n' if seed else ""
+    campaign = (
+        f'[campaign]\ntask = "ccaa"\n{seed_line}'
+        "[campaign.budget]\nproposals = 8\nwall_seconds = 150\n"
+        "[strategy]\nin_flight = 4\nrng_seed = 2\nminibatch = 2\nmin_evaluations = 2\n"
+        "epsilon = 0.0\ndelta_max = 1.0\n"
+        + LLM.format(url=sim.base_url, actor=ACTOR, critic=ACTOR, vision="false")
+    )
+    summary, _, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    assert summary.status == "completed", summary.stop_reason
+    assert summary.proposals == 8
+    assert_through_the_simulator(summary, results)
+    diagnoses = [r for r in results if isinstance(r, Diagnosis)]
+    assert diagnoses and all(d.engine.startswith("openai:") for d in diagnoses)
+
+
+def format_sensitive_rules(dataset: Path) -> list[dict[str, Any]]:
+    """A scripted stand-in for a model that answers right only when told to be brief."""
+    rules = []
+    for line in dataset.read_text().splitlines():
+        item = json.loads(line)
+        brief = r"(only the final answer|Do not explain|as few words as possible|alone on one line)"
+        rules.append(
+            {"pattern": f"(?s){brief}.*{re.escape(item['question'])}", "response": item["answer"]}
+        )
+    return rules
+
+
+@pytest.mark.timeout(300)
+async def test_prompt_qa_through_the_simulator(
+    sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    dataset = EXAMPLES / "prompt_qa" / "qa.jsonl"
+    script(sim, format_sensitive_rules(dataset))
+    campaign = (
+        f'[campaign]\ntask = "prompt_qa"\n'
+        "[campaign.budget]\nproposals = 16\nwall_seconds = 150\n"
+        f'[task]\ndataset = "{dataset.as_posix()}"\n'
+        "[strategy]\nin_flight = 4\nrng_seed = 1\nminibatch = 6\nmin_evaluations = 2\n"
+        "epsilon = 0.0\ndelta_max = 0.5\nstagnation_threshold = 0.05\n"
+        + LLM.format(url=sim.base_url, actor=ACTOR, critic=ACTOR, vision="false")
+    )
+    summary, _, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    assert summary.status == "completed", summary.stop_reason
+    assert_through_the_simulator(summary, results)
+    evaluations = [r for r in results if isinstance(r, Evaluation)]
+    assert evaluations and all(e.isolation == "model" for e in evaluations)
+    assert all(e.usage.calls == len(e.instances) for e in evaluations)
+    assert summary.seed_score == 0.0  # the seed prompt never asks for a brief answer
+    assert summary.best_score is not None and summary.best_score > summary.seed_score
