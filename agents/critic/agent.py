@@ -16,6 +16,7 @@ from nats.js.object_store import ObjectStore
 
 from agents.critic.rules import as_diagnosis, diagnose
 from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from agents.prompts import Prompt
 from agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
 from agents.registry.client import RegistryClient
 from agents.runtime import AgentProcess, WorkBinding
@@ -23,7 +24,7 @@ from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
 from bus.publisher import Outbound
 from bus.streams import evidence_store
-from infra.llm import LLMError, text_message, user_message
+from infra.llm import ChatMessage, LLMError, text_message, user_message
 from schemas.llm import CriticVerdict
 from schemas.results import Diagnosis
 from schemas.work import DiagnoseWork, Work
@@ -75,25 +76,10 @@ class Critic:
         """Ask the critic model for a REFLEX diagnosis (one structured call)."""
         section = models.section
         prompt = await models.prompts.get("critic")
-        images: list[bytes] = []
-        if not section.critic_vision:
-            note = EVIDENCE_TEXT_ONLY
-        else:
-            png = await self.image(work.evaluation.evidence)
-            images = [png] if png else []
-            note = EVIDENCE_ATTACHED if png else EVIDENCE_NONE
-        artifact = work.candidate.artifact
-        values = task_values(work.task, artifact) | {
-            "parent_code": artifact.source,
-            "fitness_score": f"{work.evaluation.score:.4f}",
-            "evaluation_json": evaluation_json(work.evaluation),
-            "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
-            "evidence_note": note,
-        }
-        system, user = prompt.render(values)
+        png = await self.image(work.evaluation.evidence) if section.critic_vision else None
         out = await models.critic.structured(
             section.critic_model,
-            [text_message("system", system), user_message(user, images)],
+            critic_messages(prompt, work, vision=section.critic_vision, png=png),
             CriticVerdict,
             max_tokens=section.max_tokens,
             temperature=section.temperature,
@@ -110,6 +96,27 @@ class Critic:
             engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
             usage=out.usage,
         )
+
+
+def critic_messages(
+    prompt: Prompt, work: DiagnoseWork, *, vision: bool, png: bytes | None
+) -> list[ChatMessage]:
+    """The critic's chat: the rendered ``critic`` prompt, with the evidence image attached when
+    the model sees images and there is one, and a note saying which of the three it is."""
+    note = EVIDENCE_ATTACHED if png else EVIDENCE_NONE
+    if not vision:
+        note = EVIDENCE_TEXT_ONLY
+    artifact = work.candidate.artifact
+    values = task_values(work.task, artifact) | {
+        "parent_code": artifact.source,
+        "fitness_score": f"{work.evaluation.score:.4f}",
+        "evaluation_json": evaluation_json(work.evaluation),
+        "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
+        "evidence_note": note,
+    }
+    system, user = prompt.render(values)
+    images = [png] if vision and png else []
+    return [text_message("system", system), user_message(user, images)]
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:

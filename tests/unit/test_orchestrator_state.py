@@ -22,6 +22,7 @@ from schemas.events import (
     ToolRegistered,
     WorkAbandoned,
 )
+from schemas.llm import Usage
 from schemas.registry import Rejection
 from schemas.results import Diagnosis, Evaluation, InstanceScore, Proposal, ToolResult, WorkFailed
 from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork
@@ -47,9 +48,11 @@ def make_state(*, tools: bool = True, **strategy: object) -> CampaignState:
         "stagnation_window": 50,
     } | strategy
     proposals = int(str(settings.pop("proposals", 3)))
+    tokens = int(str(settings.pop("tokens", 0)))
     spec = CampaignSpec(
         campaign=CampaignSection(
-            task="pendulum", budget=Budget(proposals=proposals, wall_seconds=100.0)
+            task="pendulum",
+            budget=Budget(proposals=proposals, wall_seconds=100.0, tokens=tokens),
         ),
         strategy=msgspec.convert(settings, StrategySection),
     )
@@ -257,3 +260,28 @@ def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
             break
     assert rolled and rolled[0].candidate_id == SEED_ID and rolled[0].to_tag == "seed"
     assert step.rollbacks == ["seed"] and child_id != SEED_ID
+
+
+def test_model_tokens_are_charged_once_and_the_token_budget_is_a_hard_stop() -> None:
+    state = make_state(proposals=10, tokens=5000)
+    (diag,) = of_type(seeded(state), DiagnoseWork)
+    spent = Usage(prompt_tokens=3000, completion_tokens=500, calls=1)
+    answer = msgspec.structs.replace(diagnosis(diag), usage=spent)
+    (prop,) = of_type(state.apply(answer, None, 3.0), ProposeWork)
+    state.apply(answer, None, 3.1)  # a redelivered duplicate is not charged again
+    assert state.usage == spent and state.phase == "evolving"
+    failed = WorkFailed(
+        work_id=prop.work_id,
+        campaign="cid",
+        stage="propose",
+        error="InvalidModelOutput: ActorDraft: not JSON",
+        usage=Usage(prompt_tokens=1400, completion_tokens=200, calls=2),
+        error_type="InvalidModelOutput",
+    )
+    step = state.apply(failed, None, 4.0)
+    (abandoned,) = of_type(step, WorkAbandoned)
+    assert abandoned.error_type == "InvalidModelOutput"
+    (finished,) = of_type(step, CampaignFinished)
+    assert finished.summary.stop_reason == "token budget spent"
+    assert finished.summary.tokens == 5100 and finished.summary.model_calls == 3
+    assert not of_type(step, DiagnoseWork)  # nothing new starts after the hard stop
