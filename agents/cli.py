@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 
 from agents.errors import AgentError
+from agents.registry.errors import RegistryError
 from agents.runtime import AgentSettings, Setup, run_agent
 from bus.connection import connect, url_from_env
 from bus.errors import BusError
@@ -105,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="model name to serve instead of the profile's (repeatable)",
     )
+    prompts = sub.add_parser(
+        "prompts", help="list, show or set the prompt resources (versioned in the registry)"
+    )
+    prompts.add_argument("action", choices=("list", "show", "set"))
+    prompts.add_argument("name", nargs="?", help="prompt name (show, set): e.g. actor.m_diag")
+    prompts.add_argument("file", nargs="?", type=Path, help="set: the new user template")
+    prompts.add_argument("--system", type=Path, help="set: a new system message from a file")
+    prompts.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
     for name, text in (
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
@@ -277,6 +286,53 @@ async def _workspace_command(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _prompts(args: argparse.Namespace) -> int:
+    from agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
+    from agents.registry.client import RegistryClient
+
+    url = url_from_env(args.nats)
+    if url is None:
+        raise AgentError("evobus prompts needs --nats URL or NATS_URL (and a registry on it)")
+    if args.action != "list" and not args.name:
+        raise AgentError(f"evobus prompts {args.action} needs a prompt name")
+    if args.action == "set" and args.file is None:
+        raise AgentError("evobus prompts set needs NAME FILE (the new user template)")
+    nc = await connect(url, name="evobus-prompts")
+    try:
+        registry = RegistryClient(nc)
+        book = PromptBook(registry, ttl=0.0)
+        if args.action == "list":
+            registered = {r.name: r for r in await registry.list("prompt")}
+            for name in sorted(set(BUILT_IN) | set(registered)):
+                prompt = await book.get(name)
+                about = registered[name].description if name in registered else ""
+                print(f"{prompt.ref:<28} {about or BUILT_IN[name].description}")
+            return 0
+        try:
+            prompt = await book.get(args.name)
+        except UnknownPrompt as exc:
+            raise AgentError(str(exc)) from None
+        if args.action == "show":
+            print(f"# {prompt.ref}\n## system\n{prompt.system}\n## user\n{prompt.user}")
+            return 0
+        try:
+            system = args.system.read_text() if args.system else prompt.system
+            user = args.file.read_text()
+        except OSError as exc:
+            raise AgentError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        resource = await registry.register(
+            "prompt",
+            prompt.name,
+            description=BUILT_IN[prompt.name].description if prompt.name in BUILT_IN else "",
+            source=user,
+            metadata={"system": system},
+        )
+        print(f"{resource.name}@v{resource.version} registered; agents use it within 30 s")
+        return 0
+    finally:
+        await nc.drain()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``evobus`` console script."""
     args = build_parser().parse_args(argv)
@@ -289,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "agent": _agent,
         "events": _events,
         "llm-sim": _llm_sim,
+        "prompts": _prompts,
         "best": _workspace_command,
         "lineage": _workspace_command,
         "rollback": _workspace_command,
@@ -299,7 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SchemaError, ValueError) as exc:
         print(f"evobus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (AgentError, BusError, InfraError) as exc:
+    except (AgentError, BusError, InfraError, RegistryError) as exc:
         print(f"evobus: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

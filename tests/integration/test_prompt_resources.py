@@ -1,0 +1,45 @@
+"""Prompts are versioned registry resources: seeded from the built-ins on first use, edited as
+new versions that every agent picks up, the built-in used while the registry is away."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
+from agents.registry.client import RegistryClient
+from bus.connection import connect
+from infra.nats_server import NatsServer
+from tests.integration.test_registry import registry_service
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.mark.timeout(60)
+async def test_prompts_are_seeded_versioned_and_survive_a_missing_registry(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        book = PromptBook(client, ttl=0.0)
+        first = await book.get("critic")
+        assert (first.ref, first.user) == ("critic@v1", BUILT_IN["critic"].user)
+        assert (await client.get("prompt", "critic")).metadata["system"] == first.system
+
+        await client.register(
+            "prompt", "critic", source=first.user + "\nBe terse.", metadata={"system": "s"}
+        )
+        edited = await book.get("critic")
+        assert edited.ref == "critic@v2" and edited.user.endswith("Be terse.")
+        assert (await book.get("critic")).version == 2  # not re-seeded from the built-in
+        with pytest.raises(UnknownPrompt):
+            await book.get("no-such-prompt")
+
+    nc = await connect(nats_server.url, name="no-registry")
+    try:
+        away = PromptBook(RegistryClient(nc, timeout=0.5), ttl=0.0)
+        fallback = await away.get("actor.m_diag")
+        assert fallback.ref == "actor.m_diag@built-in"
+        assert fallback.user == BUILT_IN["actor.m_diag"].user
+    finally:
+        await nc.drain()
