@@ -113,4 +113,14 @@ class SkillExtracted(
     usage: Usage = Usage()
 
 
-Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed | SkillExtracted
+class Summary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
+    """The outcome of a SummarizeWork: the run so far in words (POLCA's c_history)."""
+
+    work_id: str
+    campaign: str
+    text: str
+    engine: str = "offline-statistics"
+    usage: Usage = Usage()
+
+
+Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed | SkillExtracted | Summary

@@ -12,8 +12,8 @@ from schemas.llm import ToolNeed
 from schemas.results import Diagnosis, Evaluation
 from schemas.tools import ToolRef, ToolSpec
 
-Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract"]
-STAGES: tuple[Stage, ...] = ("evaluate", "diagnose", "propose", "tool", "extract")
+Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract", "summarize"]
+STAGES: tuple[Stage, ...] = ("evaluate", "diagnose", "propose", "tool", "extract", "summarize")
 
 
 class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", tag_field="type"):
@@ -100,4 +100,17 @@ class ExtractWork(msgspec.Struct, frozen=True, kw_only=True, tag="extract", tag_
     diagnosis: Diagnosis | None = None
 
 
-Work = EvaluateWork | DiagnoseWork | ProposeWork | ToolWork | ExtractWork
+class SummarizeWork(
+    msgspec.Struct, frozen=True, kw_only=True, tag="summarize", tag_field="type"
+):
+    """Ask the critic for POLCA's global history context (c_history, polca.md §3): the pool and
+    the recent changes in a few sentences, which later proposals and diagnoses receive."""
+
+    work_id: str
+    campaign: str
+    pool_version: int
+    task: str
+    context: str
+
+
+Work = EvaluateWork | DiagnoseWork | ProposeWork | ToolWork | ExtractWork | SummarizeWork

@@ -32,11 +32,19 @@ from schemas.results import (
     InstanceScore,
     Proposal,
     SkillExtracted,
+    Summary,
     ToolResult,
     WorkFailed,
 )
 from schemas.tools import ToolRecord, ToolRef, ToolSpec
-from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork
+from schemas.work import (
+    DiagnoseWork,
+    EvaluateWork,
+    ExtractWork,
+    ProposeWork,
+    SummarizeWork,
+    ToolWork,
+)
 
 AT = 1_790_000_000.0
 SOURCE = "import math\n\ndef policy(obs):\n    return -2.0 * obs[1]\n"
@@ -162,6 +170,20 @@ SAMPLES: dict[str, msgspec.Struct] = {
         engine="openai:Qwen/Qwen3-8B prompt actor.m_diag@v1",
         tools=(ToolRef(name="clamp", version=1),),
         usage=Usage(prompt_tokens=900, completion_tokens=300, calls=1),
+    ),
+    "work_summarize": SummarizeWork(
+        work_id="cid-w000020",
+        campaign="cid",
+        pool_version=9,
+        task="pendulum",
+        context="pool: 3 candidates\nrecent changes:\nc0004 m_diag: -812.3 -> -640.1",
+    ),
+    "result_summary": Summary(
+        work_id="cid-w000020",
+        campaign="cid",
+        text="Energy pumping works; the balance gain is still too low.",
+        engine="openai:Qwen/Qwen2.5-VL-7B-Instruct prompt summarizer@v1",
+        usage=Usage(prompt_tokens=700, completion_tokens=90, calls=1),
     ),
     "result_failed_model": WorkFailed(
         work_id="cid-w000010",

@@ -25,9 +25,10 @@ from bus.envelope import MessageContext
 from bus.publisher import Outbound
 from bus.streams import evidence_store
 from infra.llm import ChatMessage, LLMError, text_message, user_message
-from schemas.llm import CriticVerdict
-from schemas.results import Diagnosis
-from schemas.work import DiagnoseWork, Work
+from schemas.artifacts import Artifact
+from schemas.llm import CriticVerdict, HistorySummary
+from schemas.results import Diagnosis, Summary
+from schemas.work import DiagnoseWork, SummarizeWork, Work
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,9 @@ EVIDENCE_TEXT_ONLY = (
     "No image is attached because the critic model reads text only; the evaluation above "
     "describes the behaviour."
 )
+
+
+SUMMARY_ARTIFACT = Artifact(source="")
 
 
 class Critic:
@@ -97,6 +101,41 @@ class Critic:
             usage=out.usage,
         )
 
+    async def summarize(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """POLCA's c_history through the ``summarizer`` prompt; offline, the statistics as
+        they are."""
+        work = expect(item, SummarizeWork)
+        models = await self.models.for_campaign(work.campaign)
+        if models is None:
+            summary = Summary(
+                work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
+            )
+            return [result_outbound(summary, "summarize")]
+        section = models.section
+        try:
+            prompt = await models.prompts.get("summarizer")
+            values = task_values(work.task, SUMMARY_ARTIFACT) | {
+                "context": clip(work.context, MAX_CONTEXT_CHARS)
+            }
+            system, user = prompt.render(values)
+            out = await models.critic.structured(
+                section.critic_model,
+                [text_message("system", system), user_message(user)],
+                HistorySummary,
+                max_tokens=section.max_tokens,
+                temperature=section.temperature,
+            )
+        except LLMError as exc:
+            return [model_failure(work, "summarize", exc)]
+        summary = Summary(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            text=out.values[0].summary,
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            usage=out.usage,
+        )
+        return [result_outbound(summary, "summarize")]
+
 
 def critic_messages(
     prompt: Prompt, work: DiagnoseWork, *, vision: bool, png: bytes | None
@@ -123,4 +162,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``diagnose`` stage."""
     evidence = await evidence_store(proc.js)
     critic = Critic(ModelAccess(proc, RegistryClient(proc.nc)), evidence)
-    return [WorkBinding("diagnose", critic.handle, on_dead("diagnose"))]
+    return [
+        WorkBinding("diagnose", critic.handle, on_dead("diagnose")),
+        WorkBinding("summarize", critic.summarize, on_dead("summarize")),
+    ]

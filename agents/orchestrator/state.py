@@ -61,16 +61,28 @@ from schemas.results import (
     Proposal,
     Result,
     SkillExtracted,
+    Summary,
     ToolResult,
     WorkFailed,
 )
 from schemas.tools import ToolRef, ToolSpec
-from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork, Work
+from schemas.work import (
+    DiagnoseWork,
+    EvaluateWork,
+    ExtractWork,
+    ProposeWork,
+    SummarizeWork,
+    ToolWork,
+    Work,
+)
 
 Status = Literal["completed", "failed"]
 Phase = Literal["tools", "seed", "evolving", "finished"]
 SEED_ID = "c0000"
 ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based critic; no LLM)"
+# POLCA's summarizer runs after this many decided steps, over the best few of the pool.
+SUMMARY_EVERY = 10
+SUMMARY_TOP = 5
 # A-Evolve Phase 5: a failure pattern seeds a skill once it recurs this often.
 SEED_PATTERN_MIN_COUNT = 3
 SEED_PATTERN_MIN_SHARE = 0.5
@@ -125,7 +137,9 @@ class Chain:
 class Pending:
     """What a work id in flight is for."""
 
-    kind: Literal["tool", "seed", "validate", "diagnose", "propose", "evaluate", "extract"]
+    kind: Literal[
+        "tool", "seed", "validate", "diagnose", "propose", "evaluate", "extract", "summarize"
+    ]
     chain: Chain | None = None
     candidate_id: str = ""
 
@@ -211,6 +225,8 @@ class CampaignState:
         self.candidate_tools: dict[str, tuple[ToolRef, ...]] = {}  # tools a child asked for
         self.usage = Usage()  # model calls of every applied result (the token budget)
         self.engines: set[str] = set()  # what made the diagnoses and proposals
+        self.run_summary = ""  # POLCA's c_history, from the summarizer
+        self.decided_since_summary = 0
         self.pending: dict[str, Pending] = {}
         self.admitting: dict[str, Chain] = {}
         self.work_by_agent: dict[str, tuple[AgentRef, int]] = {}
@@ -354,6 +370,8 @@ class CampaignState:
                 self._propose(step, chain)
             case Proposal() if chain is not None:
                 self._on_proposal(step, chain, result, now)
+            case Summary():
+                self.run_summary = result.text
             case SkillExtracted():
                 if result.name:
                     self._event(
@@ -575,7 +593,8 @@ class CampaignState:
     def _context(self, cid: str) -> str:
         """A-Evolve's analysis of a candidate's evaluations and the rolling history."""
         analysis = analyze([self.last_evaluation[cid]])
-        return f"{render_analysis(analysis)}\n\nrecent changes:\n{self.history.render()}"
+        context = f"{render_analysis(analysis)}\n\nrecent changes:\n{self.history.render()}"
+        return self._with_summary(context)
 
     def _propose(self, step: Step, chain: Chain) -> None:
         parent = chain.parent_ids[0]
@@ -596,7 +615,7 @@ class CampaignState:
             co_parent=self.candidates[chain.parent_ids[1]] if len(chain.parent_ids) > 1 else None,
             rng_seed=self.rng.randrange(2**31),
             intensity=intensity,
-            context=self.history.render(),
+            context=self._with_summary(self.history.render()),
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
         )
         self._work(step, "propose", item, Pending("propose", chain, parent))
@@ -750,6 +769,47 @@ class CampaignState:
         self._seed_skills(step)
         self._validate_best(step)
         self._watch_stagnation(step, now)
+        self._summarize(step)
+
+    def _summarize(self, step: Step) -> None:
+        """Every ``SUMMARY_EVERY`` decided steps, ask for POLCA's c_history (polca.md §3): the
+        summarizer model turns the pool and the recent changes into global context. Offline the
+        context is already statistics, so nothing is asked."""
+        self.decided_since_summary += 1
+        if self.spec.llm.provider == "offline" or self.decided_since_summary < SUMMARY_EVERY:
+            return
+        if any(p.kind == "summarize" for p in self.pending.values()):
+            return
+        self.decided_since_summary = 0
+        item = SummarizeWork(
+            work_id=self._work_id(),
+            campaign=self.cid,
+            pool_version=self.pool.version,
+            task=self.plan.name,
+            context=self._pool_context(),
+        )
+        self._work(step, "summarize", item, Pending("summarize"))
+
+    def _pool_context(self) -> str:
+        """The pool's best members by mean, and the rolling history of changes."""
+        ranked = sorted(
+            (self.pool.stats(c) for c in self.pool.members()),
+            key=lambda s: s.mean,
+            reverse=True,
+        )
+        lines = [f"pool: {len(ranked)} candidates, version {self.pool.version}"]
+        for stats in ranked[:SUMMARY_TOP]:
+            made = self.candidates[stats.candidate_id].operator
+            lines.append(
+                f"  {stats.candidate_id} ({made}): mean {stats.mean:.4g} over {stats.count} scores"
+            )
+        return "\n".join(lines) + f"\n\nrecent changes:\n{self.history.render()}"
+
+    def _with_summary(self, context: str) -> str:
+        """Context for the critic and the actor, led by the latest run summary, if any."""
+        if not self.run_summary:
+            return context
+        return f"summary of the run so far: {self.run_summary}\n\n{context}"
 
     def _lineage(
         self, cid: str, score: float, *, tag: str, chain: Chain | None = None

@@ -30,7 +30,7 @@ from infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from infra.nats_server import NatsServer
 from schemas.campaign import CampaignSummary
 from schemas.events import CampaignFinished, CandidateProposed, Event, WorkAbandoned
-from schemas.results import Diagnosis, Evaluation, Proposal, Result
+from schemas.results import Diagnosis, Evaluation, Proposal, Result, Summary
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -190,10 +190,10 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
     )
     campaign = (
         f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
-        "[campaign.budget]\nproposals = 12\nwall_seconds = 150\n"
+        "[campaign.budget]\nproposals = 13\nwall_seconds = 150\n"
         "[task]\nvalidation_episodes = 3\n"
         "[strategy]\nin_flight = 3\nrng_seed = 5\nminibatch = 2\nmin_evaluations = 2\n"
-        + LLM.format(url=sim.base_url, actor=ACTOR, critic=CRITIC, vision="true")
+        "epsilon = 0.0\n" + LLM.format(url=sim.base_url, actor=ACTOR, critic=CRITIC, vision="true")
     )
     summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
     assert summary.status == "completed", summary.stop_reason
@@ -201,6 +201,10 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
 
     abandoned = [e for e in events if isinstance(e, WorkAbandoned)]
     assert any(e.error_type == "InvalidModelOutput" and e.stage == "diagnose" for e in abandoned)
+
+    (summary_result,) = [r for r in results if isinstance(r, Summary)]  # POLCA's c_history
+    assert "summarizer@v1" in summary_result.engine and "simulator" in summary_result.engine
+    assert summary_result.text and summary_result.usage.calls == 1
 
     with_tool = [r for r in results if isinstance(r, Proposal) and r.tools]
     assert [t.name for t in with_tool[0].tools] == ["clamp_torque"], with_tool

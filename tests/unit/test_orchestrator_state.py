@@ -6,10 +6,17 @@ from typing import TypeVar
 
 import msgspec
 
-from agents.orchestrator.state import SEED_ID, CampaignState, Step, TaskPlan
+from agents.orchestrator.state import SEED_ID, SUMMARY_EVERY, CampaignState, Step, TaskPlan
 from schemas.agents import AgentRef
 from schemas.artifacts import Artifact
-from schemas.campaign import Budget, CampaignRecord, CampaignSection, CampaignSpec, StrategySection
+from schemas.campaign import (
+    Budget,
+    CampaignRecord,
+    CampaignSection,
+    CampaignSpec,
+    LLMSection,
+    StrategySection,
+)
 from schemas.events import (
     BestConfirmed,
     BurstStarted,
@@ -24,8 +31,23 @@ from schemas.events import (
 )
 from schemas.llm import Usage
 from schemas.registry import Rejection
-from schemas.results import Diagnosis, Evaluation, InstanceScore, Proposal, ToolResult, WorkFailed
-from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork, ToolWork
+from schemas.results import (
+    Diagnosis,
+    Evaluation,
+    InstanceScore,
+    Proposal,
+    Summary,
+    ToolResult,
+    WorkFailed,
+)
+from schemas.work import (
+    DiagnoseWork,
+    EvaluateWork,
+    ExtractWork,
+    ProposeWork,
+    SummarizeWork,
+    ToolWork,
+)
 from tests.samples import SOURCE, TOOL_RECORD, TOOL_SPEC
 
 M = TypeVar("M")
@@ -49,12 +71,14 @@ def make_state(*, tools: bool = True, **strategy: object) -> CampaignState:
     } | strategy
     proposals = int(str(settings.pop("proposals", 3)))
     tokens = int(str(settings.pop("tokens", 0)))
+    llm = LLMSection(provider="openai") if settings.pop("models", False) else LLMSection()
     spec = CampaignSpec(
         campaign=CampaignSection(
             task="pendulum",
             budget=Budget(proposals=proposals, wall_seconds=100.0, tokens=tokens),
         ),
         strategy=msgspec.convert(settings, StrategySection),
+        llm=llm,
     )
     record = CampaignRecord(
         campaign="cid", spec=spec, seed_source=SOURCE, out_dir="/tmp", submitted_at=0.0
@@ -285,3 +309,27 @@ def test_model_tokens_are_charged_once_and_the_token_budget_is_a_hard_stop() -> 
     assert finished.summary.stop_reason == "token budget spent"
     assert finished.summary.tokens == 5100 and finished.summary.model_calls == 3
     assert not of_type(step, DiagnoseWork)  # nothing new starts after the hard stop
+
+
+def test_with_models_the_run_is_summarised_every_ten_steps_and_the_summary_is_context() -> None:
+    state = make_state(proposals=30, models=True)
+    step = seeded(state)
+    summaries: list[SummarizeWork] = []
+    for n in range(SUMMARY_EVERY):
+        step = one_step(state, step, child=-1000.0 - n, parent=-1000.0)
+        summaries += of_type(step, SummarizeWork)
+    (ask,) = summaries  # once, after the tenth decided step
+    assert "pool: " in ask.context and "recent changes:" in ask.context
+    answer = Summary(work_id=ask.work_id, campaign="cid", text="nothing beats the seed yet")
+    state.apply(answer, None, 9.0)
+    (diag,) = of_type(step, DiagnoseWork)
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 9.5), ProposeWork)
+    assert prop.context.startswith("summary of the run so far: nothing beats the seed yet")
+
+
+def test_offline_runs_are_not_summarised() -> None:
+    state = make_state(proposals=30)
+    step = seeded(state)
+    for n in range(SUMMARY_EVERY + 1):
+        step = one_step(state, step, child=-1000.0 - n, parent=-1000.0)
+        assert not of_type(step, SummarizeWork)
