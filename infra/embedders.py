@@ -15,11 +15,10 @@ import re
 from collections.abc import Sequence
 from typing import Protocol
 
-import anyio
 import httpx
-import msgspec
 
 from infra.errors import InfraError
+from infra.llm import LLMClient, LLMError
 from schemas.registry import EmbedderSpec
 
 # Identifiers, numbers, and every other non-space character on its own: in code, `x > 0` and
@@ -103,18 +102,6 @@ class HashedNgramEmbedder:
         """Nothing to release."""
 
 
-class _EmbeddingItem(msgspec.Struct):
-    embedding: list[float]
-    index: int = 0
-
-
-class _EmbeddingsResponse(msgspec.Struct):
-    data: list[_EmbeddingItem]
-
-
-_response_decoder = msgspec.json.Decoder(_EmbeddingsResponse)
-
-
 def embeddings_url(base_url: str) -> str:
     """``…/v1/embeddings`` for a base URL given with or without its ``/v1``."""
     base = base_url.rstrip("/")
@@ -122,12 +109,13 @@ def embeddings_url(base_url: str) -> str:
 
 
 class OpenAIEmbedder:
-    """An OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, or any).
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint (vLLM, or any), through the one model
+    client (infra/llm): its retries with backoff on 5xx and transport errors, its timeouts.
 
-    The API key is read from the environment variable ``api_key_env`` when the request is made;
-    without it no ``Authorization`` header is sent (a local vLLM needs none). The key is never
-    logged or put into an error message. Transport errors and 5xx answers are retried with
-    backoff; vectors whose length is not ``dim`` are an error (set ``[embedder] dim``).
+    The API key is read from the environment variable ``api_key_env`` when the embedder is
+    made; without it no ``Authorization`` header is sent (a local vLLM needs none). The key is
+    never logged or put into an error message. Vectors whose length is not ``dim`` are an error
+    (set ``[embedder] dim``).
     """
 
     def __init__(
@@ -147,13 +135,15 @@ class OpenAIEmbedder:
             raise EmbedderError("the openai embedder needs base_url and model")
         self._url = embeddings_url(base_url)
         self._model = model
-        self._api_key_env = api_key_env
         self._dim = dim
         self._batch_size = batch_size
-        self._attempts = attempts
-        self._retry_delay = retry_delay
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), transport=transport
+        self._client = LLMClient(
+            [self._url.removesuffix("/embeddings")],
+            api_key=os.environ.get(api_key_env) or None,
+            timeout=timeout,
+            max_retries=attempts - 1,
+            backoff_base=retry_delay,
+            transport=transport,
         )
 
     @property
@@ -169,23 +159,16 @@ class OpenAIEmbedder:
         """
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self._batch_size):
-            vectors.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
-        return vectors
-
-    async def _embed_batch(self, batch: list[str]) -> list[list[float]]:
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self._api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        body = msgspec.json.encode({"model": self._model, "input": batch})
-        response = await self._post(body, headers)
-        try:
-            items = _response_decoder.decode(response.content).data
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise EmbedderError(f"{self._url}: unexpected embeddings answer: {exc}") from None
-        if len(items) != len(batch):
-            raise EmbedderError(f"{self._url}: {len(items)} vectors for {len(batch)} texts")
-        vectors = [item.embedding for item in sorted(items, key=lambda item: item.index)]
+            batch = list(texts[start : start + self._batch_size])
+            try:
+                answer = await self._client.embed(self._model, batch)
+            except LLMError as exc:
+                raise EmbedderError(f"{self._url}: {exc}") from None
+            if len(answer.vectors) != len(batch):
+                raise EmbedderError(
+                    f"{self._url}: {len(answer.vectors)} vectors for {len(batch)} texts"
+                )
+            vectors.extend(answer.vectors)
         for vector in vectors:
             if len(vector) != self._dim:
                 raise EmbedderError(
@@ -193,26 +176,6 @@ class OpenAIEmbedder:
                     f"the embedder is configured for {self._dim}: set [embedder] dim"
                 )
         return vectors
-
-    async def _post(self, body: bytes, headers: dict[str, str]) -> httpx.Response:
-        reason = ""
-        for attempt in range(self._attempts):
-            if attempt:
-                await anyio.sleep(self._retry_delay * 2 ** (attempt - 1))
-            try:
-                response = await self._client.post(self._url, content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code >= 500:
-                reason = f"HTTP {response.status_code}"
-                continue
-            if response.status_code != 200:
-                raise EmbedderError(
-                    f"{self._url}: HTTP {response.status_code}: {response.text[:200]}"
-                )
-            return response
-        raise EmbedderError(f"{self._url}: no answer after {self._attempts} attempts ({reason})")
 
     async def aclose(self) -> None:
         """Close the HTTP client; safe to call twice."""

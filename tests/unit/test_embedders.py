@@ -145,8 +145,8 @@ async def test_openai_embedder_posts_batches_with_the_key_from_the_environment(
     assert vectors == [[1.0] * 3, [2.0] * 3, [3.0] * 3]
     assert [str(r.url) for r in seen] == ["http://vllm:8000/v1/embeddings"] * 2
     assert [json.loads(r.content) for r in seen] == [
-        {"model": "bge", "input": ["a", "bb"]},
-        {"model": "bge", "input": ["ccc"]},
+        {"model": "bge", "input": ["a", "bb"], "encoding_format": "float"},
+        {"model": "bge", "input": ["ccc"], "encoding_format": "float"},
     ]
     assert seen[0].headers["authorization"] == "Bearer sk-test-123"
 
