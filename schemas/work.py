@@ -100,9 +100,7 @@ class ExtractWork(msgspec.Struct, frozen=True, kw_only=True, tag="extract", tag_
     diagnosis: Diagnosis | None = None
 
 
-class SummarizeWork(
-    msgspec.Struct, frozen=True, kw_only=True, tag="summarize", tag_field="type"
-):
+class SummarizeWork(msgspec.Struct, frozen=True, kw_only=True, tag="summarize", tag_field="type"):
     """Ask the critic for POLCA's global history context (c_history, polca.md §3): the pool and
     the recent changes in a few sentences, which later proposals and diagnoses receive."""
 
