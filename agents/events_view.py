@@ -27,8 +27,11 @@ from schemas.events import (
     RolledBack,
     SkillLearned,
     SkillUtilityUpdated,
+    SpeculativeDecided,
+    StaleDecided,
     ToolRegistered,
     WorkAbandoned,
+    WorkersChanged,
 )
 
 
@@ -102,7 +105,8 @@ def describe(event: Event) -> str:
         case CandidateRejected():
             return f"{head} rejected {event.candidate_id}: {event.score:.1f} ({event.reason})"
         case WorkAbandoned():
-            return f"{head} abandoned {event.stage} {event.work_id}: {event.error}"
+            kind = f" [{event.error_type}]" if event.error_type else ""
+            return f"{head} abandoned {event.stage} {event.work_id}{kind}: {event.error}"
         case DeadLettered():
             return (
                 f"{head} DEAD-LETTERED {event.subject} after {event.deliveries} deliveries "
@@ -130,6 +134,20 @@ def describe(event: Event) -> str:
                 f"{head} skill {event.name}: utility {event.utility:.3f} after {event.uses} "
                 f"uses (Δ {event.delta:+.1f})"
             )
+        case StaleDecided():
+            return (
+                f"{head} stale {event.candidate_id} (Δ {event.delta}, {event.policy}): "
+                f"{event.action}" + (f" ({event.reason})" if event.reason else "")
+            )
+        case SpeculativeDecided():
+            return (
+                f"{head} speculative {event.candidate_id} {event.action}: {event.score:.1f} vs "
+                f"threshold {event.threshold:.1f} on {event.instances} instances"
+                + (f", {event.stale} derived items stale" if event.stale else "")
+            )
+        case WorkersChanged():
+            rates = ", ".join(f"{k} {v:.2f}/s" for k, v in sorted(event.rates.items()))
+            return f"{head} workers {event.stage} {event.old} -> {event.new} ({rates})"
         case CampaignFinished():
             s = event.summary
             return (

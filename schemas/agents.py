@@ -26,6 +26,16 @@ class AgentRef(msgspec.Struct, frozen=True, kw_only=True):
     host: str
 
 
+class WorkersTarget(msgspec.Struct, frozen=True, kw_only=True, tag="workers", tag_field="type"):
+    """A control message on ``evo.control.<stage>``: every agent serving ``stage`` runs at most
+    ``concurrency`` handlers of it from now on (FlashEvolve §3.4's worker count)."""
+
+    stage: str
+    concurrency: int
+    campaign: str = ""
+    at: float = 0.0
+
+
 class Heartbeat(msgspec.Struct, frozen=True, kw_only=True, tag="heartbeat", tag_field="type"):
     """Periodic liveness report, published on ``evo.agent.<role>.<agent_id>.heartbeat``.
 

@@ -68,6 +68,10 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     metric: Literal["exact", "substring"] = "exact"
 
 
+# The stages whose in-flight targets a campaign sets (FlashEvolve's K_i).
+PipelineStage = Literal["diagnose", "propose", "evaluate", "repair"]
+
+
 class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[strategy]``: how the search runs.
 
@@ -86,6 +90,21 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
         stagnation_window: steps without an improvement of at least ``stagnation_threshold``
             before rolling back to the best tagged state (A-Evolve).
+        mode: ``async`` runs every stage as a queue with its own in-flight target
+            (FlashEvolve §3.1); ``sync`` puts a barrier after each stage of a generation of
+            ``in_flight`` steps (GEPA-style, the baseline).
+        workers: in-flight target K per stage (``diagnose``, ``propose``, ``evaluate``; async
+            mode); a stage not named gets ``in_flight``. Proposals wait for evaluation in a
+            queue of at most ``queue`` items (0: twice the evaluate target).
+        staleness: what happens to a proposal made from an older pool (FlashEvolve §3.2):
+            ``full`` keeps it, ``guarded`` discards it when Δ = v − vᵢ > ``max_staleness``,
+            ``reflective`` sends it with the pool changes to the actor's repair stage.
+        speculative_alpha: fraction of an evaluation's minibatch after which the evaluator
+            reports a partial score (FlashEvolve §3.3); 0 turns speculation off.
+        reorder_window: instances passed this many rounds in a row leave the speculative
+            prefix (FlashEvolve's validation-set reordering, w = 3).
+        adaptive_workers: move stage targets by one toward balanced production rates
+            (FlashEvolve §3.4), within ``workers_min`` … ``workers_max``.
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -102,6 +121,16 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     skills: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
     stagnation_window: Annotated[int, msgspec.Meta(ge=1)] = 30
     stagnation_threshold: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
+    mode: Literal["async", "sync"] = "async"
+    workers: dict[PipelineStage, Annotated[int, msgspec.Meta(ge=1, le=1024)]] = {}
+    queue: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
+    staleness: Literal["full", "guarded", "reflective"] = "guarded"
+    max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 4
+    speculative_alpha: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.0
+    reorder_window: Annotated[int, msgspec.Meta(ge=1)] = 3
+    adaptive_workers: bool = False
+    workers_min: Annotated[int, msgspec.Meta(ge=1)] = 1
+    workers_max: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -219,7 +248,11 @@ def _key_of(message: str) -> tuple[str, str]:
     reason, sep, where = message.rpartition(" - at `")
     if not sep:
         reason, where = message, "$"
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    in_key = where.startswith("key` in `")  # a bad key of a table, e.g. strategy.workers
+    path = where.removeprefix("key` in `").rstrip("`").removeprefix("$").lstrip(".")
+    if in_key:
+        allowed = _allowed_keys(path)
+        reason = f"{reason} as a key" + (f"; expected one of {allowed}" if allowed else "")
     field = re.search(r"unknown field `([^`]+)`", reason)
     if field:
         path = f"{path}.{field.group(1)}" if path else field.group(1)
@@ -227,6 +260,23 @@ def _key_of(message: str) -> tuple[str, str]:
     if missing:
         path = f"{path}.{missing.group(1)}" if path else missing.group(1)
     return path, reason
+
+
+def _allowed_keys(key: str) -> str:
+    """The keys a Literal-keyed table of the campaign spec accepts, as text ("" otherwise)."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(CampaignSpec)
+    for name in key.split("."):
+        if not isinstance(info, msgspec.inspect.StructType):
+            return ""
+        field = next((f for f in info.fields if f.name == name), None)
+        if field is None:
+            return ""
+        info = field.type
+    if isinstance(info, msgspec.inspect.DictType) and isinstance(
+        info.key_type, msgspec.inspect.LiteralType
+    ):
+        return ", ".join(map(repr, info.key_type.values))
+    return ""
 
 
 def _allowed_values(key: str) -> tuple[object, ...]:

@@ -174,6 +174,51 @@ class CampaignFinished(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_
     summary: CampaignSummary
 
 
+class StaleDecided(msgspec.Struct, frozen=True, kw_only=True, tag="stale_decided"):
+    """What the staleness policy did with a proposal made from an older pool (FlashEvolve §3.2).
+
+    ``delta`` is Δ = v − vᵢ (the pool version now minus the one the proposal was made from);
+    ``action`` is ``keep``, ``discard``, ``repair`` (sent to the actor's repair stage),
+    ``repaired`` (the patched proposal goes on) or ``repair_discarded`` (the actor judged it
+    covered by the pool).
+    """
+
+    campaign: str
+    at: float
+    candidate_id: str
+    policy: str
+    delta: int
+    action: str
+    reason: str = ""
+
+
+class SpeculativeDecided(msgspec.Struct, frozen=True, kw_only=True, tag="speculative"):
+    """A speculative candidate (FlashEvolve §3.3): ``admitted`` on a partial score above the
+    threshold, then ``confirmed`` or ``removed`` on its full evaluation; ``stale`` counts the
+    items derived from a removed one that went to the staleness policy."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    action: str
+    score: float
+    threshold: float
+    instances: int
+    stale: int = 0
+
+
+class WorkersChanged(msgspec.Struct, frozen=True, kw_only=True, tag="workers_changed"):
+    """A stage's in-flight target moved by one toward balanced production rates (§3.4)."""
+
+    campaign: str
+    at: float
+    stage: str
+    old: int
+    new: int
+    rates: dict[str, float]
+    reason: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -190,6 +235,9 @@ Event = (
     | RolledBack
     | SkillLearned
     | SkillUtilityUpdated
+    | StaleDecided
+    | SpeculativeDecided
+    | WorkersChanged
 )
 
 

@@ -123,4 +123,42 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_fiel
     usage: Usage = Usage()
 
 
-Result = Evaluation | Diagnosis | Proposal | ToolResult | WorkFailed | SkillExtracted | Summary
+class PartialEvaluation(
+    msgspec.Struct, frozen=True, kw_only=True, tag="partial_evaluation", tag_field="type"
+):
+    """The scores of the first ``speculative_prefix`` instances of an EvaluateWork, published
+    before the rest run (FlashEvolve §3.3); the full Evaluation of the same work id follows."""
+
+    work_id: str
+    campaign: str
+    candidate_id: str
+    score: float
+    instances: tuple[InstanceScore, ...]
+    isolation: Isolation
+    usage: Usage = Usage()  # always empty: the full Evaluation carries the whole cost
+
+
+class Repaired(msgspec.Struct, frozen=True, kw_only=True, tag="repaired", tag_field="type"):
+    """The outcome of a RepairWork: the patched artifact, or None when the actor judged the
+    stale proposal covered by the current pool (it is discarded)."""
+
+    work_id: str
+    campaign: str
+    candidate_id: str
+    artifact: Artifact | None
+    rationale: str = ""
+    engine: str = "offline"
+    usage: Usage = Usage()
+
+
+Result = (
+    Evaluation
+    | Diagnosis
+    | Proposal
+    | ToolResult
+    | WorkFailed
+    | SkillExtracted
+    | Summary
+    | PartialEvaluation
+    | Repaired
+)

@@ -6,14 +6,22 @@ from typing import Literal
 
 import msgspec
 
-from schemas.artifacts import Candidate, Operator
+from schemas.artifacts import Artifact, Candidate, Operator
 from schemas.campaign import SandboxSection
 from schemas.llm import ToolNeed
 from schemas.results import Diagnosis, Evaluation
 from schemas.tools import ToolRef, ToolSpec
 
-Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract", "summarize"]
-STAGES: tuple[Stage, ...] = ("evaluate", "diagnose", "propose", "tool", "extract", "summarize")
+Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract", "summarize", "repair"]
+STAGES: tuple[Stage, ...] = (
+    "evaluate",
+    "diagnose",
+    "propose",
+    "tool",
+    "extract",
+    "summarize",
+    "repair",
+)
 
 
 class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", tag_field="type"):
@@ -34,6 +42,7 @@ class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", ta
     task_params: dict[str, int | float | str | bool] = {}
     tools: tuple[ToolRef, ...] = ()
     sandbox: SandboxSection = SandboxSection()
+    speculative_prefix: int = 0  # report a partial score after this many instances (§3.3)
 
 
 class DiagnoseWork(msgspec.Struct, frozen=True, kw_only=True, tag="diagnose", tag_field="type"):
@@ -111,4 +120,26 @@ class SummarizeWork(msgspec.Struct, frozen=True, kw_only=True, tag="summarize", 
     context: str
 
 
-Work = EvaluateWork | DiagnoseWork | ProposeWork | ToolWork | ExtractWork | SummarizeWork
+class RepairWork(msgspec.Struct, frozen=True, kw_only=True, tag="repair", tag_field="type"):
+    """Ask the actor to patch a stale proposal against the pool changes since it was made
+    (FlashEvolve §3.2, reflective staleness), or to judge it covered and discard it.
+
+    ``stale_version`` is vᵢ, ``pool_version`` the current v; ``pool_changes`` lists the pool's
+    changes between them; ``best`` is the pool's current best by mean.
+    """
+
+    work_id: str
+    campaign: str
+    pool_version: int
+    task: str
+    candidate_id: str
+    artifact: Artifact
+    rationale: str
+    stale_version: int
+    pool_changes: str
+    best: Candidate
+
+
+Work = (
+    EvaluateWork | DiagnoseWork | ProposeWork | ToolWork | ExtractWork | SummarizeWork | RepairWork
+)
