@@ -1,0 +1,129 @@
+"""FlashEvolve §3.4: adaptive worker reallocation and the production-rate meter."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agents.evolution.workers import RateMeter, StageBounds, reallocate
+
+_WIDE = StageBounds(minimum=1, maximum=10)
+
+
+def test_a_slow_stage_gains_a_worker_and_a_fast_stage_loses_one() -> None:
+    rates = {"propose": 0.4, "evaluate": 1.0, "reflect": 2.5}
+    workers = {"propose": 2, "evaluate": 4, "reflect": 3}
+    bounds = dict.fromkeys(workers, _WIDE)
+    assert reallocate(rates, workers, bounds) == {"propose": 3, "evaluate": 4, "reflect": 2}
+
+
+def test_exactly_half_or_twice_the_median_is_left_alone() -> None:
+    rates = {"a": 0.5, "b": 1.0, "c": 2.0}
+    workers = {"a": 2, "b": 2, "c": 2}
+    assert reallocate(rates, workers, {}) == workers
+
+
+def test_bounds_are_respected() -> None:
+    rates = {"slow": 0.1, "mid": 1.0, "fast": 9.0}
+    workers = {"slow": 4, "mid": 2, "fast": 1}
+    bounds = {"slow": StageBounds(minimum=1, maximum=4), "fast": StageBounds(1, 4)}
+    assert reallocate(rates, workers, bounds) == workers
+    # A stage without bounds may go from 1 to 1024.
+    assert reallocate({"a": 0.0, "b": 1.0, "c": 1.0}, {"a": 1, "b": 1, "c": 1}, {})["a"] == 2
+    assert reallocate({"a": 0.0, "b": 1.0, "c": 1.0}, {"a": 1024, "b": 1, "c": 1}, {})["a"] == 1024
+
+
+def test_a_count_outside_its_bounds_steps_one_toward_them() -> None:
+    rates = {"a": 1.0, "b": 1.0}
+    workers = {"a": 9, "b": 1}
+    bounds = {"a": StageBounds(1, 4), "b": StageBounds(3, 5)}
+    assert reallocate(rates, workers, bounds) == {"a": 8, "b": 2}
+
+
+def test_stages_without_a_rate_are_unchanged_and_every_stage_is_returned() -> None:
+    rates = {"a": 0.1, "b": 1.0, "c": 1.0}
+    workers = {"a": 2, "b": 2, "idle": 7}
+    assert reallocate(rates, workers, {}) == {"a": 3, "b": 2, "idle": 7}
+
+
+def test_fewer_than_two_rated_stages_or_a_zero_median_change_nothing() -> None:
+    workers = {"a": 2, "b": 2}
+    assert reallocate({}, workers, {}) == workers
+    assert reallocate({"a": 5.0}, workers, {}) == workers
+    assert reallocate({"a": 0.0, "b": 0.0, "c": 3.0}, workers, {}) == workers
+
+
+def test_bad_rates_and_bounds_are_errors() -> None:
+    with pytest.raises(ValueError, match="'a'"):
+        reallocate({"a": -1.0, "b": 1.0}, {"a": 1}, {})
+    with pytest.raises(ValueError, match="'b'"):
+        reallocate({"a": 1.0, "b": float("nan")}, {"a": 1}, {})
+    with pytest.raises(ValueError, match="minimum"):
+        StageBounds(minimum=3, maximum=2)
+    with pytest.raises(ValueError, match="minimum"):
+        StageBounds(minimum=0, maximum=2)
+
+
+_stages = st.sampled_from(["s0", "s1", "s2", "s3", "s4"])
+
+
+@given(
+    rates=st.dictionaries(_stages, st.floats(min_value=0.0, max_value=100.0)),
+    workers=st.dictionaries(_stages, st.integers(min_value=1, max_value=12)),
+    limits=st.dictionaries(
+        _stages, st.tuples(st.integers(1, 6), st.integers(0, 6)).map(lambda t: (t[0], t[0] + t[1]))
+    ),
+)
+def test_each_change_is_at_most_one_and_stays_in_bounds(
+    rates: dict[str, float],
+    workers: dict[str, int],
+    limits: dict[str, tuple[int, int]],
+) -> None:
+    bounds = {stage: StageBounds(lo, hi) for stage, (lo, hi) in limits.items()}
+    result = reallocate(rates, workers, bounds)
+    assert result.keys() == workers.keys()
+    for stage, count in workers.items():
+        assert abs(result[stage] - count) <= 1
+        if stage not in rates:
+            assert result[stage] == count
+        b = bounds.get(stage, StageBounds(1, 1024))
+        if b.minimum <= count <= b.maximum:
+            assert b.minimum <= result[stage] <= b.maximum
+
+
+def test_rate_meter_counts_items_in_the_window() -> None:
+    meter = RateMeter(window_seconds=10.0)
+    assert meter.rate("evaluate", now=5.0) == 0.0
+    assert meter.rates(now=5.0) == {}
+    for at in (100.0, 101.0, 105.0, 111.0, 115.0):
+        meter.record("evaluate", at)
+    # (105, 115]: 111 and 115; the meter is older than the window, so divide by it.
+    assert meter.rate("evaluate", now=115.0) == pytest.approx(0.2)
+    # (111, 121]: only 115; 111, exactly at now - window, is out.
+    assert meter.rate("evaluate", now=121.0) == pytest.approx(0.1)
+    assert meter.rate("evaluate", now=200.0) == 0.0
+
+
+def test_a_young_meter_divides_by_its_age() -> None:
+    meter = RateMeter(window_seconds=60.0)
+    meter.record("propose", 0.0)
+    # At the first record itself the age is 0: divide by the window.
+    assert meter.rate("propose", now=0.0) == pytest.approx(1 / 60)
+    meter.record("propose", 1.0)
+    meter.record("evaluate", 2.0)
+    assert meter.rate("propose", now=4.0) == pytest.approx(2 / 4)
+    # The age is the meter's, not the stage's: evaluate started 2 s later.
+    assert meter.rates(now=4.0) == {
+        "propose": pytest.approx(0.5),
+        "evaluate": pytest.approx(0.25),
+    }
+
+
+def test_rates_include_idle_stages() -> None:
+    meter = RateMeter(window_seconds=10.0)
+    meter.record("propose", 0.0)
+    meter.record("evaluate", 50.0)
+    assert meter.rates(now=55.0) == {"propose": 0.0, "evaluate": pytest.approx(0.1)}
+    with pytest.raises(ValueError, match="window_seconds"):
+        RateMeter(window_seconds=0.0)
