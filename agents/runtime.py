@@ -1,7 +1,9 @@
-"""The runtime every agent process shares: consumers, heartbeats, signals, graceful shutdown.
+"""The runtime every agent process shares: consumers, heartbeats, control, signals, shutdown.
 
 One anyio task group per process. SIGINT/SIGTERM stop fetching; handlers already running finish
-(under ``shutdown_timeout``) and are acked; then the connection drains.
+(under ``shutdown_timeout``) and are acked; then the connection drains. A ``WorkersTarget`` on
+``evo.control.<stage>`` changes how many handlers of that stage the process runs at once
+(FlashEvolve §3.4's worker counts).
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from anyio.abc import TaskStatus
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from agents.errors import AgentError
 from bus import codec, subjects
 from bus.connection import connect
 from bus.consumer import Handler, OnDead, PullConsumer
 from bus.publisher import Publisher
 from bus.streams import ensure_streams, ensure_work_consumer
-from schemas.agents import AgentRef, Heartbeat, Role
+from schemas.agents import AgentRef, Heartbeat, Role, WorkersTarget
 from schemas.work import Work
 
 log = logging.getLogger(__name__)
@@ -47,9 +52,11 @@ class AgentSettings:
 
     Attributes:
         nats_url: the bus.
-        concurrency: handlers run at once, per stage the process serves.
+        concurrency: handlers run at once, per stage the process serves, until a control
+            message says otherwise.
         heartbeat_interval: seconds between heartbeats.
         shutdown_timeout: how long in-flight handlers may take to finish after a signal.
+        max_concurrency: the most a control message may raise one stage's concurrency to.
     """
 
     role: Role
@@ -57,6 +64,7 @@ class AgentSettings:
     concurrency: int = 1
     heartbeat_interval: float = 2.0
     shutdown_timeout: float = 30.0
+    max_concurrency: int = 256
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,11 @@ class WorkBinding:
 
 @dataclass
 class AgentProcess:
-    """What a running agent exposes to its handlers (connection, identity, consumers)."""
+    """What a running agent exposes to its handlers (connection, identity, consumers).
+
+    ``consumers`` are all the process runs; ``stages`` the work stages among them, whose
+    concurrency follows the control messages on ``evo.control.<stage>``.
+    """
 
     settings: AgentSettings
     agent: AgentRef
@@ -78,6 +90,7 @@ class AgentProcess:
     js: JetStreamContext
     publisher: Publisher
     consumers: list[PullConsumer[Any]] = field(default_factory=list)
+    stages: dict[str, PullConsumer[Any]] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
     stop_requested: anyio.Event = field(default_factory=anyio.Event)
 
@@ -96,6 +109,52 @@ class AgentProcess:
             in_flight=sum(c.in_flight for c in self.consumers),
             concurrency=sum(c.concurrency for c in self.consumers),
         )
+
+    def serve_stage(self, stage: str, consumer: PullConsumer[Any]) -> None:
+        """Run ``consumer`` as this process's worker of ``stage`` (once ``serve`` starts)."""
+        if stage in self.stages:
+            raise AgentError(f"stage {stage!r} is already served by this process")
+        self.consumers.append(consumer)
+        self.stages[stage] = consumer
+
+    def set_workers(self, target: WorkersTarget) -> bool:
+        """Obey a ``WorkersTarget``: clamp it to 1..``max_concurrency`` and apply it to the
+        stage's consumer. Handlers already running are never cancelled: a lower limit takes
+        effect as they finish. Returns whether the concurrency changed."""
+        consumer = self.stages.get(target.stage)
+        if consumer is None:
+            log.warning(
+                "%s %s: workers target for %r, a stage this process does not serve",
+                self.agent.role,
+                self.agent.agent_id,
+                target.stage,
+            )
+            return False
+        old = consumer.concurrency
+        new = max(1, min(target.concurrency, self.settings.max_concurrency))
+        if new != target.concurrency:
+            log.warning(
+                "%s %s: %s workers target %d clamped to %d (1..%d)",
+                self.agent.role,
+                self.agent.agent_id,
+                target.stage,
+                target.concurrency,
+                new,
+                self.settings.max_concurrency,
+            )
+        if new == old:
+            return False
+        consumer.set_concurrency(new)
+        log.info(
+            "%s %s: %s concurrency %d → %d%s",
+            self.agent.role,
+            self.agent.agent_id,
+            target.stage,
+            old,
+            new,
+            f" (campaign {target.campaign})" if target.campaign else "",
+        )
+        return True
 
     def request_stop(self) -> None:
         """Stop fetching, let running handlers finish, then leave ``serve``. Safe to repeat."""
@@ -119,7 +178,8 @@ async def run_agent(settings: AgentSettings, setup: Setup) -> None:
         proc = AgentProcess(settings, agent, nc, js, Publisher(js, agent))
         for binding in await setup(proc):
             durable = await ensure_work_consumer(js, binding.stage)
-            proc.consumers.append(
+            proc.serve_stage(
+                binding.stage,
                 PullConsumer(
                     js,
                     proc.publisher,
@@ -129,7 +189,7 @@ async def run_agent(settings: AgentSettings, setup: Setup) -> None:
                     handler=binding.handler,
                     on_dead=binding.on_dead,
                     concurrency=settings.concurrency,
-                )
+                ),
             )
         await serve(proc)
     finally:
@@ -138,12 +198,15 @@ async def run_agent(settings: AgentSettings, setup: Setup) -> None:
 
 
 async def serve(proc: AgentProcess, *, extra: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Run the process's consumers and heartbeat until a signal or ``proc.request_stop()``.
+    """Run the process's consumers, control and heartbeat until a signal or ``request_stop()``.
 
     ``extra`` runs beside the consumers (the orchestrator's clock); when it returns, the process
     stops as after a signal. Stopping finishes in-flight handlers under ``shutdown_timeout``.
     """
     async with anyio.create_task_group() as outer:
+        # Listening before the first heartbeat: whoever has seen the process can retune it.
+        for stage in proc.stages:
+            await outer.start(_obey_control, proc, stage)
         outer.start_soon(_heartbeats, proc)
         outer.start_soon(_stop_on_signal, proc)
         if extra is not None:
@@ -166,10 +229,55 @@ async def _stop_after(extra: Callable[[], Awaitable[None]], proc: AgentProcess) 
 
 
 async def _heartbeats(proc: AgentProcess) -> None:
-    subject = subjects.heartbeat(proc.agent.role, proc.agent.agent_id)
     while True:
-        await proc.nc.publish(subject, codec.encode(proc.heartbeat()))
+        await _beat(proc)
         await anyio.sleep(proc.settings.heartbeat_interval)
+
+
+async def _beat(proc: AgentProcess) -> None:
+    subject = subjects.heartbeat(proc.agent.role, proc.agent.agent_id)
+    await proc.nc.publish(subject, codec.encode(proc.heartbeat()))
+
+
+async def _obey_control(
+    proc: AgentProcess, stage: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    sub = await proc.nc.subscribe(subjects.control(stage))
+    try:
+        await proc.nc.flush()  # subscribed on the server before the process says it is alive
+        task_status.started()
+        async for msg in sub.messages:
+            target = _decode_control(proc, stage, msg)
+            if target is not None and proc.set_workers(target):
+                await _beat(proc)  # the change is seen at once, not a heartbeat interval later
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sub.unsubscribe()
+
+
+def _decode_control(proc: AgentProcess, stage: str, msg: Msg) -> WorkersTarget | None:
+    """The control message, or None (logged) when it is not one or names another stage."""
+    try:
+        target = codec.CONTROL_DECODER.decode(msg.data)
+    except codec.DecodeError as exc:
+        log.warning(
+            "%s %s: ignoring undecodable control message on %s: %s",
+            proc.agent.role,
+            proc.agent.agent_id,
+            msg.subject,
+            exc,
+        )
+        return None
+    if target.stage != stage:
+        log.warning(
+            "%s %s: ignoring workers target for %r sent on %s",
+            proc.agent.role,
+            proc.agent.agent_id,
+            target.stage,
+            msg.subject,
+        )
+        return None
+    return target
 
 
 async def _stop_on_signal(proc: AgentProcess) -> None:

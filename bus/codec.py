@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.agents import Heartbeat
+from schemas.agents import Heartbeat, WorkersTarget
 from schemas.events import DeadLetter, Event
 from schemas.registry import RegistryReply, RegistryRequest
 from schemas.results import Result
@@ -19,6 +19,8 @@ RESULT_DECODER: msgspec.msgpack.Decoder[Result] = msgspec.msgpack.Decoder(Result
 EVENT_DECODER: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
 DEAD_LETTER_DECODER: msgspec.msgpack.Decoder[DeadLetter] = msgspec.msgpack.Decoder(DeadLetter)
 HEARTBEAT_DECODER: msgspec.msgpack.Decoder[Heartbeat] = msgspec.msgpack.Decoder(Heartbeat)
+# WorkersTarget is the only control message so far; the decoder takes the union once there is one.
+CONTROL_DECODER: msgspec.msgpack.Decoder[WorkersTarget] = msgspec.msgpack.Decoder(WorkersTarget)
 REGISTRY_REQUEST_DECODER: msgspec.msgpack.Decoder[RegistryRequest] = msgspec.msgpack.Decoder(
     RegistryRequest
 )

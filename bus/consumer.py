@@ -75,6 +75,7 @@ class PullConsumer(Generic[T]):
         self._handler = handler
         self._on_dead = on_dead
         self._limiter = anyio.CapacityLimiter(concurrency)
+        self._running = 0
         self._ack_wait = ack_wait
         self._max_deliver = max_deliver
         self._fetch_timeout = fetch_timeout
@@ -85,8 +86,8 @@ class PullConsumer(Generic[T]):
 
     @property
     def in_flight(self) -> int:
-        """Handlers running now."""
-        return int(self._limiter.borrowed_tokens)
+        """Handlers running now (not the tokens held by a fetch that is still waiting)."""
+        return self._running
 
     @property
     def concurrency(self) -> int:
@@ -94,7 +95,14 @@ class PullConsumer(Generic[T]):
         return int(self._limiter.total_tokens)
 
     def set_concurrency(self, value: int) -> None:
-        """Change how many messages are handled at once (takes effect on the next fetch)."""
+        """Change how many messages are handled at once (at least 1).
+
+        Raising it takes effect on the next fetch (at once when the loop is waiting for a free
+        slot). Lowering it cancels nothing: handlers already running finish, and no more are
+        fetched until fewer than ``value`` run.
+        """
+        # CapacityLimiter accepts a total below the tokens borrowed; it hands out no token until
+        # enough are released, which is what lowering means here.
         self._limiter.total_tokens = max(1, value)
 
     def stop(self) -> None:
@@ -139,9 +147,11 @@ class PullConsumer(Generic[T]):
             return []
 
     async def _handle_and_release(self, msg: Msg, borrower: object) -> None:
+        self._running += 1
         try:
             await self._handle(msg)
         finally:
+            self._running -= 1
             self._limiter.release_on_behalf_of(borrower)
 
     def _context(self, msg: Msg) -> MessageContext:

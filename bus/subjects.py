@@ -5,7 +5,7 @@ Layout (DESIGN.md "The bus"):
     evo.<cid>.result.<stage>     EVO_RESULTS
     evo.<cid>.event.<kind>       EVO_EVENTS
     evo.<cid>.dlq.<stage>        EVO_DLQ
-    evo.agent.<role>.<id>.heartbeat, evo.control.<role>, evo.registry.<op>  (core NATS)
+    evo.agent.<role>.<id>.heartbeat, evo.control.<stage>, evo.registry.<op>  (core NATS)
 Campaign ids never take the second token of the core-NATS families (schemas.campaign).
 """
 
@@ -74,6 +74,16 @@ def heartbeats_of(role: str) -> str:
 def all_heartbeats() -> str:
     """Wildcard matching every agent's heartbeats."""
     return f"{PREFIX}.agent.*.*.heartbeat"
+
+
+def control(stage: str) -> str:
+    """Subject of the control messages (``WorkersTarget``) to every process serving ``stage``."""
+    return f"{PREFIX}.control.{_token(stage, 'stage')}"
+
+
+def all_control() -> str:
+    """Wildcard matching the control messages of every stage."""
+    return f"{PREFIX}.control.*"
 
 
 REGISTRY_QUEUE = "registry"

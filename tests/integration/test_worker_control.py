@@ -1,0 +1,240 @@
+"""Control messages retune running agents: ``WorkersTarget`` on ``evo.control.<stage>``."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from nats.aio.client import Client
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+
+from bus import codec, subjects
+from bus.connection import connect
+from bus.consumer import Handler, PullConsumer
+from bus.control import send_workers_target
+from bus.envelope import MessageContext
+from bus.publisher import Outbound, Publisher
+from bus.streams import ensure_streams, ensure_work_consumer
+from infra.nats_server import NatsServer
+from schemas.agents import AgentRef, Heartbeat, WorkersTarget
+from schemas.artifacts import Artifact, Candidate
+from schemas.work import EvaluateWork, Work
+from tests.processes import start_evobus
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SENDER = AgentRef(role="orchestrator", agent_id="test", pid=1, host="h")
+
+
+@asynccontextmanager
+async def bus(server: NatsServer) -> AsyncIterator[tuple[Client, JetStreamContext]]:
+    nc = await connect(server.url, name="test-worker-control")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    try:
+        yield nc, js
+    finally:
+        await nc.drain()
+
+
+async def beat_where(
+    heartbeats: Subscription, pid: int, condition: Callable[[Heartbeat], bool]
+) -> Heartbeat:
+    """The first heartbeat of process ``pid`` that meets ``condition``."""
+    with anyio.fail_after(10):
+        while True:
+            beat = codec.HEARTBEAT_DECODER.decode((await heartbeats.next_msg(timeout=10)).data)
+            assert isinstance(beat, Heartbeat)
+            if beat.agent.pid == pid and condition(beat):
+                return beat
+
+
+async def stop(agent: subprocess.Popen[bytes]) -> int:
+    if agent.poll() is None:
+        agent.send_signal(signal.SIGTERM)
+    try:
+        return await anyio.to_thread.run_sync(agent.wait, 10)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        return await anyio.to_thread.run_sync(agent.wait)
+
+
+@pytest.mark.timeout(30)
+async def test_an_evaluator_process_follows_its_workers_target(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    log = tmp_path / "evaluator.log"
+    async with bus(nats_server) as (nc, _):
+        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
+        agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
+        try:
+            # A heartbeat means the process already listens on evo.control.evaluate.
+            first = await beat_where(heartbeats, agent.pid, lambda _: True)
+            assert first.concurrency == 1
+
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=3))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 3)
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=1))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=10_000))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 256)  # the cap
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=0))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)  # the floor
+
+            # Not a control message, one of another type, one for another stage: all ignored;
+            # the target sent after them (same subject, same order) is still obeyed.
+            await nc.publish(subjects.control("evaluate"), b"\xc1garbage")
+            await nc.publish(subjects.control("evaluate"), codec.encode(first))
+            other = WorkersTarget(stage="propose", concurrency=5)
+            await nc.publish(subjects.control("evaluate"), codec.encode(other))
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=2))
+            changed = await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
+            later = await beat_where(heartbeats, agent.pid, lambda b: b.at > changed.at)
+            assert later.concurrency == 2 and agent.poll() is None
+        finally:
+            code = await stop(agent)
+        await heartbeats.unsubscribe()
+    text = log.read_text()
+    assert code == 0, text
+    assert "evaluate concurrency 1 → 3" in text and "evaluate concurrency 3 → 1" in text
+    assert "ignoring undecodable control message" in text
+    assert "ignoring workers target for 'propose'" in text
+
+
+def evaluate_item(campaign: str, n: int) -> EvaluateWork:
+    return EvaluateWork(
+        work_id=f"{campaign}-w{n}",
+        campaign=campaign,
+        pool_version=0,
+        task="pendulum",
+        candidate=Candidate(id=f"c{n}", artifact=Artifact(source="def policy(obs): return 0.0")),
+        instances=("0",),
+    )
+
+
+async def publish_items(js: JetStreamContext, campaign: str, numbers: range) -> None:
+    publisher = Publisher(js, SENDER)
+    for n in numbers:
+        item = evaluate_item(campaign, n)
+        await publisher.publish(
+            Outbound(subjects.work(campaign, "evaluate"), item, item.work_id, campaign)
+        )
+
+
+class GatedHandler:
+    """A handler that holds every item until its gate opens; counts what runs and finishes."""
+
+    def __init__(self) -> None:
+        self.gate = anyio.Event()
+        self.running = 0
+        self.finished = 0
+        self._changed = anyio.Event()
+
+    async def __call__(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        self.running += 1
+        self._notify()
+        try:
+            await self.gate.wait()
+        finally:
+            self.running -= 1
+        self.finished += 1
+        self._notify()
+        return ()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait, without polling, until ``condition`` holds after some handler started or ended."""
+        with anyio.fail_after(10):
+            while not condition():
+                await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+@asynccontextmanager
+async def running(consumer: PullConsumer[Work]) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as tg:
+        await tg.start(consumer.run)
+        yield
+        consumer.stop()
+
+
+def work_consumer(js: JetStreamContext, durable: str, handler: Handler[Work]) -> PullConsumer[Work]:
+    """A consumer of 3 handlers at once that notices a stop or a freed slot quickly."""
+    return PullConsumer(
+        js,
+        Publisher(js, SENDER),
+        stream=subjects.STREAM_WORK,
+        durable=durable,
+        decoder=codec.WORK_DECODER,
+        handler=handler,
+        concurrency=3,
+        fetch_timeout=0.2,
+    )
+
+
+@pytest.mark.timeout(20)
+async def test_lowering_concurrency_lets_running_handlers_finish(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with bus(nats_server) as (_, js):
+        durable = await ensure_work_consumer(js, "evaluate")
+        handler = GatedHandler()
+        consumer = work_consumer(js, durable, handler)
+        async with running(consumer):
+            await publish_items(js, campaign_id, range(1))
+            await handler.until(lambda: handler.running == 1)
+            # The loop is back in a fetch for the two free slots; they are not handlers.
+            assert consumer.in_flight == 1
+            await publish_items(js, campaign_id, range(1, 3))
+            await handler.until(lambda: handler.running == 3)
+
+            consumer.set_concurrency(1)
+            assert (consumer.concurrency, consumer.in_flight) == (1, 3)  # nothing cancelled
+            await publish_items(js, campaign_id, range(3, 5))
+            handler.gate.set()
+            await handler.until(lambda: handler.finished == 5)
+        # run() returned: every handler's item was acked.
+        assert handler.finished == 5 and consumer.processed == 5
+        info = await js.stream_info(subjects.STREAM_WORK)
+        assert info.state.messages == 0  # all five acked, the three that outlived the change too
+
+
+@pytest.mark.timeout(20)
+async def test_after_lowering_no_more_than_the_new_limit_is_fetched(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with bus(nats_server) as (_, js):
+        durable = await ensure_work_consumer(js, "evaluate")
+        first = GatedHandler()
+        second = GatedHandler()
+        phase: list[GatedHandler] = [first]
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            return await phase[0](item, ctx)
+
+        consumer = work_consumer(js, durable, handle)
+        async with running(consumer):
+            await publish_items(js, campaign_id, range(3))
+            await first.until(lambda: first.running == 3)
+            consumer.set_concurrency(1)
+            phase[0] = second
+            await publish_items(js, campaign_id, range(3, 5))
+            first.gate.set()
+            await second.until(lambda: second.running == 1)
+            # One slot: one item fetched, the other still waiting in the stream.
+            pending = await js.consumer_info(subjects.STREAM_WORK, durable)
+            assert (pending.num_ack_pending, pending.num_pending) == (1, 1)
+            assert consumer.in_flight == 1
+
+            consumer.set_concurrency(2)  # raising: the waiting item is fetched at once
+            await second.until(lambda: second.running == 2)
+            second.gate.set()
+            await second.until(lambda: second.finished == 2)
