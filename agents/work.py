@@ -17,12 +17,13 @@ from schemas.work import Work
 W = TypeVar("W")
 
 
-def result_outbound(result: Result, stage: str) -> Outbound:
-    """The result of a work item on ``evo.<cid>.result.<stage>``, id derived from the work id."""
+def result_outbound(result: Result, stage: str, kind: str = "result") -> Outbound:
+    """The result of a work item on ``evo.<cid>.result.<stage>``, id derived from the work id
+    (``kind`` tells apart several results of one item: a ``partial`` one, then the result)."""
     return Outbound(
         subject=subjects.result(result.campaign, stage),
         message=result,
-        msg_id=f"{result.work_id}-result",
+        msg_id=f"{result.work_id}-{kind}",
         campaign=result.campaign,
     )
 

@@ -95,7 +95,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             ``in_flight`` steps (GEPA-style, the baseline).
         workers: in-flight target K per stage (``diagnose``, ``propose``, ``evaluate``; async
             mode); a stage not named gets ``in_flight``. Proposals wait for evaluation in a
-            queue of at most ``queue`` items (0: twice the evaluate target).
+            queue of at most ``queue`` items (0: the evaluate target).
         staleness: what happens to a proposal made from an older pool (FlashEvolve §3.2):
             ``full`` keeps it, ``guarded`` discards it when Δ = v − vᵢ > ``max_staleness``,
             ``reflective`` sends it with the pool changes to the actor's repair stage.
@@ -124,7 +124,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     mode: Literal["async", "sync"] = "async"
     workers: dict[PipelineStage, Annotated[int, msgspec.Meta(ge=1, le=1024)]] = {}
     queue: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
-    staleness: Literal["full", "guarded", "reflective"] = "guarded"
+    staleness: Literal["full", "guarded", "reflective"] = "full"
     max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 4
     speculative_alpha: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.0
     reorder_window: Annotated[int, msgspec.Meta(ge=1)] = 3

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import logging
 import re
+import zlib
 from collections.abc import Sequence
 
 import msgspec
@@ -35,9 +36,9 @@ from infra.llm import InvalidModelOutput, LLMError, text_message, user_message
 from schemas.artifacts import Artifact
 from schemas.llm import ActorDraft, SkillDraft, Usage
 from schemas.registry import Resource
-from schemas.results import Diagnosis, Proposal, SkillExtracted
+from schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
 from schemas.tools import ToolRef
-from schemas.work import ExtractWork, ProposeWork, Work
+from schemas.work import ExtractWork, ProposeWork, RepairWork, Work
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,73 @@ class Actor:
             usage=usage + tools.usage,
         )
 
+    async def repair(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """FlashEvolve §3.2 (reflective staleness): patch a stale proposal against the pool's
+        changes since it was made, or discard it as covered. Offline, the classical stand-in
+        crosses it with the current best (x_div), so it builds on the pool as it is now."""
+        work = expect(item, RepairWork)
+        models = await self.models.for_campaign(work.campaign)
+        if models is None:
+            try:
+                engine = propose_prompt if work.artifact.kind == "prompt" else propose
+                child = engine(
+                    work.artifact,
+                    operator="x_div",
+                    rng_seed=zlib.crc32(work.work_id.encode()),
+                    co_parent=work.best.artifact,
+                )
+                artifact: Artifact | None = child.artifact
+                why = f"crossed with the current best {work.best.id}: {child.rationale}"
+            except ProposalError as exc:
+                artifact, why = work.artifact, f"kept as it is ({exc})"
+            result = Repaired(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                candidate_id=work.candidate_id,
+                artifact=artifact,
+                rationale=why,
+            )
+            return [result_outbound(result, "repair")]
+        try:
+            result = await self.repair_with_model(models, work)
+        except LLMError as exc:
+            return [model_failure(work, "repair", exc)]
+        return [result_outbound(result, "repair")]
+
+    async def repair_with_model(self, models: CampaignModels, work: RepairWork) -> Repaired:
+        """The ``stale_repair`` prompt: a patched child, or the current best back (discard)."""
+        section = models.section
+        prompt = await models.prompts.get("stale_repair")
+        values = task_values(work.task, work.artifact) | {
+            "old_version": work.stale_version,
+            "new_version": work.pool_version,
+            "proposal_code": work.artifact.source,
+            "pool_changes": work.pool_changes,
+            "best_code": work.best.artifact.source,
+            "skills": "",
+            "tools": "",
+        }
+        system, user = prompt.render(values)
+        out = await models.actor.structured(
+            section.actor_model,
+            [text_message("system", system), user_message(user)],
+            ActorDraft,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+        )
+        draft, problem = _first_usable(work.artifact, out.values)
+        code = unfenced(draft.code) if draft else ""
+        covered = draft is None or code.strip() == work.best.artifact.source.strip()
+        return Repaired(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            candidate_id=work.candidate_id,
+            artifact=None if covered else msgspec.structs.replace(work.artifact, source=code),
+            rationale=(draft.rationale if draft else f"no usable patch: {problem}").strip(),
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            usage=out.usage,
+        )
+
     async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         """Turn an improving parent → child change into a registered skill (REFLEX §3.4)."""
         work = expect(item, ExtractWork)
@@ -338,10 +406,11 @@ def _first_usable(parent: Artifact, drafts: Sequence[ActorDraft]) -> tuple[Actor
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-    """Serve the ``propose`` and ``extract`` stages."""
+    """Serve the ``propose``, ``extract`` and ``repair`` stages."""
     registry = RegistryClient(proc.nc)
     actor = Actor(proc, registry, ModelAccess(proc, registry))
     return [
         WorkBinding("propose", actor.propose, on_dead("propose")),
         WorkBinding("extract", actor.extract, on_dead("extract")),
+        WorkBinding("repair", actor.repair, on_dead("repair")),
     ]

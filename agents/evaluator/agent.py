@@ -36,7 +36,7 @@ from infra.llm import LLMUnavailable, user_message
 from infra.sandbox import SandboxRun, run_sandboxed
 from schemas.llm import Usage
 from schemas.registry import Resource
-from schemas.results import Evaluation, InstanceScore
+from schemas.results import Evaluation, InstanceScore, PartialEvaluation
 from schemas.tools import ToolRef
 from schemas.work import EvaluateWork, Work
 
@@ -152,6 +152,52 @@ async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork
     )
 
 
+def partial_of(first: Evaluation) -> PartialEvaluation:
+    """The speculative prefix's scores, as the partial result of the evaluation's work."""
+    return PartialEvaluation(
+        work_id=first.work_id,
+        campaign=first.campaign,
+        candidate_id=first.candidate_id,
+        score=first.score,
+        instances=first.instances,
+        isolation=first.isolation,
+    )
+
+
+def combine(work: EvaluateWork, first: Evaluation, rest: Evaluation) -> Evaluation:
+    """The whole evaluation from its prefix and the rest, in the work's instance order."""
+    scores = first.instances + rest.instances
+    names = sorted({name for s in scores for name in s.metrics})
+    metrics = {n: sum(s.metrics.get(n, 0.0) for s in scores) / len(scores) for n in names}
+    for counted in ("tool_calls", "tool_errors"):  # counts add up; they are not per instance
+        if counted in first.metrics or counted in rest.metrics:
+            metrics[counted] = first.metrics.get(counted, 0.0) + rest.metrics.get(counted, 0.0)
+    return Evaluation(
+        work_id=work.work_id,
+        campaign=work.campaign,
+        candidate_id=work.candidate.id,
+        score=sum(s.score for s in scores) / len(scores),
+        instances=scores,
+        isolation=first.isolation,
+        feedback="\n".join(f for f in (first.feedback, rest.feedback) if f),
+        metrics=metrics,
+        error=rest.error,
+        duration_seconds=round(first.duration_seconds + rest.duration_seconds, 3),
+        usage=first.usage + rest.usage,
+    )
+
+
+def extend_failure(task: Task, work: EvaluateWork, first: Evaluation) -> Evaluation:
+    """A program that failed on the prefix fails every instance with the same error."""
+    scores = tuple(
+        InstanceScore(instance=i, score=task.failure_score, error=first.error)
+        for i in work.instances
+    )
+    return msgspec.structs.replace(
+        first, instances=scores, score=task.failure_score, work_id=work.work_id
+    )
+
+
 def evidence_name(work: EvaluateWork) -> str:
     """The object name of an evaluation's evidence image: ``<campaign>/<candidate>/<work>.png``."""
     return f"{work.campaign}/{work.candidate.id}/{work.work_id}.png"
@@ -189,8 +235,25 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             task = get_task(work.task)
         except TaskError as exc:
             raise Reject(str(exc)) from None
+        prefix = work.speculative_prefix
+        if not 0 < prefix < len(work.instances):
+            return [result_outbound(await evaluate(task, work), "evaluate")]
+        # FlashEvolve §3.3: the prefix's score goes out first, the rest runs meanwhile.
+        first = await evaluate(
+            task, msgspec.structs.replace(work, instances=work.instances[:prefix])
+        )
+        if first.error:  # the program failed as a whole: the rest would fail the same way
+            return [result_outbound(extend_failure(task, work, first), "evaluate")]
+        await proc.publisher.publish(result_outbound(partial_of(first), "evaluate", "partial"))
+        rest = await evaluate(
+            task, msgspec.structs.replace(work, instances=work.instances[prefix:])
+        )
+        return [result_outbound(combine(work, first, rest), "evaluate")]
+
+    async def evaluate(task: Task, work: EvaluateWork) -> Evaluation:
+        """One evaluation of ``work``'s instances: through the model, or in the sandbox."""
         if isinstance(task, ModelTask):
-            return [result_outbound(await through_model(models, task, work), "evaluate")]
+            return await through_model(models, task, work)
         files = sandbox_files(task, work, await tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
         try:
@@ -211,6 +274,6 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             except NatsError as exc:
                 raise Retry(f"evidence image not stored: {exc}", delay=2.0) from None
             evaluation = msgspec.structs.replace(evaluation, evidence=name)
-        return [result_outbound(evaluation, "evaluate")]
+        return evaluation
 
     return [WorkBinding("evaluate", handle, on_dead("evaluate"))]

@@ -20,6 +20,7 @@ from agents.tasks import get_task
 from bus import codec, subjects
 from bus.connection import connect
 from bus.consumer import PullConsumer
+from bus.control import send_workers_target
 from bus.envelope import MessageContext
 from bus.publisher import Outbound, Publisher
 from bus.streams import ensure_results_consumer, ensure_streams, key_value
@@ -89,7 +90,9 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         runner = Effects(state, RegistryClient(nc), workspace)
 
         async def effects(step: Step) -> list[Outbound]:
-            out = await runner.run(step)
+            out, controls = await runner.run(step)
+            for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
+                await send_workers_target(nc, target)
             if state.phase == "finished":
                 write_summary(run_dir / "summary.json", state.summary(time.time()))
             return out

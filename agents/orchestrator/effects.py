@@ -18,6 +18,7 @@ from agents.registry.errors import RegistryError
 from bus.publisher import Outbound
 from infra.errors import WorkspaceError
 from infra.workspace import CampaignWorkspace
+from schemas.agents import WorkersTarget
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +49,20 @@ class Effects:
         except RegistryError as exc:
             log.warning("campaign %s: task not registered as an environment: %s", state.cid, exc)
 
-    async def run(self, first: Step) -> list[Outbound]:
-        """Carry out ``first`` and every step its effects lead to; the messages to publish."""
+    async def run(self, first: Step) -> tuple[list[Outbound], list[WorkersTarget]]:
+        """Carry out ``first`` and every step its effects lead to; the messages to publish on
+        the streams, and the worker targets to send on the control subjects."""
         out: list[Outbound] = []
+        controls: list[WorkersTarget] = []
         steps = deque([first])
         while steps:
             step = steps.popleft()
             out.extend(step.outbound)
+            controls.extend(step.controls)
             self._commit(step)
             steps.extend(await self._admit(step))
             steps.extend(await self._skills(step))
-        return out
+        return out, controls
 
     def _commit(self, step: Step) -> None:
         state = self.state

@@ -28,14 +28,24 @@ from agents.evolution.bandit import ExplorationBurst, OperatorBandit, next_opera
 from agents.evolution.history import EvolutionHistory
 from agents.evolution.intensity import mutation_intensity
 from agents.evolution.pool import CandidatePool, noise_scale, sample_minibatch
+from agents.evolution.reordering import PassHistory, passed, reorder
 from agents.evolution.skills import SkillDraft, seed_skill_for
+from agents.evolution.speculative import SpeculativeSet, speculative_prefix
 from agents.evolution.stagnation import StagnationDetector, on_stagnation
+from agents.evolution.staleness import PoolChange, PoolLog, StaleAction, decide_staleness
+from agents.evolution.workers import RateMeter, StageBounds, reallocate
 from agents.orchestrator.plan import render_plan
 from bus import subjects
 from bus.publisher import Outbound, event_outbound
-from schemas.agents import AgentRef
+from schemas.agents import AgentRef, WorkersTarget
 from schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
-from schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
+from schemas.campaign import (
+    AgentWork,
+    CampaignRecord,
+    CampaignSummary,
+    PipelineStage,
+    StrategySection,
+)
 from schemas.events import (
     BestConfirmed,
     BurstStarted,
@@ -50,15 +60,20 @@ from schemas.events import (
     RolledBack,
     SkillLearned,
     SkillUtilityUpdated,
+    SpeculativeDecided,
+    StaleDecided,
     ToolRegistered,
     WorkAbandoned,
+    WorkersChanged,
 )
 from schemas.llm import SIMULATOR_NOTE, Usage
 from schemas.registry import Rejection
 from schemas.results import (
     Diagnosis,
     Evaluation,
+    PartialEvaluation,
     Proposal,
+    Repaired,
     Result,
     SkillExtracted,
     Summary,
@@ -71,6 +86,7 @@ from schemas.work import (
     EvaluateWork,
     ExtractWork,
     ProposeWork,
+    RepairWork,
     SummarizeWork,
     ToolWork,
     Work,
@@ -80,6 +96,16 @@ Status = Literal["completed", "failed"]
 Phase = Literal["tools", "seed", "evolving", "finished"]
 SEED_ID = "c0000"
 ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based critic; no LLM)"
+# FlashEvolve §3.4: production rates over this window, rebalanced this often.
+RATE_WINDOW_SECONDS = 60.0
+WORKERS_PERIOD_SECONDS = 10.0
+REBALANCED = ("diagnose", "propose", "evaluate")
+# FlashEvolve §3.3: a step made from a removed speculative candidate is stale whatever Δ says.
+STALE_PARENT_ACTION: dict[str, StaleAction] = {
+    "full": "keep",
+    "guarded": "discard",
+    "reflective": "repair",
+}
 # POLCA's summarizer runs after this many decided steps, over the best few of the pool.
 SUMMARY_EVERY = 10
 SUMMARY_TOP = 5
@@ -92,6 +118,12 @@ ANALYSIS_WINDOW = 20
 
 
 _PROGRAM = Artifact(source="")
+
+
+def stage_targets(strategy: StrategySection) -> dict[str, int]:
+    """Each pipeline stage's in-flight target K: ``strategy.workers``, else ``in_flight``."""
+    stages: tuple[PipelineStage, ...] = ("diagnose", "propose", "evaluate", "repair")
+    return {stage: strategy.workers.get(stage, strategy.in_flight) for stage in stages}
 
 
 def _simulated(engine: str) -> str:
@@ -117,7 +149,20 @@ class TaskPlan:
         return self.seed.entrypoint
 
 
-@dataclass
+# Where a step is: waiting for a stage's work, or parked between stages (a queue).
+ChainStage = Literal[
+    "diagnose",  # DiagnoseWork in flight
+    "diagnosed",  # waiting for a propose slot
+    "propose",  # ProposeWork in flight
+    "admitting",  # at the registry's ε-net
+    "ready",  # a proposal waiting for an evaluate slot (the staleness check happens here)
+    "repair",  # RepairWork in flight (reflective staleness)
+    "evaluate",  # evaluations in flight
+    "evaluated",  # sync mode: waiting for the barrier before the decision
+]
+
+
+@dataclass(eq=False)
 class Chain:
     """One step in flight, from selection to decision."""
 
@@ -131,6 +176,12 @@ class Chain:
     skills_used: tuple[str, ...] = ()
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
     waiting: int = 0
+    key: int = 0  # a serial number: the chain's id in the speculative set
+    version: int = 0  # vᵢ: the pool version the chain's proposal was made from (FlashEvolve §3.1)
+    stage: ChainStage = "diagnose"
+    repaired: bool = False
+    stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
+    speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
 
 
 @dataclass(frozen=True)
@@ -138,7 +189,15 @@ class Pending:
     """What a work id in flight is for."""
 
     kind: Literal[
-        "tool", "seed", "validate", "diagnose", "propose", "evaluate", "extract", "summarize"
+        "tool",
+        "seed",
+        "validate",
+        "diagnose",
+        "propose",
+        "evaluate",
+        "extract",
+        "summarize",
+        "repair",
     ]
     chain: Chain | None = None
     candidate_id: str = ""
@@ -175,6 +234,7 @@ class Step:
     skill_uses: list[tuple[str, float]] = field(default_factory=list)
     skill_seeds: list[SkillDraft] = field(default_factory=list)
     rollbacks: list[str] = field(default_factory=list)
+    controls: list[WorkersTarget] = field(default_factory=list)
 
 
 class CampaignState:
@@ -226,6 +286,14 @@ class CampaignState:
         self.usage = Usage()  # model calls of every applied result (the token budget)
         self.engines: set[str] = set()  # what made the diagnoses and proposals
         self.run_summary = ""  # POLCA's c_history, from the summarizer
+        self.live: list[Chain] = []  # every step between its start and its decision
+        self.targets = stage_targets(self.strategy)
+        self.pool_log = PoolLog()
+        self.speculative = SpeculativeSet()
+        self.passes = PassHistory()
+        self.rates = RateMeter(window_seconds=RATE_WINDOW_SECONDS)
+        self.workers_checked_at = started_at
+        self.stale_counts: dict[str, int] = {}  # Δ → proposals that reached evaluation with it
         self.decided_since_summary = 0
         self.pending: dict[str, Pending] = {}
         self.admitting: dict[str, Chain] = {}
@@ -233,7 +301,7 @@ class CampaignState:
         self.results_applied = 0
         self.stop_reason = ""
         self.status: Status = "completed"
-        self._counters = {"work": 0, "event": 0, "candidate": 0}
+        self._counters = {"work": 0, "event": 0, "candidate": 0, "chain": 0}
 
     # -- ids and publishing ----------------------------------------------------------------
     def _next(self, counter: str) -> int:
@@ -258,6 +326,7 @@ class CampaignState:
         pending: Pending,
         *,
         evidence: bool = False,
+        speculative_prefix: int = 0,
     ) -> None:
         params = dict(self.plan.params)
         if evidence:
@@ -275,6 +344,7 @@ class CampaignState:
                 task_params=params,
                 tools=self._tools_of(candidate.id),
                 sandbox=self.spec.sandbox,
+                speculative_prefix=speculative_prefix,
             ),
             pending,
         )
@@ -343,10 +413,19 @@ class CampaignState:
     def apply(self, result: Result, sender: AgentRef | None, now: float) -> Step:
         """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
         step = Step()
+        if isinstance(result, PartialEvaluation):
+            # The full evaluation of the same work follows: the work stays pending.
+            partial_of = self.pending.get(result.work_id)
+            if partial_of is not None and self.phase != "finished":
+                self._on_partial(step, partial_of, result, now)
+                self._refill(step, now)
+            return step
         pending = self.pending.pop(result.work_id, None)
         if pending is None or self.phase == "finished":
             return step
         self.results_applied += 1
+        if pending.kind in ("diagnose", "propose", "evaluate", "repair"):
+            self.rates.record(pending.kind, now)
         self.usage = self.usage + result.usage
         if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
             self.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
@@ -367,7 +446,9 @@ class CampaignState:
                 self._on_evaluation(step, pending, result, now)
             case Diagnosis() if chain is not None:
                 chain.diagnosis = result
-                self._propose(step, chain)
+                chain.stage = "diagnosed"  # _refill hands it a propose slot
+            case Repaired() if chain is not None:
+                self._on_repaired(step, chain, result, now)
             case Proposal() if chain is not None:
                 self._on_proposal(step, chain, result, now)
             case Summary():
@@ -438,6 +519,7 @@ class CampaignState:
             del self.pending[work_id]
         if chain.candidate_id is not None:
             self.admitting.pop(chain.candidate_id, None)
+        self._forget(chain)
 
     def _record_evaluation(
         self, step: Step, cid: str, ev: Evaluation, now: float, *, train: bool
@@ -475,7 +557,10 @@ class CampaignState:
         chain.evaluations[pending.candidate_id] = ev
         chain.waiting -= 1
         if chain.waiting == 0:
-            self._decide(step, chain, now)
+            if self.strategy.mode == "sync":
+                chain.stage = "evaluated"  # the generation's barrier decides (in _refill)
+            else:
+                self._decide(step, chain, now)
 
     def _seed_ready(self, step: Step, now: float) -> None:
         if self.phase == "seed" and not any(
@@ -521,27 +606,77 @@ class CampaignState:
 
     # -- one step --------------------------------------------------------------------------
     def _refill(self, step: Step, now: float) -> None:
-        """Start steps until ``in_flight`` run or a budget says stop; finish when all are done."""
-        budget = self.spec.campaign.budget
-        while (
-            self.phase == "evolving"
-            and self._chains_in_flight() < self.strategy.in_flight
-            and self.proposals < budget.proposals
-            and not self._evaluations_spent()
-        ):
-            self._start_chain(step, now)
-        if self.phase == "evolving" and not self.pending and not self.admitting:
+        """Move every step as far as the pipeline allows and start new ones while the budgets
+        allow; finish when nothing is left."""
+        if self.phase != "evolving":
+            return
+        if self.strategy.mode == "sync":
+            self._refill_sync(step, now)
+        else:
+            self._refill_async(step, now)
+        if self.phase == "evolving" and not self.pending and not self.admitting and not self.live:
             spent = "evaluation" if self._evaluations_spent() else "proposal"
             self._finish(step, now, "completed", f"{spent} budget spent")
+
+    def _can_start(self) -> bool:
+        budget = self.spec.campaign.budget
+        return self.proposals < budget.proposals and not self._evaluations_spent()
+
+    def _count(self, *stages: ChainStage) -> int:
+        return sum(1 for chain in self.live if chain.stage in stages)
+
+    def _waiting(self, stage: ChainStage) -> list[Chain]:
+        return [chain for chain in self.live if chain.stage == stage]
+
+    def _refill_async(self, step: Step, now: float) -> None:
+        """FlashEvolve §3.1: every stage keeps up to its target K in flight; proposals wait for
+        an evaluate slot in a bounded queue (admission control), and new steps start only while
+        there is room for what they will produce, so a fast stage cannot flood a slow one."""
+        targets = self.targets
+        for chain in self._waiting("ready"):  # oldest first
+            if self._count("evaluate") >= targets["evaluate"]:
+                break
+            self._dispatch_ready(step, chain, now)
+        for chain in self._waiting("diagnosed"):
+            if self._count("propose") >= targets["propose"]:
+                break
+            self._propose(step, chain)
+        queue = self.strategy.queue or targets["evaluate"]
+        while (
+            self._can_start()
+            and self._count("diagnose") < targets["diagnose"]
+            and self._count("diagnosed", "propose") < targets["propose"]
+            and self._count("admitting", "ready", "repair") < queue
+        ):
+            chain = self._start_chain(step, now)
+            if chain.stage == "diagnosed" and self._count("propose") < targets["propose"]:
+                self._propose(step, chain)
+
+    def _refill_sync(self, step: Step, now: float) -> None:
+        """The synchronous baseline (GEPA-style): a generation of ``in_flight`` steps passes
+        each stage together — every diagnosis before any proposal, every proposal before any
+        evaluation, every evaluation before any decision."""
+        if not self.live:
+            budget = self.spec.campaign.budget
+            for _ in range(min(self.strategy.in_flight, budget.proposals - self.proposals)):
+                if self._can_start():
+                    self._start_chain(step, now)
+        if not self._count("diagnose"):
+            for chain in self._waiting("diagnosed"):
+                self._propose(step, chain)
+        if not self._count("diagnose", "diagnosed", "propose", "admitting"):
+            for chain in self._waiting("ready"):
+                self._dispatch_ready(step, chain, now)
+        evaluated = self._waiting("evaluated")
+        if evaluated and len(evaluated) == len(self.live):
+            for chain in evaluated:
+                self._decide(step, chain, now)
+            if not self.live and self.phase == "evolving":
+                self._refill_sync(step, now)  # the next generation
 
     def _evaluations_spent(self) -> bool:
         limit = self.spec.campaign.budget.evaluations
         return limit > 0 and self.evaluations >= limit
-
-    def _chains_in_flight(self) -> int:
-        chains = {id(p.chain) for p in self.pending.values() if p.chain is not None}
-        chains |= {id(c) for c in self.admitting.values()}
-        return len(chains)
 
     def _choose_operator(self) -> tuple[Operator, bool]:
         if self.strategy.bandit:
@@ -552,7 +687,7 @@ class CampaignState:
         crossover = len(self.pool) > 1 and self.rng.random() < self.strategy.crossover_rate
         return ("x_div" if crossover else "m_diag"), False
 
-    def _start_chain(self, step: Step, now: float) -> None:
+    def _start_chain(self, step: Step, now: float) -> Chain:
         self.proposals += 1
         operator, forced = self._choose_operator()
         if operator == "x_div" and len(self.pool) < 2:
@@ -574,8 +709,15 @@ class CampaignState:
             forced=forced,
             parent_ids=tuple(parents),
             minibatch=sample_minibatch(self.plan.train, self.strategy.minibatch, self.rng),
+            key=self._next("chain"),
+            version=self.pool.version,
+            stage="diagnosed",
         )
+        self.live.append(chain)
+        if any(self.speculative.is_speculative(p) for p in chain.parent_ids):
+            self.speculative.note_derived(str(chain.key), chain.parent_ids)
         if operator == "m_diag":
+            chain.stage = "diagnose"
             parent = chain.parent_ids[0]
             item = DiagnoseWork(
                 work_id=self._work_id(),
@@ -587,8 +729,7 @@ class CampaignState:
                 context=self._context(parent),
             )
             self._work(step, "diagnose", item, Pending("diagnose", chain, parent))
-        else:
-            self._propose(step, chain)
+        return chain
 
     def _context(self, cid: str) -> str:
         """A-Evolve's analysis of a candidate's evaluations and the rolling history."""
@@ -618,6 +759,7 @@ class CampaignState:
             context=self._with_summary(self.history.render()),
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
         )
+        chain.stage = "propose"
         self._work(step, "propose", item, Pending("propose", chain, parent))
 
     def _on_proposal(self, step: Step, chain: Chain, proposal: Proposal, now: float) -> None:
@@ -646,10 +788,11 @@ class CampaignState:
             ),
         )
         if self.strategy.epsilon > 0:
+            chain.stage = "admitting"
             self.admitting[candidate.id] = chain
             step.admissions.append(AdmissionRequest(candidate.id, candidate.artifact.source))
         else:
-            self._admitted(step, chain)
+            chain.stage = "ready"  # _refill hands it an evaluate slot
 
     def on_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:
         """Apply the registry's ε-net verdict on one proposal (POLCA Algorithm 4)."""
@@ -658,8 +801,9 @@ class CampaignState:
         if chain is None or self.phase == "finished":
             return step
         if rejection is None:
-            self._admitted(step, chain)
+            chain.stage = "ready"
         else:
+            self._forget(chain)
             self.filtered += 1
             self._event(
                 step,
@@ -696,15 +840,216 @@ class CampaignState:
         )
         return step
 
-    def _admitted(self, step: Step, chain: Chain) -> None:
-        """POLCA Algorithm 1: evaluate the child and re-evaluate its parents on one minibatch."""
+    def _evaluate_chain(self, step: Step, chain: Chain) -> None:
+        """POLCA Algorithm 1: evaluate the child and re-evaluate its parents on one minibatch.
+
+        With speculation on (async mode), the child's minibatch is reordered so instances it is
+        likely to pass anyway leave the speculative prefix (FlashEvolve §3.3, w rounds), and
+        the evaluator reports the prefix's score first.
+        """
         assert chain.candidate_id is not None
+        chain.stage = "evaluate"
+        self.stale_counts[str(self.pool.version - chain.version)] = (
+            self.stale_counts.get(str(self.pool.version - chain.version), 0) + 1
+        )
+        if self.strategy.mode == "async" and self.strategy.speculative_alpha > 0:
+            prefix = speculative_prefix(len(chain.minibatch), self.strategy.speculative_alpha)
+            chain.minibatch = reorder(
+                chain.minibatch, self.passes, prefix, self.strategy.reorder_window
+            )
+            chain.speculative_prefix = prefix
         # POLCA Algorithm 1, lines 9-10: evaluate first, join the pool when decided.
         for cid in (chain.candidate_id, *dict.fromkeys(chain.parent_ids)):
             chain.waiting += 1
+            prefix = chain.speculative_prefix if cid == chain.candidate_id else 0
             self._evaluate(
-                step, self.candidates[cid], chain.minibatch, Pending("evaluate", chain, cid)
+                step,
+                self.candidates[cid],
+                chain.minibatch,
+                Pending("evaluate", chain, cid),
+                speculative_prefix=prefix,
             )
+
+    def _dispatch_ready(self, step: Step, chain: Chain, now: float) -> None:
+        """A proposal's turn to be evaluated: the staleness policy first (FlashEvolve §3.2)."""
+        assert chain.candidate_id is not None
+        policy = self.strategy.staleness
+        decision = decide_staleness(
+            policy, chain.version, self.pool.version, self.strategy.max_staleness
+        )
+        action: StaleAction = decision.action
+        reason = decision.reason
+        if chain.stale_parent:
+            action = STALE_PARENT_ACTION[policy]
+            reason = f"made from {chain.stale_parent}, a removed speculative candidate"
+        if chain.repaired and action == "repair":
+            action, reason = "keep", "repaired once already"
+        if action == "repair" and self._count("repair") >= self.targets["repair"]:
+            return  # no repair slot: it stays in the queue
+        if decision.delta > 0 or action != "keep":
+            self._event(
+                step,
+                StaleDecided(
+                    campaign=self.cid,
+                    at=now,
+                    candidate_id=chain.candidate_id,
+                    policy=policy,
+                    delta=decision.delta,
+                    action=action,
+                    reason=reason,
+                ),
+            )
+        match action:
+            case "keep":
+                self._evaluate_chain(step, chain)
+            case "discard":
+                self.burst.observe(improved=False)
+                self._forget(chain)
+            case "repair":
+                self._repair(step, chain)
+
+    def _repair(self, step: Step, chain: Chain) -> None:
+        """Reflective staleness: the actor patches the proposal against the pool changes since
+        vᵢ, or judges it covered (FlashEvolve §3.2)."""
+        assert chain.candidate_id is not None
+        best = self.pool.best(min_evaluations=self.strategy.min_evaluations) or SEED_ID
+        changes = self.pool_log.between(chain.version, self.pool.version)
+        item = RepairWork(
+            work_id=self._work_id(),
+            campaign=self.cid,
+            pool_version=self.pool.version,
+            task=self.plan.name,
+            candidate_id=chain.candidate_id,
+            artifact=self.candidates[chain.candidate_id].artifact,
+            rationale=chain.rationale,
+            stale_version=chain.version,
+            pool_changes=self.pool_log.render(changes),
+            best=self.candidates[best],
+        )
+        chain.stage = "repair"
+        chain.version = self.pool.version
+        chain.stale_parent = ""
+        self._work(step, "repair", item, Pending("repair", chain, chain.candidate_id))
+
+    def _on_repaired(self, step: Step, chain: Chain, result: Repaired, now: float) -> None:
+        assert chain.candidate_id is not None
+        cid = chain.candidate_id
+        if result.artifact is None:
+            action, reason = "repair_discarded", result.rationale
+            self._forget(chain)
+        else:
+            action, reason = "repaired", result.rationale
+            self.candidates[cid] = msgspec.structs.replace(
+                self.candidates[cid], artifact=result.artifact, pool_version=chain.version
+            )
+            chain.rationale = f"{chain.rationale} [repaired: {result.rationale}]"
+            chain.repaired = True
+            chain.stage = "ready"
+        self._event(
+            step,
+            StaleDecided(
+                campaign=self.cid,
+                at=now,
+                candidate_id=cid,
+                policy=self.strategy.staleness,
+                delta=self.pool.version - chain.version,
+                action=action,
+                reason=reason,
+            ),
+        )
+
+    def _on_partial(
+        self, step: Step, pending: Pending, partial: PartialEvaluation, now: float
+    ) -> None:
+        """FlashEvolve §3.3: a child whose prefix score beats its parent's mean joins the pool
+        as a speculative candidate (selectable as a parent) until its full evaluation."""
+        chain = pending.chain
+        cid = pending.candidate_id
+        if chain is None or cid != chain.candidate_id or partial.score != partial.score:
+            return
+        parent = chain.parent_ids[0]
+        stats = self.pool.stats(parent)
+        threshold = stats.mean if stats.count else self.last_evaluation[parent].score
+        if not self.speculative.admit(cid, partial.score, threshold):
+            return
+        self.pool.add(cid)
+        self._log_pool(cid, "added", partial.score, chain)
+        self._event(
+            step,
+            SpeculativeDecided(
+                campaign=self.cid,
+                at=now,
+                candidate_id=cid,
+                action="admitted",
+                score=partial.score,
+                threshold=threshold,
+                instances=len(partial.instances),
+            ),
+        )
+
+    def _settle_speculative(self, step: Step, chain: Chain, accepted: bool, now: float) -> None:
+        """Confirm or remove a speculative child on its full evaluation; the steps derived from
+        a removed one go through the staleness policy (FlashEvolve §3.3)."""
+        cid = chain.candidate_id
+        if cid is None or not self.speculative.is_speculative(cid):
+            return
+        child = chain.evaluations[cid]
+        parent_ev = (
+            chain.evaluations.get(chain.parent_ids[0]) or self.last_evaluation[chain.parent_ids[0]]
+        )
+        stale: tuple[str, ...] = ()
+        if accepted:
+            self.speculative.confirm(cid)
+            action = "confirmed"
+        else:
+            stale = self.speculative.remove(cid)
+            self.pool.remove(cid)
+            self._log_pool(cid, "removed", child.score, chain)
+            action = "removed"
+            for other in self.live:
+                if str(other.key) in stale and other.stage not in ("evaluate", "evaluated"):
+                    other.stale_parent = cid
+        self._event(
+            step,
+            SpeculativeDecided(
+                campaign=self.cid,
+                at=now,
+                candidate_id=cid,
+                action=action,
+                score=child.score,
+                threshold=parent_ev.score,
+                instances=len(child.instances),
+                stale=len(stale),
+            ),
+        )
+
+    def _log_pool(
+        self, cid: str, kind: Literal["added", "removed"], score: float, chain: Chain
+    ) -> None:
+        self.pool_log.record(
+            PoolChange(
+                version=self.pool.version,
+                candidate_id=cid,
+                kind=kind,
+                score=score,
+                operator=chain.operator,
+                summary=chain.rationale.splitlines()[0] if chain.rationale else "",
+            )
+        )
+
+    def _record_passes(self, child: Evaluation, parent: Evaluation) -> None:
+        """Validation-set reordering's history (FlashEvolve §3.3): an instance is passed when
+        the child scores at least its parent's score on it."""
+        reference = {s.instance: s.score for s in parent.instances}
+        for score in child.instances:
+            if score.instance in reference:
+                self.passes.record(score.instance, passed(score.score, reference[score.instance]))
+
+    def _forget(self, chain: Chain) -> None:
+        """A step that ends without a decision (discarded, filtered, abandoned)."""
+        if chain in self.live:
+            self.live.remove(chain)
+        self.speculative.forget_item(str(chain.key))
 
     def _decide(self, step: Step, chain: Chain, now: float) -> None:
         assert chain.candidate_id is not None
@@ -720,8 +1065,11 @@ class CampaignState:
             step.skill_uses.append((name, delta))
         improved_parent = not child.error and delta > 0
         improved_best = improved_parent and child.score > best_before
-        if not child.error:
-            self.pool.add(cid)  # a crashing program is no candidate (its record stays)
+        if not child.error and self.pool.add(cid):  # a crashing program is no candidate
+            self._log_pool(cid, "added", child.score, chain)
+        self._forget(chain)
+        self._settle_speculative(step, chain, improved_parent, now)
+        self._record_passes(child, parent_ev)
         tag = None
         if improved_parent:
             self.accepted += 1
@@ -933,13 +1281,51 @@ class CampaignState:
         return self.best_validation
 
     def tick(self, now: float) -> Step:
-        """Check the wall-clock budget."""
+        """Check the wall-clock budget; rebalance the stages' targets when that is on."""
         step = Step()
         budget = self.spec.campaign.budget
         if self.phase != "finished" and now - self.started_at >= budget.wall_seconds:
             status: Status = "completed" if self.best_id else "failed"
             self._finish(step, now, status, "wall-clock budget spent")
+        elif self.phase == "evolving" and now - self.workers_checked_at >= WORKERS_PERIOD_SECONDS:
+            self.workers_checked_at = now
+            self._rebalance(step, now)
         return step
+
+    def _rebalance(self, step: Step, now: float) -> None:
+        """FlashEvolve §3.4: a stage producing under half the median rate gets one more worker,
+        one over twice the median one fewer, within [workers_min, workers_max]; the agents
+        serving it are told on ``evo.control.<stage>``."""
+        if not self.strategy.adaptive_workers or self.strategy.mode != "async":
+            return
+        rates = {k: v for k, v in self.rates.rates(now).items() if k in REBALANCED}
+        bounds = {
+            stage: StageBounds(self.strategy.workers_min, self.strategy.workers_max)
+            for stage in self.targets
+        }
+        targets = reallocate(rates, self.targets, bounds)
+        for stage, new in targets.items():
+            old = self.targets[stage]
+            if new == old:
+                continue
+            direction = "under half" if new > old else "over twice"
+            self._event(
+                step,
+                WorkersChanged(
+                    campaign=self.cid,
+                    at=now,
+                    stage=stage,
+                    old=old,
+                    new=new,
+                    rates={k: round(v, 4) for k, v in rates.items()},
+                    reason=f"{stage} produces {direction} the median rate",
+                ),
+            )
+            step.controls.append(
+                WorkersTarget(stage=stage, concurrency=new, campaign=self.cid, at=now)
+            )
+        self.targets = targets
+        self._refill(step, now)
 
     def fail(self, reason: str, now: float) -> Step:
         """End the campaign as failed (the shell could not go on)."""

@@ -234,11 +234,18 @@ $proposal_code
 ## What changed in the pool since (now version $new_version)
 $pool_changes
 
+## Current best program
+```$language
+$best_code
+```
+
 Operator: stale_repair
 Artifact kind: $artifact_kind
 
-Patch the proposal so it builds on the current pool: keep its idea, adopt what the new pool
-members do better. If the idea is already covered, return the current best unchanged.
+Decide whether the stale proposal still contributes a useful change to the current pool. If it
+does, patch it so it builds on the current best: keep its idea, adopt what the new pool members
+do better. If its idea is already covered or conflicts with the pool, return the current best
+unchanged as "code" (the proposal is then discarded).
 
 """
     + _OUTPUT_ACTOR,

@@ -68,6 +68,7 @@ def make_state(*, tools: bool = True, **strategy: object) -> CampaignState:
         "skills": 0,
         "burst_after": 50,
         "stagnation_window": 50,
+        "mode": "sync",  # one step at a time: each test drives it stage by stage
     } | strategy
     proposals = int(str(settings.pop("proposals", 3)))
     tokens = int(str(settings.pop("tokens", 0)))

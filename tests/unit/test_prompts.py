@@ -69,6 +69,7 @@ VALUES: dict[str, dict[str, object]] = {
         "new_version": 5,
         "proposal_code": SOURCE,
         "pool_changes": "c0004 joined",
+        "best_code": SOURCE.replace("2.0", "2.5"),
     },
     "tool_generator": {"need": "clamp", "tests": "assert 1", "tools": "", "tool_name": "clamp"},
     "tool_refiner": {
