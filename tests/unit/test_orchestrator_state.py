@@ -57,7 +57,8 @@ TRAIN = ("t0", "t1", "t2")
 VALIDATION = ("v0", "v1")
 
 
-def make_state(*, tools: bool = True, **strategy: object) -> CampaignState:
+def make_state(**strategy: object) -> CampaignState:
+    tools = bool(strategy.pop("tools", True))
     settings: dict[str, object] = {
         "in_flight": 1,
         "minibatch": 2,
