@@ -29,8 +29,14 @@ from bus.streams import ensure_streams
 from infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from infra.nats_server import NatsServer
 from schemas.campaign import CampaignSummary
-from schemas.events import CampaignFinished, CandidateProposed, Event, WorkAbandoned
-from schemas.results import Diagnosis, Evaluation, Proposal, Result, Summary
+from schemas.events import (
+    CampaignFinished,
+    CandidateProposed,
+    Event,
+    StaleDecided,
+    WorkAbandoned,
+)
+from schemas.results import Diagnosis, Evaluation, Proposal, Repaired, Result, Summary
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -276,3 +282,32 @@ async def test_prompt_qa_through_the_simulator(
     assert all(e.usage.calls == len(e.instances) for e in evaluations)
     assert summary.seed_score == 0.0  # the seed prompt never asks for a brief answer
     assert summary.best_score is not None and summary.best_score > summary.seed_score
+
+
+@pytest.mark.timeout(300)
+async def test_reflective_staleness_repairs_stale_proposals_through_the_simulator(
+    sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    script(sim, [])
+    campaign = (
+        f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
+        "[campaign.budget]\nproposals = 10\nwall_seconds = 150\n"
+        "[task]\nvalidation_episodes = 2\n"
+        '[strategy]\nmode = "async"\nin_flight = 4\nrng_seed = 3\nminibatch = 2\n'
+        'min_evaluations = 2\nepsilon = 0.0\nstaleness = "reflective"\n'
+        "workers = { diagnose = 4, propose = 4, evaluate = 1 }\nqueue = 4\n"
+        + LLM.format(url=sim.base_url, actor=ACTOR, critic=CRITIC, vision="false")
+    )
+    summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    assert summary.status == "completed", summary.stop_reason
+    stale = [e for e in events if isinstance(e, StaleDecided)]
+    repairs = [e for e in stale if e.action == "repair"]
+    assert repairs and all(e.delta > 0 and e.policy == "reflective" for e in repairs), stale
+    repaired = [r for r in results if isinstance(r, Repaired)]
+    assert len(repaired) == len(repairs)
+    assert all("stale_repair@v1" in r.engine and "simulator" in r.engine for r in repaired)
+    outcomes = {e.candidate_id: e.action for e in stale if e.action.startswith("repair")}
+    assert set(outcomes.values()) <= {"repair", "repaired", "repair_discarded"}
+    went_on = [e.candidate_id for e in stale if e.action == "repaired"]
+    evaluated = {r.candidate_id for r in results if isinstance(r, Evaluation)}
+    assert went_on and set(went_on) <= evaluated  # a patched proposal is evaluated
