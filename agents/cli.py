@@ -1,9 +1,10 @@
-"""The ``evobus`` command line: run, agent, events."""
+"""The ``evobus`` command line: run, agent, events, bench."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +115,29 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("file", nargs="?", type=Path, help="set: the new user template")
     prompts.add_argument("--system", type=Path, help="set: a new system message from a file")
     prompts.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
+    bench = sub.add_parser("bench", help="measure evobus itself")
+    benches = bench.add_subparsers(dest="bench", required=True)
+    bench_bus = benches.add_parser(
+        "bus", help="the price of the bus: items/s, round trips and bus share with no-op agents"
+    )
+    bench_bus.add_argument("--workers", type=int, default=2, help="no-op worker processes")
+    bench_bus.add_argument("--concurrency", type=int, default=32, help="handlers per worker")
+    bench_bus.add_argument("--in-flight", type=int, default=64, help="items kept outstanding")
+    bench_bus.add_argument("--seconds", type=float, default=10.0, help="length of each run")
+    bench_bus.add_argument("--items", type=int, help="items per run (instead of --seconds)")
+    bench_bus.add_argument(
+        "--handler-ms", type=float, default=50.0, help="the second run's handler time (0: none)"
+    )
+    bench_bus.add_argument("--warmup", type=float, default=1.0, help="seconds not counted")
+    bench_bus.add_argument(
+        "--nats", help="NATS URL (default: an embedded server); there it uses a stage of its own"
+    )
+    bench_bus.add_argument(
+        "--json",
+        type=Path,
+        default=Path("tests/bench/results/bench_bus.json"),
+        help="where the report goes",
+    )
     for name, text in (
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
@@ -333,6 +357,34 @@ async def _prompts(args: argparse.Namespace) -> int:
         await nc.drain()
 
 
+async def _bench(args: argparse.Namespace) -> int:
+    benches = {"bus": _bench_bus}
+    return await benches[args.bench](args)
+
+
+async def _bench_bus(args: argparse.Namespace) -> int:
+    from agents.bench.bus import BusBenchOptions, bench_bus
+    from agents.bench.timings import format_report
+
+    typed = sys.argv[1:3] == ["bench", "bus"]  # else main() was called with argv of its own
+
+    options = BusBenchOptions(
+        workers=args.workers,
+        concurrency=args.concurrency,
+        in_flight=args.in_flight,
+        seconds=args.seconds,
+        items=args.items,
+        handler_ms=args.handler_ms,
+        warmup=args.warmup,
+        nats_url=args.nats,
+        json_path=args.json,
+        command=shlex.join(["evobus", *sys.argv[1:]]) if typed else "",
+    )
+    report = await bench_bus(options, echo=lambda line: print(line, flush=True))
+    print(f"\n{format_report(report)}\n\nreport: {args.json}", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``evobus`` console script."""
     args = build_parser().parse_args(argv)
@@ -346,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "events": _events,
         "llm-sim": _llm_sim,
         "prompts": _prompts,
+        "bench": _bench,
         "best": _workspace_command,
         "lineage": _workspace_command,
         "rollback": _workspace_command,

@@ -1,0 +1,1 @@
+"""Benchmarks of evobus itself (``evobus bench …``), built on the product's own machinery."""
