@@ -54,8 +54,10 @@ from schemas.events import (
     DeadLettered,
     Event,
     RolledBack,
+    StaleDecided,
     ToolRegistered,
     WorkAbandoned,
+    WorkersChanged,
 )
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
@@ -202,8 +204,16 @@ class Progress:
                         f"{self.proposals}/{self.budget} proposals, {self.accepted} children "
                         f"beat their parent, best {score(self.best)}"
                     )
+            case StaleDecided() if event.action == "keep":
+                pass
             case (
-                ToolRegistered() | DeadLettered() | WorkAbandoned() | RolledBack() | BurstStarted()
+                ToolRegistered()
+                | DeadLettered()
+                | WorkAbandoned()
+                | RolledBack()
+                | BurstStarted()
+                | StaleDecided()
+                | WorkersChanged()
             ):
                 self.echo(f"{self._head(event.at)}  {describe(event).split(' ', 2)[2]}")
             case _:

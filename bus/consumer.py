@@ -40,6 +40,11 @@ OnDead = Callable[[T, MessageContext, str], Sequence[Outbound]]
 UNKNOWN_CAMPAIGN = "unknown"
 
 
+# How long a top-up fetch waits for more messages once one has arrived: the no-wait probe
+# answers at once when messages are there; this only bounds the wait when none are.
+TOP_UP_SECONDS = 0.05
+
+
 def retry_delay(attempt: int) -> float:
     """Backoff before redelivering after an unexpected error: 1, 2, 4, … capped at 30 s."""
     return float(min(2 ** max(attempt - 1, 0), 30))
@@ -116,27 +121,39 @@ class PullConsumer(Generic[T]):
         try:
             async with anyio.create_task_group() as tg:
                 while not self._stopping.is_set():
-                    borrower = object()
-                    await self._limiter.acquire_on_behalf_of(borrower)
-                    borrowers = [borrower]
+                    # Wait for one message with a lingering pull of one: a pull of n held
+                    # open on an idle stream returns its first message only when n arrive or
+                    # the pull expires (nats-py), which held work back for fetch_timeout.
+                    first = object()
+                    await self._limiter.acquire_on_behalf_of(first)
+                    msgs = await self._fetch(psub, 1, self._fetch_timeout)
+                    if not msgs:
+                        self._limiter.release_on_behalf_of(first)
+                        continue
+                    tg.start_soon(self._handle_and_release, msgs[0], first)
+                    # Then take whatever else is already waiting, up to the free slots.
+                    borrowers: list[object] = []
                     while self._limiter.available_tokens > 0:
                         extra = object()
                         self._limiter.acquire_on_behalf_of_nowait(extra)
                         borrowers.append(extra)
-                    msgs = await self._fetch(psub, len(borrowers))
-                    for msg in msgs:
-                        tg.start_soon(self._handle_and_release, msg, borrowers.pop())
+                    if borrowers:
+                        more = await self._fetch(psub, len(borrowers), TOP_UP_SECONDS)
+                        for msg in more:
+                            tg.start_soon(self._handle_and_release, msg, borrowers.pop())
                     for unused in borrowers:
                         self._limiter.release_on_behalf_of(unused)
         finally:
             with anyio.CancelScope(shield=True):
                 await psub.unsubscribe()
 
-    async def _fetch(self, psub: JetStreamContext.PullSubscription, batch: int) -> list[Msg]:
+    async def _fetch(
+        self, psub: JetStreamContext.PullSubscription, batch: int, wait: float
+    ) -> list[Msg]:
         if self._stopping.is_set():
             return []
         try:
-            return await psub.fetch(batch=batch, timeout=self._fetch_timeout)
+            return await psub.fetch(batch=batch, timeout=wait)
         except NatsTimeoutError:
             return []
         except NatsError as exc:
