@@ -369,9 +369,15 @@ class CampaignState:
 
     # -- start -----------------------------------------------------------------------------
     def start(self, now: float) -> Step:
-        """Announce the campaign and register the task's tools (or evaluate the seed)."""
+        """Announce the campaign, set the agents' concurrency of each stage to its target K
+        (both modes, so the synchronous baseline gets the same workers), and register the
+        task's tools (or evaluate the seed)."""
         step = Step()
         budget = self.spec.campaign.budget
+        step.controls += [
+            WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
+            for stage, k in self.targets.items()
+        ]
         self._event(
             step,
             CampaignStarted(
