@@ -24,6 +24,14 @@ def record_path(candidate_id: str) -> str:
     return f"candidates/{candidate_id}.json"
 
 
+BEST_FILES = ("best.py", "best.txt")
+
+
+def artifact_suffix(candidate: Candidate) -> str:
+    """A Python program is kept as ``.py``; a prompt (or any text artifact) as ``.txt``."""
+    return ".py" if candidate.artifact.language == "python" else ".txt"
+
+
 def _json(record: LineageRecord) -> str:
     return msgspec.json.format(msgspec.json.encode(record), indent=2).decode() + "\n"
 
@@ -33,12 +41,17 @@ def candidate_files(
 ) -> dict[str, str]:
     """The files one decided candidate writes: itself and its record, and when it is the new
     best also best.*, best.json and plan.md."""
+    suffix = artifact_suffix(candidate)
     files = {
-        f"candidates/{candidate.id}.py": candidate.artifact.source,
+        f"candidates/{candidate.id}{suffix}": candidate.artifact.source,
         record_path(candidate.id): _json(record),
     }
     if best:
-        files |= {"best.py": candidate.artifact.source, BEST_RECORD: _json(record), PLAN: plan}
+        files |= {
+            f"best{suffix}": candidate.artifact.source,
+            BEST_RECORD: _json(record),
+            PLAN: plan,
+        }
     return files
 
 
@@ -75,7 +88,18 @@ def open_workspace(out_dir: str | Path, campaign: str) -> CampaignWorkspace:
 def best(workspace: CampaignWorkspace, ref: str = BEST_TAG) -> tuple[LineageRecord, str]:
     """The best candidate's record and source at ``ref``."""
     record = _record_decoder.decode(workspace.show(ref, BEST_RECORD))
-    return record, workspace.show(ref, "best.py")
+    return record, workspace.show(ref, _best_file(workspace, ref))
+
+
+def _best_file(workspace: CampaignWorkspace, ref: str) -> str:
+    """The best artifact's file at ``ref``: ``best.py`` for programs, ``best.txt`` for text."""
+    for name in BEST_FILES[1:]:
+        try:
+            workspace.show(ref, name)
+        except WorkspaceError:
+            continue
+        return name
+    return BEST_FILES[0]
 
 
 def lineage(workspace: CampaignWorkspace, ref: str = BEST_TAG) -> list[LineageRecord]:
@@ -111,7 +135,7 @@ def rollback(workspace: CampaignWorkspace, tag: str) -> LineageRecord:
     plan += f"\n- rolled back to {tag} ({record.candidate_id}, score {record.score:.1f})\n"
     n = 1 + sum(t.startswith("rollback/") for t in workspace.tags())
     sha = workspace.commit(
-        {"best.py": source, BEST_RECORD: _json(record), PLAN: plan},
+        {_best_file(workspace, tag): source, BEST_RECORD: _json(record), PLAN: plan},
         f"rollback/{n}: best is {record.candidate_id} from {tag} again",
         tag=f"rollback/{n}",
     )

@@ -82,7 +82,9 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             plan,
             started_at=time.time(),
             orchestrator=agent,
-            best_artifact=str(workspace.best_path()),
+            best_artifact=str(
+                workspace.best_path(".py" if plan.seed.language == "python" else ".txt")
+            ),
         )
         publisher = Publisher(js, agent)
         proc = AgentProcess(settings, agent, nc, js, publisher)

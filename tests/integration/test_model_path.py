@@ -282,6 +282,8 @@ async def test_prompt_qa_through_the_simulator(
     assert all(e.usage.calls == len(e.instances) for e in evaluations)
     assert summary.seed_score == 0.0  # the seed prompt never asks for a brief answer
     assert summary.best_score is not None and summary.best_score > summary.seed_score
+    best = await anyio.Path(summary.best_artifact).read_text()
+    assert summary.best_artifact.endswith("best.txt") and best.count("{question}") == 1
 
 
 @pytest.mark.timeout(300)
