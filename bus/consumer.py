@@ -154,7 +154,7 @@ class PullConsumer(Generic[T]):
             return []
         try:
             return await psub.fetch(batch=batch, timeout=wait)
-        except NatsTimeoutError:
+        except (NatsTimeoutError, TimeoutError):  # nats-py raises both kinds on an empty pull
             return []
         except NatsError as exc:
             # Disconnected or reconnecting: the client reconnects by itself; wait a little.

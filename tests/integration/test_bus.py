@@ -206,3 +206,71 @@ async def test_undecodable_and_exhausted_messages_are_dead_lettered(
         assert isinstance(failed, WorkFailed) and failed.work_id == "w0"
         assert (await js.stream_info(subjects.STREAM_WORK)).state.messages == 0
         assert nc.is_connected
+
+
+async def test_a_consumer_with_free_slots_survives_empty_top_ups_and_takes_later_work(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    """One item arrives, its handler is slow, the top-up pulls for the free slots find nothing
+    (nats-py raises either timeout on an empty pull), and a later item is still taken."""
+    async with jetstream(nats_server) as (_, js):
+        durable = await ensure_work_consumer(js, "evaluate")
+        started, release, done = anyio.Event(), anyio.Event(), anyio.Event()
+        seen: list[str] = []
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            seen.append(item.work_id)
+            if len(seen) == 1:
+                started.set()
+                await release.wait()
+            else:
+                done.set()
+            return []
+
+        consumer = PullConsumer(
+            js,
+            Publisher(js, SENDER),
+            stream=subjects.STREAM_WORK,
+            durable=durable,
+            decoder=codec.WORK_DECODER,
+            handler=handle,
+            concurrency=4,
+            fetch_timeout=0.05,  # many empty pulls while the first handler waits
+        )
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                await tg.start(consumer.run)
+                await publish_items(js, campaign_id, 1)
+                await started.wait()
+                # Time, not a condition: several empty pulls of 50 ms must pass harmlessly.
+                await anyio.sleep(0.3)
+                release.set()
+                publisher = Publisher(js, SENDER)
+                later = evaluate_item(campaign_id, 1)
+                await publisher.publish(
+                    Outbound(subjects.work(campaign_id, "evaluate"), later, "later", campaign_id)
+                )
+                await done.wait()
+                consumer.stop()
+        assert seen == ["w0", "w1"]
+
+
+async def test_an_empty_pull_that_runs_out_of_time_is_no_error(nats_server: NatsServer) -> None:
+    """nats-py raises the builtin TimeoutError (not its own) when a pull's deadline is spent
+    before the server answers; on a loaded machine that is a short top-up's normal end."""
+    async with jetstream(nats_server) as (_, js):
+        durable = await ensure_work_consumer(js, "evaluate")
+        consumer: PullConsumer[Work] = PullConsumer(
+            js,
+            Publisher(js, SENDER),
+            stream=subjects.STREAM_WORK,
+            durable=durable,
+            decoder=codec.WORK_DECODER,
+            handler=lambda item, ctx: [],  # type: ignore[arg-type,return-value]
+        )
+        psub = await js.pull_subscribe_bind(durable=durable, stream=subjects.STREAM_WORK)
+        try:
+            for _ in range(20):
+                assert await consumer._fetch(psub, 3, 0.0001) == []
+        finally:
+            await psub.unsubscribe()
