@@ -167,11 +167,18 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
     script(
         sim,
         [
-            # The critic's first answer and its repair are both unusable: a typed failure.
+            # One critic answer is unusable, and so is its repair: a typed failure. (The first
+            # rule only matches a repair request, so concurrent diagnoses cannot race for it.)
+            {
+                "schema": "CriticVerdict",
+                "pattern": "not a valid CriticVerdict",
+                "times": 1,
+                "response": "Still not JSON.",
+            },
             {
                 "schema": "CriticVerdict",
                 "pattern": "Task name: pendulum",
-                "times": 2,
+                "times": 1,
                 "response": "I think the pendulum is fine.",
             },
             # One proposal imports a tool it asks the tool generator for.
