@@ -13,7 +13,8 @@ from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
 from agents.orchestrator.effects import Effects
-from agents.orchestrator.state import CampaignState, Step, TaskPlan
+from agents.orchestrator.state import CampaignState
+from agents.orchestrator.steps import Step, TaskPlan
 from agents.registry.client import RegistryClient
 from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
 from agents.tasks import get_task

@@ -12,7 +12,8 @@ import time
 from collections import deque
 
 from agents import lineage
-from agents.orchestrator.state import CampaignState, Step
+from agents.orchestrator.state import CampaignState
+from agents.orchestrator.steps import Step
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryError
 from bus.publisher import Outbound

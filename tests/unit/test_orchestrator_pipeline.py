@@ -3,7 +3,8 @@ result through the orchestrator's state machine."""
 
 from __future__ import annotations
 
-from agents.orchestrator.state import SEED_ID, WORKERS_PERIOD_SECONDS, CampaignState, Step
+from agents.orchestrator.state import CampaignState
+from agents.orchestrator.steps import SEED_ID, WORKERS_PERIOD_SECONDS, Step
 from schemas.events import (
     CandidateAccepted,
     CandidateRejected,

@@ -6,7 +6,8 @@ from typing import TypeVar
 
 import msgspec
 
-from agents.orchestrator.state import SEED_ID, SUMMARY_EVERY, CampaignState, Step, TaskPlan
+from agents.orchestrator.state import CampaignState
+from agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, Step, TaskPlan
 from schemas.agents import AgentRef
 from schemas.artifacts import Artifact
 from schemas.campaign import (

@@ -1,0 +1,158 @@
+"""Starting a step and carrying it to its proposal.
+
+Parent(s) by priority, an operator from the bandit (or a forced burst), the critic's diagnosis
+for ``m_diag``, the actor's proposal — and the context both of them read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agents.evolution.analysis import analyze, render_analysis
+from agents.evolution.bandit import next_operator
+from agents.evolution.intensity import mutation_intensity
+from agents.evolution.pool import noise_scale, sample_minibatch
+from agents.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
+from schemas.artifacts import Candidate, Operator
+from schemas.events import CandidateProposed
+from schemas.results import Proposal
+from schemas.work import DiagnoseWork, ProposeWork
+
+if TYPE_CHECKING:
+    from agents.orchestrator.state import CampaignState
+
+
+def _choose_operator(state: CampaignState) -> tuple[Operator, bool]:
+    """The step's operator, and whether a burst forced it."""
+    if state.strategy.bandit:
+        return next_operator(state.bandit, state.burst, state.rng)
+    forced = state.burst.next_forced()
+    if forced is not None:
+        return forced, True
+    crossover = len(state.pool) > 1 and state.rng.random() < state.strategy.crossover_rate
+    return ("x_div" if crossover else "m_diag"), False
+
+
+def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
+    """Start one step: its operator, its parent(s) and minibatch, and for ``m_diag`` the
+    critic's diagnosis of the parent (other operators go straight to the actor)."""
+    state.proposals += 1
+    operator, forced = _choose_operator(state)
+    if operator == "x_div" and len(state.pool) < 2:
+        operator = "m_diag"
+    beta = state.strategy.ucb_beta * noise_scale(state.pool)
+    if state.rollback_parent is not None and forced:
+        parents = [state.rollback_parent]
+    else:
+        parents = state.pool.select(
+            2 if operator == "x_div" else 1,
+            rule=state.strategy.selection,
+            beta=beta,
+            rng=state.rng,
+        )
+    if operator == "i1":
+        parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
+    chain = Chain(
+        operator=operator,
+        forced=forced,
+        parent_ids=tuple(parents),
+        minibatch=sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng),
+        key=state.next_serial("chain"),
+        version=state.pool.version,
+        stage="diagnosed",
+    )
+    state.live.append(chain)
+    if any(state.speculative.is_speculative(p) for p in chain.parent_ids):
+        state.speculative.note_derived(str(chain.key), chain.parent_ids)
+    if operator == "m_diag":
+        chain.stage = "diagnose"
+        parent = chain.parent_ids[0]
+        item = DiagnoseWork(
+            work_id=state.new_work_id(),
+            campaign=state.cid,
+            pool_version=state.pool.version,
+            task=state.plan.name,
+            candidate=state.candidates[parent],
+            evaluation=state.last_evaluation[parent],
+            context=_context(state, parent),
+        )
+        state.send_work(step, "diagnose", item, Pending("diagnose", chain, parent))
+    return chain
+
+
+def _context(state: CampaignState, cid: str) -> str:
+    """A-Evolve's analysis of a candidate's evaluations and the rolling history."""
+    analysis = analyze([state.last_evaluation[cid]])
+    context = f"{render_analysis(analysis)}\n\nrecent changes:\n{state.history.render()}"
+    return _with_summary(state, context)
+
+
+def propose(state: CampaignState, step: Step, chain: Chain) -> None:
+    """Ask the actor for the step's child, as intense as the parent's distance to the best
+    possible score says."""
+    parent = chain.parent_ids[0]
+    stats = state.pool.stats(parent) if parent in state.pool else None
+    current = stats.mean if stats and stats.count else state.last_evaluation[parent].score
+    intensity = mutation_intensity(
+        current, state.plan.best_possible, state.seed_score if state.seed_score else current
+    )
+    item = ProposeWork(
+        work_id=state.new_work_id(),
+        campaign=state.cid,
+        pool_version=state.pool.version,
+        task=state.plan.name,
+        operator=chain.operator,
+        parent=state.candidates[parent],
+        parent_evaluation=state.last_evaluation[parent],
+        diagnosis=chain.diagnosis,
+        co_parent=state.candidates[chain.parent_ids[1]] if len(chain.parent_ids) > 1 else None,
+        rng_seed=state.rng.randrange(2**31),
+        intensity=intensity,
+        context=_with_summary(state, state.history.render()),
+        skills=state.strategy.skills if chain.operator == "m_diag" else 0,
+    )
+    chain.stage = "propose"
+    state.send_work(step, "propose", item, Pending("propose", chain, parent))
+
+
+def on_proposal(
+    state: CampaignState, step: Step, chain: Chain, proposal: Proposal, now: float
+) -> None:
+    """The actor's child becomes a candidate, bound for the ε-net (when on) or evaluation."""
+    candidate = Candidate(
+        id=f"c{state.next_serial('candidate'):04d}",
+        artifact=proposal.artifact,
+        parent_ids=proposal.parent_ids,
+        operator=proposal.operator,
+        pool_version=state.pool.version,
+    )
+    chain.candidate_id = candidate.id
+    chain.rationale = proposal.rationale
+    chain.skills_used = proposal.skills_used
+    if proposal.tools:
+        state.candidate_tools[candidate.id] = proposal.tools
+    state.candidates[candidate.id] = candidate
+    state.emit(
+        step,
+        CandidateProposed(
+            campaign=state.cid,
+            at=now,
+            candidate_id=candidate.id,
+            parent_ids=candidate.parent_ids,
+            operator=candidate.operator,
+            rationale=proposal.rationale,
+        ),
+    )
+    if state.strategy.epsilon > 0:
+        chain.stage = "admitting"
+        state.admitting[candidate.id] = chain
+        step.admissions.append(AdmissionRequest(candidate.id, candidate.artifact.source))
+    else:
+        chain.stage = "ready"  # refill hands it an evaluate slot
+
+
+def _with_summary(state: CampaignState, context: str) -> str:
+    """Context for the critic and the actor, led by the latest run summary, if any."""
+    if not state.run_summary:
+        return context
+    return f"summary of the run so far: {state.run_summary}\n\n{context}"

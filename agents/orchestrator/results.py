@@ -1,0 +1,245 @@
+"""Applying one result to the campaign: the bookkeeping, then the handler for its kind.
+
+A campaign registers the task's tools, then scores the seed (on validation and on one train
+minibatch) before the first step; a step's diagnosis, proposal and repair go to the chain and
+the pipeline; an evaluation either counts down its step's minibatch or confirms a candidate on
+validation; failed work abandons its step (or the campaign, for a tool or the seed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from agents.evolution.pool import sample_minibatch
+from agents.orchestrator.chains import on_proposal
+from agents.orchestrator.decide import confirm, decide
+from agents.orchestrator.pipeline import on_repaired, refill
+from agents.orchestrator.speculation import forget, on_partial
+from agents.orchestrator.steps import SEED_ID, Chain, Pending, Status, Step
+from schemas.agents import AgentRef
+from schemas.artifacts import Candidate
+from schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
+from schemas.llm import SIMULATOR_NOTE
+from schemas.results import (
+    Diagnosis,
+    Evaluation,
+    PartialEvaluation,
+    Proposal,
+    Repaired,
+    Result,
+    SkillExtracted,
+    Summary,
+    ToolResult,
+    WorkFailed,
+)
+from schemas.tools import ToolRef
+
+if TYPE_CHECKING:
+    from agents.orchestrator.state import CampaignState
+
+
+def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
+    """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
+    step = Step()
+    if isinstance(result, PartialEvaluation):
+        # The full evaluation of the same work follows: the work stays pending.
+        partial_of = state.pending.get(result.work_id)
+        if partial_of is not None and state.phase != "finished":
+            on_partial(state, step, partial_of, result, now)
+            refill(state, step, now)
+        return step
+    pending = state.pending.pop(result.work_id, None)
+    if pending is None or state.phase == "finished":
+        return step
+    state.results_applied += 1
+    if pending.kind in ("diagnose", "propose", "evaluate", "repair"):
+        state.rates.record(pending.kind, now)
+    state.usage = state.usage + result.usage
+    if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
+        state.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
+    if sender is not None:
+        _, count = state.work_by_agent.get(sender.agent_id, (sender, 0))
+        state.work_by_agent[sender.agent_id] = (sender, count + 1)
+    chain = pending.chain
+    match result:
+        case ToolResult():
+            _on_tool(state, step, result, now)
+        case WorkFailed() if pending.kind in ("tool", "seed"):
+            state.finish(step, now, "failed", f"{result.stage} failed: {result.error}")
+        case WorkFailed() if pending.kind == "validate" and pending.candidate_id == SEED_ID:
+            state.finish(step, now, "failed", f"the seed failed: {result.error}")
+        case WorkFailed():
+            _abandon(state, step, result, chain, now)
+        case Evaluation():
+            _on_evaluation(state, step, pending, result, now)
+        case Diagnosis() if chain is not None:
+            chain.diagnosis = result
+            chain.stage = "diagnosed"  # refill hands it a propose slot
+        case Repaired() if chain is not None:
+            on_repaired(state, step, chain, result, now)
+        case Proposal() if chain is not None:
+            on_proposal(state, step, chain, result, now)
+        case Summary():
+            state.run_summary = result.text
+        case SkillExtracted():
+            if result.name:
+                state.emit(
+                    step,
+                    SkillLearned(
+                        campaign=state.cid,
+                        at=now,
+                        name=result.name,
+                        version=result.version,
+                        origin=f"{state.cid}/{pending.candidate_id}",
+                    ),
+                )
+        case _:
+            state.finish(step, now, "failed", f"unexpected {type(result).__name__} result")
+    _check_tokens(state, step, now)
+    refill(state, step, now)
+    return step
+
+
+def _check_tokens(state: CampaignState, step: Step, now: float) -> None:
+    """The token budget is a hard stop: what is in flight is dropped (the shell purges the
+    campaign's queued work when it finishes)."""
+    limit = state.spec.campaign.budget.tokens
+    if state.phase != "finished" and limit > 0 and state.usage.total_tokens >= limit:
+        status: Status = "completed" if state.best_id else "failed"
+        state.finish(step, now, status, "token budget spent")
+
+
+def _simulated(engine: str) -> str:
+    """The simulator's note, kept when an engine string is shortened."""
+    return f" ({SIMULATOR_NOTE})" if SIMULATOR_NOTE in engine else ""
+
+
+def evaluate_seed(state: CampaignState, step: Step) -> None:
+    """The seed is scored on validation (its reported score) and on one train minibatch."""
+    state.phase = "seed"
+    seed = Candidate(
+        id=SEED_ID,
+        artifact=msgspec.structs.replace(state.plan.seed, source=state.record.seed_source),
+    )
+    state.candidates[seed.id] = seed
+    state.pool.add(seed.id)
+    state.evaluate(
+        step,
+        seed,
+        state.plan.validation,
+        Pending("validate", candidate_id=SEED_ID),
+        evidence=True,
+    )
+    minibatch = sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng)
+    state.evaluate(step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
+
+
+def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -> None:
+    if result.record is None:
+        state.finish(step, now, "failed", f"tool {result.name} was refused: {result.error}")
+        return
+    record = result.record
+    state.tools[record.name] = ToolRef(name=record.name, version=record.version)
+    state.emit(
+        step,
+        ToolRegistered(
+            campaign=state.cid,
+            at=now,
+            name=record.name,
+            version=record.version,
+            reused=result.reused,
+        ),
+    )
+    if not any(p.kind == "tool" for p in state.pending.values()):
+        evaluate_seed(state, step)
+
+
+def _abandon(
+    state: CampaignState, step: Step, result: WorkFailed, chain: Chain | None, now: float
+) -> None:
+    state.emit(
+        step,
+        WorkAbandoned(
+            campaign=state.cid,
+            at=now,
+            work_id=result.work_id,
+            stage=result.stage,
+            error=result.error,
+            error_type=result.error_type,
+        ),
+    )
+    if chain is not None:
+        _drop_chain(state, chain)
+
+
+def _drop_chain(state: CampaignState, chain: Chain) -> None:
+    """Forget every piece of ``chain`` still in flight (its results will be ignored)."""
+    for work_id in [w for w, p in state.pending.items() if p.chain is chain]:
+        del state.pending[work_id]
+    if chain.candidate_id is not None:
+        state.admitting.pop(chain.candidate_id, None)
+    forget(state, chain)
+
+
+def _record_evaluation(
+    state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float, *, train: bool
+) -> None:
+    state.evaluations += 1
+    state.last_evaluation[cid] = ev
+    if train:
+        state.recent.append(ev)
+    if train and not ev.error:
+        for score in ev.instances:
+            state.pool.record(cid, score.instance, score.score)
+    state.emit(
+        step,
+        CandidateEvaluated(
+            campaign=state.cid,
+            at=now,
+            candidate_id=cid,
+            score=ev.score,
+            isolation=ev.isolation,
+            error=ev.error,
+        ),
+    )
+
+
+def _on_evaluation(
+    state: CampaignState, step: Step, pending: Pending, ev: Evaluation, now: float
+) -> None:
+    if pending.kind == "validate":
+        _record_evaluation(state, step, pending.candidate_id, ev, now, train=False)
+        _on_validation(state, step, pending.candidate_id, ev, now)
+        return
+    _record_evaluation(state, step, pending.candidate_id, ev, now, train=True)
+    if pending.kind == "seed":
+        _seed_ready(state, step, now)
+        return
+    chain = pending.chain
+    assert chain is not None
+    chain.evaluations[pending.candidate_id] = ev
+    chain.waiting -= 1
+    if chain.waiting == 0:
+        if state.strategy.mode == "sync":
+            chain.stage = "evaluated"  # the generation's barrier decides (in refill)
+        else:
+            decide(state, step, chain, now)
+
+
+def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
+    if state.phase == "seed" and not any(p.candidate_id == SEED_ID for p in state.pending.values()):
+        state.phase = "evolving"
+
+
+def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
+    if cid == SEED_ID and state.seed_score is None:
+        if ev.error:
+            state.finish(step, now, "failed", f"the seed could not be evaluated: {ev.error}")
+            return
+        state.seed_score = ev.score
+        confirm(state, step, cid, ev.score, now)
+        _seed_ready(state, step, now)
+        return
+    confirm(state, step, cid, ev.score, now)

@@ -1,0 +1,121 @@
+"""Speculative candidates (FlashEvolve §3.3), and the bookkeeping of steps and pool changes.
+
+A child whose prefix score beats its parent's mean joins the pool before its full evaluation,
+and is confirmed or removed when that comes; the instances children pass reorder later
+minibatches. Every change of the pool is logged (reflective repair reads the log), and a step
+that ends without a decision is forgotten here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from agents.evolution.reordering import passed
+from agents.evolution.staleness import PoolChange
+from agents.orchestrator.steps import Chain, Pending, Step
+from schemas.events import SpeculativeDecided
+from schemas.results import Evaluation, PartialEvaluation
+
+if TYPE_CHECKING:
+    from agents.orchestrator.state import CampaignState
+
+
+def on_partial(
+    state: CampaignState, step: Step, pending: Pending, partial: PartialEvaluation, now: float
+) -> None:
+    """FlashEvolve §3.3: a child whose prefix score beats its parent's mean joins the pool
+    as a speculative candidate (selectable as a parent) until its full evaluation."""
+    chain = pending.chain
+    cid = pending.candidate_id
+    if chain is None or cid != chain.candidate_id or partial.score != partial.score:
+        return
+    parent = chain.parent_ids[0]
+    stats = state.pool.stats(parent)
+    threshold = stats.mean if stats.count else state.last_evaluation[parent].score
+    if not state.speculative.admit(cid, partial.score, threshold):
+        return
+    state.pool.add(cid)
+    log_pool(state, cid, "added", partial.score, chain)
+    state.emit(
+        step,
+        SpeculativeDecided(
+            campaign=state.cid,
+            at=now,
+            candidate_id=cid,
+            action="admitted",
+            score=partial.score,
+            threshold=threshold,
+            instances=len(partial.instances),
+        ),
+    )
+
+
+def settle_speculative(
+    state: CampaignState, step: Step, chain: Chain, accepted: bool, now: float
+) -> None:
+    """Confirm or remove a speculative child on its full evaluation; the steps derived from
+    a removed one go through the staleness policy (FlashEvolve §3.3)."""
+    cid = chain.candidate_id
+    if cid is None or not state.speculative.is_speculative(cid):
+        return
+    child = chain.evaluations[cid]
+    parent_ev = (
+        chain.evaluations.get(chain.parent_ids[0]) or state.last_evaluation[chain.parent_ids[0]]
+    )
+    stale: tuple[str, ...] = ()
+    if accepted:
+        state.speculative.confirm(cid)
+        action = "confirmed"
+    else:
+        stale = state.speculative.remove(cid)
+        state.pool.remove(cid)
+        log_pool(state, cid, "removed", child.score, chain)
+        action = "removed"
+        for other in state.live:
+            if str(other.key) in stale and other.stage not in ("evaluate", "evaluated"):
+                other.stale_parent = cid
+    state.emit(
+        step,
+        SpeculativeDecided(
+            campaign=state.cid,
+            at=now,
+            candidate_id=cid,
+            action=action,
+            score=child.score,
+            threshold=parent_ev.score,
+            instances=len(child.instances),
+            stale=len(stale),
+        ),
+    )
+
+
+def record_passes(state: CampaignState, child: Evaluation, parent: Evaluation) -> None:
+    """Validation-set reordering's history (FlashEvolve §3.3): an instance is passed when
+    the child scores at least its parent's score on it."""
+    reference = {s.instance: s.score for s in parent.instances}
+    for score in child.instances:
+        if score.instance in reference:
+            state.passes.record(score.instance, passed(score.score, reference[score.instance]))
+
+
+def log_pool(
+    state: CampaignState, cid: str, kind: Literal["added", "removed"], score: float, chain: Chain
+) -> None:
+    """Log a change of the pool at its new version (reflective repair reads the changes)."""
+    state.pool_log.record(
+        PoolChange(
+            version=state.pool.version,
+            candidate_id=cid,
+            kind=kind,
+            score=score,
+            operator=chain.operator,
+            summary=chain.rationale.splitlines()[0] if chain.rationale else "",
+        )
+    )
+
+
+def forget(state: CampaignState, chain: Chain) -> None:
+    """A step that ends without a decision (discarded, filtered, abandoned)."""
+    if chain in state.live:
+        state.live.remove(chain)
+    state.speculative.forget_item(str(chain.key))

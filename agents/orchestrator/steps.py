@@ -1,0 +1,160 @@
+"""The words of the orchestrator's state machine: a campaign's steps and what they ask for.
+
+A *step* (POLCA Algorithm 1, one iteration; REFLEX Algorithm 1, one generation) is a ``Chain``
+from selection to decision; ``Pending`` says what a work id in flight is for; applying a result
+returns a ``Step`` of effects for the shell. The constants that tune the pipeline, the
+decisions and the summaries live here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agents.evolution.skills import SkillDraft
+from agents.evolution.staleness import StaleAction
+from bus.publisher import Outbound
+from schemas.agents import WorkersTarget
+from schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
+from schemas.campaign import PipelineStage, StrategySection
+from schemas.results import Diagnosis, Evaluation
+from schemas.tools import ToolSpec
+
+Status = Literal["completed", "failed"]
+Phase = Literal["tools", "seed", "evolving", "finished"]
+SEED_ID = "c0000"
+ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based critic; no LLM)"
+# FlashEvolve §3.4: production rates over this window, rebalanced this often.
+RATE_WINDOW_SECONDS = 60.0
+WORKERS_PERIOD_SECONDS = 10.0
+REBALANCED = ("diagnose", "propose", "evaluate")
+# FlashEvolve §3.3: a step made from a removed speculative candidate is stale whatever Δ says.
+STALE_PARENT_ACTION: dict[str, StaleAction] = {
+    "full": "keep",
+    "guarded": "discard",
+    "reflective": "repair",
+}
+# POLCA's summarizer runs after this many decided steps, over the best few of the pool.
+SUMMARY_EVERY = 10
+SUMMARY_TOP = 5
+# A-Evolve Phase 5: a failure pattern seeds a skill once it recurs this often.
+SEED_PATTERN_MIN_COUNT = 3
+SEED_PATTERN_MIN_SHARE = 0.5
+# ... among the instances of this many recent evaluations (one minibatch is too few to tell a
+# pattern of the search from a property of one instance).
+ANALYSIS_WINDOW = 20
+
+
+_PROGRAM = Artifact(source="")
+
+
+def stage_targets(strategy: StrategySection) -> dict[str, int]:
+    """Each pipeline stage's in-flight target K: ``strategy.workers``, else ``in_flight``."""
+    stages: tuple[PipelineStage, ...] = ("diagnose", "propose", "evaluate", "repair")
+    return {stage: strategy.workers.get(stage, strategy.in_flight) for stage in stages}
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What the orchestrator needs of the task, resolved once at start."""
+
+    name: str
+    train: tuple[str, ...]
+    validation: tuple[str, ...]
+    params: dict[str, int | float | str | bool]
+    tools: tuple[ToolSpec, ...]
+    failure_score: float
+    best_possible: float | None = None
+    seed: Artifact = _PROGRAM  # the task's seed: its kind, language and entrypoint
+
+    @property
+    def entrypoint(self) -> str:
+        return self.seed.entrypoint
+
+
+# Where a step is: waiting for a stage's work, or parked between stages (a queue).
+ChainStage = Literal[
+    "diagnose",  # DiagnoseWork in flight
+    "diagnosed",  # waiting for a propose slot
+    "propose",  # ProposeWork in flight
+    "admitting",  # at the registry's ε-net
+    "ready",  # a proposal waiting for an evaluate slot (the staleness check happens here)
+    "repair",  # RepairWork in flight (reflective staleness)
+    "evaluate",  # evaluations in flight
+    "evaluated",  # sync mode: waiting for the barrier before the decision
+]
+
+
+@dataclass(eq=False)
+class Chain:
+    """One step in flight, from selection to decision."""
+
+    operator: Operator
+    forced: bool
+    parent_ids: tuple[str, ...]
+    minibatch: tuple[str, ...]
+    candidate_id: str | None = None
+    diagnosis: Diagnosis | None = None
+    rationale: str = ""
+    skills_used: tuple[str, ...] = ()
+    evaluations: dict[str, Evaluation] = field(default_factory=dict)
+    waiting: int = 0
+    key: int = 0  # a serial number: the chain's id in the speculative set
+    version: int = 0  # vᵢ: the pool version the chain's proposal was made from (FlashEvolve §3.1)
+    stage: ChainStage = "diagnose"
+    repaired: bool = False
+    stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
+    speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a work id in flight is for."""
+
+    kind: Literal[
+        "tool",
+        "seed",
+        "validate",
+        "diagnose",
+        "propose",
+        "evaluate",
+        "extract",
+        "summarize",
+        "repair",
+    ]
+    chain: Chain | None = None
+    candidate_id: str = ""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A side effect for the shell: record a decided candidate in the workspace.
+
+    ``record.tag`` is set for an improving child (``accept/<n>``) and the seed; ``best`` moves
+    the workspace's best to it.
+    """
+
+    candidate: Candidate
+    record: LineageRecord
+    best: bool = False
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """A side effect for the shell: ask the registry's ε-net about a proposal."""
+
+    candidate_id: str
+    text: str
+
+
+@dataclass
+class Step:
+    """What applying one result (or one tick) asks the shell to do."""
+
+    outbound: list[Outbound] = field(default_factory=list)
+    commits: list[Commit] = field(default_factory=list)
+    admissions: list[AdmissionRequest] = field(default_factory=list)
+    skill_uses: list[tuple[str, float]] = field(default_factory=list)
+    skill_seeds: list[SkillDraft] = field(default_factory=list)
+    rollbacks: list[str] = field(default_factory=list)
+    controls: list[WorkersTarget] = field(default_factory=list)
