@@ -138,6 +138,37 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("tests/bench/results/bench_bus.json"),
         help="where the report goes",
     )
+    bench_throughput = benches.add_parser(
+        "throughput",
+        help="async pipeline vs sync baseline through the LLM simulator: proposals/min, "
+        "tokens/s, utilisation, staleness",
+    )
+    bench_throughput.add_argument(
+        "--minutes", type=float, default=3.0, help="wall-clock budget of each run"
+    )
+    bench_throughput.add_argument(
+        "--profile", default="qwen3-8b-h100", help="the simulator's deployment profile"
+    )
+    bench_throughput.add_argument(
+        "--time-scale", type=float, default=1.0, help="multiplies the simulator's durations"
+    )
+    bench_throughput.add_argument(
+        "--policies",
+        default="full",
+        help="staleness policies of the async runs, comma-separated (full,guarded,reflective)",
+    )
+    bench_throughput.add_argument(
+        "--llm-workers", type=int, default=32, help="K: in-flight target of diagnose and propose"
+    )
+    bench_throughput.add_argument(
+        "--eval-workers", type=int, default=4, help="E: in-flight target of evaluate"
+    )
+    bench_throughput.add_argument(
+        "--json",
+        type=Path,
+        default=Path("tests/bench/results/throughput.json"),
+        help="where the report goes",
+    )
     for name, text in (
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
@@ -358,7 +389,7 @@ async def _prompts(args: argparse.Namespace) -> int:
 
 
 async def _bench(args: argparse.Namespace) -> int:
-    benches = {"bus": _bench_bus}
+    benches = {"bus": _bench_bus, "throughput": _bench_throughput}
     return await benches[args.bench](args)
 
 
@@ -381,6 +412,26 @@ async def _bench_bus(args: argparse.Namespace) -> int:
         command=shlex.join(["evobus", *sys.argv[1:]]) if typed else "",
     )
     report = await bench_bus(options, echo=lambda line: print(line, flush=True))
+    print(f"\n{format_report(report)}\n\nreport: {args.json}", flush=True)
+    return 0
+
+
+async def _bench_throughput(args: argparse.Namespace) -> int:
+    from agents.bench.throughput import ThroughputOptions, bench_throughput
+    from agents.bench.throughput_report import format_report
+
+    typed = sys.argv[1:3] == ["bench", "throughput"]  # else main() was called with argv of its own
+    options = ThroughputOptions(
+        minutes=args.minutes,
+        profile=args.profile,
+        time_scale=args.time_scale,
+        policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
+        llm_workers=args.llm_workers,
+        eval_workers=args.eval_workers,
+        json_path=args.json,
+        command=shlex.join(["evobus", *sys.argv[1:]]) if typed else "",
+    )
+    report = await bench_throughput(options, echo=lambda line: print(line, flush=True))
     print(f"\n{format_report(report)}\n\nreport: {args.json}", flush=True)
     return 0
 
