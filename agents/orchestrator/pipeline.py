@@ -77,16 +77,29 @@ def _refill_async(state: CampaignState, step: Step, now: float) -> None:
         if _count(state, "propose") >= targets["propose"]:
             break
         propose(state, step, chain)
-    queue = state.strategy.queue or targets["evaluate"]
+    # Every started step will need an evaluate slot: count them all against the queue, so
+    # that proposals cannot pile up (and go stale) faster than they are evaluated.
+    queue = state.strategy.queue or targets["propose"] + targets["evaluate"]
     while (
         _can_start(state)
         and _count(state, "diagnose") < targets["diagnose"]
         and _count(state, "diagnosed", "propose") < targets["propose"]
-        and _count(state, "admitting", "ready", "repair") < queue
+        and _count(state, *BEFORE_EVALUATION) < queue
     ):
         chain = start_chain(state, step, now)
         if chain.stage == "diagnosed" and _count(state, "propose") < targets["propose"]:
             propose(state, step, chain)
+
+
+# The stages of a step between its start and its evaluation (what the queue bounds).
+BEFORE_EVALUATION: tuple[ChainStage, ...] = (
+    "diagnose",
+    "diagnosed",
+    "propose",
+    "admitting",
+    "ready",
+    "repair",
+)
 
 
 def _refill_sync(state: CampaignState, step: Step, now: float) -> None:

@@ -207,3 +207,16 @@ def test_adaptive_workers_give_a_slow_stage_one_more_and_tell_its_agents() -> No
     assert [(c.stage, c.concurrency) for c in step.controls] == [("propose", 5)]
     assert state.targets["propose"] == 5
     assert not state.tick(WORKERS_PERIOD_SECONDS + 1.0).controls  # once per period
+
+
+def test_the_queue_bounds_every_step_between_its_start_and_its_evaluation() -> None:
+    state = make_state(mode="async", in_flight=8, workers={"evaluate": 1}, queue=3, proposals=50)
+    diagnoses = of_type(seeded(state), DiagnoseWork)
+    assert len(diagnoses) == 3  # not K_diagnose = 8: three steps may wait for evaluation
+    before = ("diagnose", "diagnosed", "propose", "admitting", "ready", "repair")
+    for diag in diagnoses:
+        for prop in of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork):
+            state.apply(proposal(prop), None, 4.0)
+        assert sum(c.stage in before for c in state.live) <= 3
+    assert [c.stage for c in state.live].count("evaluate") == 1  # K_evaluate
+    assert sum(c.stage in before for c in state.live) == 3
