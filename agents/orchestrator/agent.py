@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from schemas.results import Result
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.25
+PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
 _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
 
 
@@ -109,9 +111,20 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             return await effects(step)
 
         async def clock() -> None:
+            logged = time.monotonic()
             while state.phase != "finished":
                 await anyio.sleep(TICK_SECONDS)
                 await publisher.publish_all(await effects(state.tick(time.time())))
+                if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
+                    logged = time.monotonic()
+                    stages = Counter(chain.stage for chain in state.live)
+                    log.info(
+                        "campaign %s: pool v%d, steps by stage %s, %d work items pending",
+                        campaign,
+                        state.pool.version,
+                        dict(sorted(stages.items())),
+                        len(state.pending),
+                    )
             # What is still queued for this campaign will never be used.
             await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
 

@@ -41,6 +41,7 @@ from agents.orchestrator.steps import (
     ANALYSIS_WINDOW,
     ENGINE,
     RATE_WINDOW_SECONDS,
+    TARGETS_RESEND_SECONDS,
     WORKERS_PERIOD_SECONDS,
     Chain,
     Pending,
@@ -125,6 +126,7 @@ class CampaignState:
         self.passes = PassHistory()
         self.rates = RateMeter(window_seconds=RATE_WINDOW_SECONDS)
         self.workers_checked_at = started_at
+        self.targets_sent_at = started_at
         self.decided_since_summary = 0
         self.pending: dict[str, Pending] = {}
         self.admitting: dict[str, Chain] = {}
@@ -211,10 +213,7 @@ class CampaignState:
         task's tools (or evaluate the seed)."""
         step = Step()
         budget = self.spec.campaign.budget
-        step.controls += [
-            WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
-            for stage, k in self.targets.items()
-        ]
+        step.controls += self.target_messages(now)
         self.emit(
             step,
             CampaignStarted(
@@ -302,7 +301,19 @@ class CampaignState:
         elif self.phase == "evolving" and now - self.workers_checked_at >= WORKERS_PERIOD_SECONDS:
             self.workers_checked_at = now
             rebalance(self, step, now)
+        if self.phase != "finished" and now - self.targets_sent_at >= TARGETS_RESEND_SECONDS:
+            # Control messages are core NATS: an agent that subscribed after the last one (a
+            # late start, a restart) missed it. The targets go out again, so it catches up.
+            self.targets_sent_at = now
+            step.controls += self.target_messages(now)
         return step
+
+    def target_messages(self, now: float) -> list[WorkersTarget]:
+        """Every stage's target K as a control message (the agents' concurrency follows it)."""
+        return [
+            WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
+            for stage, k in self.targets.items()
+        ]
 
     def fail(self, reason: str, now: float) -> Step:
         """End the campaign as failed (the shell could not go on)."""
