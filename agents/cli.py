@@ -80,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument(
         "--until-finished", action="store_true", help="exit after the campaign_finished event"
     )
+    events.add_argument("--kind", help="only events of this kind (e.g. candidate_accepted)")
+    events.add_argument(
+        "--candidate", help="only events about this candidate (as itself, a parent, or nearest)"
+    )
     llm_sim = sub.add_parser(
         "llm-sim", help="serve an OpenAI-compatible vLLM SIMULATOR (not a language model)"
     )
@@ -226,18 +230,26 @@ async def _agent(args: argparse.Namespace) -> int:
 
 
 async def _events(args: argparse.Namespace) -> int:
-    from agents.events_view import describe, event_stream
+    from agents.events_view import check_kind, concerns, describe, event_stream
     from bus import codec
     from schemas.events import CampaignFinished
 
     url = url_from_env(args.nats)
     if url is None:
         raise AgentError("evobus events needs --nats URL or NATS_URL")
+    kind = check_kind(args.kind) if args.kind else None
+    if args.until_finished and kind not in (None, "campaign_finished"):
+        raise AgentError("--until-finished waits for campaign_finished, which --kind filters out")
     nc = await connect(url, name="evobus-events")
     try:
         js = nc.jetstream()
-        async with event_stream(js, args.campaign, from_start=args.from_start) as events:
+        stream = event_stream(js, args.campaign, from_start=args.from_start, kind=kind)
+        async with stream as events:
             async for event in events:
+                if args.candidate and not concerns(event, args.candidate):
+                    if args.until_finished and isinstance(event, CampaignFinished):
+                        break
+                    continue
                 line = codec.to_json(event).decode() if args.json else describe(event)
                 print(line, flush=True)
                 if args.until_finished and isinstance(event, CampaignFinished):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -34,10 +35,31 @@ from schemas.events import (
     WorkersChanged,
 )
 
+EVENT_KINDS: tuple[str, ...] = tuple(
+    sorted(str(t.__struct_config__.tag) for t in typing.get_args(Event))
+)
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` if it names an event kind, else a ValueError listing them."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"no event kind {kind!r}; kinds: {', '.join(EVENT_KINDS)}")
+    return kind
+
+
+def concerns(event: Event, candidate: str) -> bool:
+    """Whether ``event`` is about ``candidate``: it names it, or as a parent or nearest one."""
+    named = {
+        getattr(event, "candidate_id", None),
+        getattr(event, "nearest_id", None),
+        *getattr(event, "parent_ids", ()),
+    }
+    return candidate in named
+
 
 @asynccontextmanager
 async def event_stream(
-    js: JetStreamContext, campaign: str | None, *, from_start: bool
+    js: JetStreamContext, campaign: str | None, *, from_start: bool, kind: str | None = None
 ) -> AsyncIterator[AsyncIterator[Event]]:
     """Subscribe to the events of one campaign (or all), live or from the first.
 
@@ -47,7 +69,7 @@ async def event_stream(
     """
     await ensure_streams(js)  # a reader may come before any campaign: the stream is ours to make
     sub = await js.subscribe(
-        subjects.events_filter(campaign),
+        subjects.events_filter(campaign, kind),  # the kind is filtered by the server
         stream=subjects.STREAM_EVENTS,
         ordered_consumer=True,
         deliver_policy=DeliverPolicy.ALL if from_start else DeliverPolicy.NEW,

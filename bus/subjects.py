@@ -118,10 +118,11 @@ def results_filter(campaign: str) -> str:
     return f"{PREFIX}.{_token(campaign, 'campaign')}.result.>"
 
 
-def events_filter(campaign: str | None = None) -> str:
-    """Filter over the events of one campaign, or of all campaigns."""
+def events_filter(campaign: str | None = None, kind: str | None = None) -> str:
+    """Filter over the events of one campaign, or of all campaigns; of one kind, or all."""
     cid = "*" if campaign is None else _token(campaign, "campaign")
-    return f"{PREFIX}.{cid}.event.>"
+    last = ">" if kind is None else _token(kind, "event kind")
+    return f"{PREFIX}.{cid}.event.{last}"
 
 
 def stream_subjects() -> dict[str, list[str]]:

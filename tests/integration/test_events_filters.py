@@ -1,0 +1,69 @@
+"""`evobus events` filters by kind (on the server, by subject) and by candidate, from the start."""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+
+from agents.cli import main
+from agents.events_view import EVENT_KINDS, check_kind, concerns, event_stream
+from bus.connection import connect
+from bus.publisher import Publisher
+from bus.streams import ensure_streams
+from infra.nats_server import NatsServer
+from schemas.events import CampaignFinished, CandidateFiltered, CandidateRejected, Event
+from tests.samples import SAMPLES
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+def retarget(event: msgspec.Struct, campaign: str, **changes: object) -> Event:
+    moved = msgspec.structs.replace(event, campaign=campaign, **changes)
+    assert isinstance(moved, CandidateRejected | CandidateFiltered | CampaignFinished)
+    return moved
+
+
+def test_kinds_and_candidates_are_checked_and_matched() -> None:
+    assert "candidate_accepted" in EVENT_KINDS and "stale_decided" in EVENT_KINDS
+    with pytest.raises(ValueError, match=r"no event kind 'accepted'; kinds: .*candidate_accepted"):
+        check_kind("accepted")
+    filtered = SAMPLES["event_filtered"]
+    assert isinstance(filtered, CandidateFiltered)
+    assert concerns(filtered, filtered.candidate_id) and concerns(filtered, filtered.nearest_id)
+    assert not concerns(filtered, "c9999")
+
+
+async def test_events_of_one_kind_and_one_candidate_replay_from_the_start(
+    nats_session: NatsServer, campaign_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nc = await connect(nats_session.url, name="events-filter-test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        publisher = Publisher(js, None)
+        rejected = SAMPLES["event_rejected"]
+        events = [
+            retarget(rejected, campaign_id, candidate_id="c0001"),
+            retarget(SAMPLES["event_filtered"], campaign_id, candidate_id="c0002"),
+            retarget(rejected, campaign_id, candidate_id="c0002"),
+            retarget(SAMPLES["event_finished"], campaign_id),
+        ]
+        for n, event in enumerate(events):
+            await publisher.event(event, f"{campaign_id}-e{n}")
+        async with event_stream(
+            js, campaign_id, from_start=True, kind="candidate_rejected"
+        ) as stream:
+            got = [await anext(stream), await anext(stream)]
+        assert [e.candidate_id for e in got if isinstance(e, CandidateRejected)] == [
+            "c0001",
+            "c0002",
+        ]
+    finally:
+        await nc.drain()
+    argv = ["events", "--nats", nats_session.url, "--campaign", campaign_id, "--json"]
+    options = ["--candidate", "c0002", "--from-start", "--until-finished"]
+    assert await anyio.to_thread.run_sync(main, [*argv, *options]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    kinds = [type(msgspec.json.decode(line, type=Event)).__name__ for line in lines]
+    assert kinds == ["CandidateFiltered", "CandidateRejected"]  # c0002's, in order
