@@ -9,14 +9,15 @@ campaign names (``llm.api_key_env``) on the worker's own host; the key is in no 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from agents.prompts import PromptBook
+from agents.prompts import Prompt, PromptBook
 from agents.registry.client import RegistryClient
 from agents.runtime import AgentProcess
 from agents.work import work_failed
@@ -31,12 +32,17 @@ from infra.llm import (
     LLMError,
     LLMRequestError,
     LLMUnavailable,
+    Structured,
+    text_message,
+    user_message,
 )
 from schemas.campaign import CampaignRecord, LLMSection
 from schemas.llm import SIMULATOR_NOTE, Usage
 from schemas.work import Work
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=msgspec.Struct)
 
 _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
 
@@ -60,6 +66,32 @@ class CampaignModels:
     actor: LLMClient
     critic: LLMClient
     prompts: PromptBook
+
+    async def ask(
+        self,
+        role: Literal["actor", "critic"],
+        prompt_name: str,
+        values: Mapping[str, object],
+        output: type[T],
+    ) -> tuple[Structured[T], Prompt]:
+        """One structured call of ``role``'s model with the rendered prompt ``prompt_name``
+        (text only), with the campaign's sampling settings; the answer and the prompt used.
+
+        Raises:
+            LLMError: the model did not answer, or not with a valid ``output``.
+        """
+        prompt = await self.prompts.get(prompt_name)
+        system, user = prompt.render(values)
+        client = self.actor if role == "actor" else self.critic
+        model = self.section.actor_model if role == "actor" else self.section.critic_model
+        out = await client.structured(
+            model,
+            [text_message("system", system), user_message(user)],
+            output,
+            max_tokens=self.section.max_tokens,
+            temperature=self.section.temperature,
+        )
+        return out, prompt
 
 
 class ModelAccess:

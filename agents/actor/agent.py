@@ -271,8 +271,6 @@ class Actor:
 
     async def repair_with_model(self, models: CampaignModels, work: RepairWork) -> Repaired:
         """The ``stale_repair`` prompt: a patched child, or the current best back (discard)."""
-        section = models.section
-        prompt = await models.prompts.get("stale_repair")
         values = task_values(work.task, work.artifact) | {
             "old_version": work.stale_version,
             "new_version": work.pool_version,
@@ -282,14 +280,7 @@ class Actor:
             "skills": "",
             "tools": "",
         }
-        system, user = prompt.render(values)
-        out = await models.actor.structured(
-            section.actor_model,
-            [text_message("system", system), user_message(user)],
-            ActorDraft,
-            max_tokens=section.max_tokens,
-            temperature=section.temperature,
-        )
+        out, prompt = await models.ask("actor", "stale_repair", values, ActorDraft)
         draft, problem = _first_usable(work.artifact, out.values)
         code = unfenced(draft.code) if draft else ""
         covered = draft is None or code.strip() == work.best.artifact.source.strip()
@@ -351,22 +342,13 @@ class Actor:
         self, models: CampaignModels, work: ExtractWork
     ) -> tuple[SkillDraft, Usage]:
         """The actor model's skill for an improving change (the ``skill_extractor`` prompt)."""
-        section = models.section
-        prompt = await models.prompts.get("skill_extractor")
         values = task_values(work.task, work.parent.artifact) | {
             "parent_code": work.parent.artifact.source,
             "child_code": work.child.artifact.source,
             "delta": f"{work.delta:.4f}",
             "diagnosis": skill_query(work.diagnosis) if work.diagnosis else "(none)",
         }
-        system, user = prompt.render(values)
-        out = await models.actor.structured(
-            section.actor_model,
-            [text_message("system", system), user_message(user)],
-            SkillDraft,
-            max_tokens=section.max_tokens,
-            temperature=section.temperature,
-        )
+        out, _ = await models.ask("actor", "skill_extractor", values, SkillDraft)
         return out.values[0], out.usage
 
 

@@ -111,20 +111,11 @@ class Critic:
                 work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
             )
             return [result_outbound(summary, "summarize")]
-        section = models.section
+        values = task_values(work.task, SUMMARY_ARTIFACT) | {
+            "context": clip(work.context, MAX_CONTEXT_CHARS)
+        }
         try:
-            prompt = await models.prompts.get("summarizer")
-            values = task_values(work.task, SUMMARY_ARTIFACT) | {
-                "context": clip(work.context, MAX_CONTEXT_CHARS)
-            }
-            system, user = prompt.render(values)
-            out = await models.critic.structured(
-                section.critic_model,
-                [text_message("system", system), user_message(user)],
-                HistorySummary,
-                max_tokens=section.max_tokens,
-                temperature=section.temperature,
-            )
+            out, prompt = await models.ask("critic", "summarizer", values, HistorySummary)
         except LLMError as exc:
             return [model_failure(work, "summarize", exc)]
         summary = Summary(

@@ -28,7 +28,7 @@ from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
 from bus.errors import Retry
 from bus.publisher import Outbound
-from infra.llm import LLMError, text_message, user_message
+from infra.llm import LLMError
 from infra.sandbox import run_sandboxed
 from schemas.campaign import SandboxSection
 from schemas.llm import ToolDraft, ToolNeed, Usage
@@ -294,17 +294,8 @@ class ToolGenerator:
         attempt: Attempt,
         how: str,
     ) -> None:
-        section = models.section
-        prompt = await models.prompts.get(prompt_name)
-        system, user = prompt.render(values)
         try:
-            out = await models.actor.structured(
-                section.actor_model,
-                [text_message("system", system), user_message(user)],
-                ToolDraft,
-                max_tokens=section.max_tokens,
-                temperature=section.temperature,
-            )
+            out, prompt = await models.ask("actor", prompt_name, values, ToolDraft)
         except LLMError as exc:
             usage = getattr(exc, "usage", None)
             if isinstance(usage, Usage):
