@@ -10,37 +10,23 @@ from pathlib import Path
 
 import anyio
 import pytest
-from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from bus import codec, subjects
-from bus.connection import connect
 from bus.consumer import Handler, PullConsumer
 from bus.control import send_workers_target
 from bus.envelope import MessageContext
 from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_streams, ensure_work_consumer
+from bus.streams import ensure_work_consumer
 from infra.nats_server import NatsServer
-from schemas.agents import AgentRef, Heartbeat, WorkersTarget
+from schemas.agents import Heartbeat, WorkersTarget
 from schemas.artifacts import Artifact, Candidate
 from schemas.work import EvaluateWork, Work
+from tests.integration.test_bus import SENDER, jetstream
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-
-SENDER = AgentRef(role="orchestrator", agent_id="test", pid=1, host="h")
-
-
-@asynccontextmanager
-async def bus(server: NatsServer) -> AsyncIterator[tuple[Client, JetStreamContext]]:
-    nc = await connect(server.url, name="test-worker-control")
-    js = nc.jetstream()
-    await ensure_streams(js)
-    try:
-        yield nc, js
-    finally:
-        await nc.drain()
 
 
 async def beat_where(
@@ -70,7 +56,7 @@ async def test_an_evaluator_process_follows_its_workers_target(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     log = tmp_path / "evaluator.log"
-    async with bus(nats_server) as (nc, _):
+    async with jetstream(nats_server) as (nc, _):
         heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
         agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
         try:
@@ -184,7 +170,7 @@ def work_consumer(js: JetStreamContext, durable: str, handler: Handler[Work]) ->
 async def test_lowering_concurrency_lets_running_handlers_finish(
     nats_server: NatsServer, campaign_id: str
 ) -> None:
-    async with bus(nats_server) as (_, js):
+    async with jetstream(nats_server) as (_, js):
         durable = await ensure_work_consumer(js, "evaluate")
         handler = GatedHandler()
         consumer = work_consumer(js, durable, handler)
@@ -211,7 +197,7 @@ async def test_lowering_concurrency_lets_running_handlers_finish(
 async def test_after_lowering_no_more_than_the_new_limit_is_fetched(
     nats_server: NatsServer, campaign_id: str
 ) -> None:
-    async with bus(nats_server) as (_, js):
+    async with jetstream(nats_server) as (_, js):
         durable = await ensure_work_consumer(js, "evaluate")
         first = GatedHandler()
         second = GatedHandler()
