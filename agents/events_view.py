@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 import typing
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
+import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
@@ -17,6 +20,7 @@ from schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
+    CampaignProgress,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
@@ -170,6 +174,17 @@ def describe(event: Event) -> str:
         case WorkersChanged():
             rates = ", ".join(f"{k} {v:.2f}/s" for k, v in sorted(event.rates.items()))
             return f"{head} workers {event.stage} {event.old} -> {event.new} ({rates})"
+        case CampaignProgress():
+            stages = ", ".join(
+                f"{name} {load.in_flight}/{load.workers}"
+                + (f" +{load.queued}" if load.queued else "")
+                for name, load in event.stages.items()
+            )
+            return (
+                f"{head} progress {event.elapsed:.0f} s: {stages}; {event.proposals} proposals, "
+                f"{event.evaluations} evaluations, best {score(event.best_score)}, "
+                f"{event.tokens_per_second:.0f} tok/s"
+            )
         case CampaignFinished():
             s = event.summary
             return (
@@ -177,3 +192,42 @@ def describe(event: Event) -> str:
                 f"from seed {score(s.seed_score)}, {s.proposals} proposals, "
                 f"{s.evaluations} evaluations, {s.wall_seconds:.1f} s"
             )
+
+
+EVENT_LOG = "events.jsonl"
+_event_json = msgspec.json.Decoder(Event)
+
+
+def append_events(path: Path, events: Iterable[Event]) -> None:
+    """Append ``events`` to a JSON-lines event log (the run folder's ``events.jsonl``), in one
+    write so that a reader never sees half a batch."""
+    data = b"".join(codec.to_json(event) + b"\n" for event in events)
+    if not data:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_events(path: Path) -> list[Event]:
+    """The events of a JSON-lines event log, in order; a torn last line (a crash mid-write)
+    is skipped.
+
+    Raises:
+        FileNotFoundError: there is no log at ``path``.
+        ValueError: a line other than the last is not an event (names the line).
+    """
+    lines = path.read_bytes().splitlines()
+    events: list[Event] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(_event_json.decode(line))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number}: not an event: {exc}") from None
+    return events

@@ -219,6 +219,60 @@ class WorkersChanged(msgspec.Struct, frozen=True, kw_only=True, tag="workers_cha
     reason: str
 
 
+class StageLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """One pipeline stage at a progress tick.
+
+    ``in_flight``: its work items on the bus; ``queued``: steps waiting for one of its slots;
+    ``workers``: its in-flight target K; ``per_minute``: items it finished per minute over the
+    rate window.
+    """
+
+    in_flight: int
+    queued: int
+    workers: int
+    per_minute: float
+
+
+class OperatorShare(msgspec.Struct, frozen=True, kw_only=True):
+    """The operator bandit's arm: times chosen, rewards received and their mean (REFLEX §3)."""
+
+    chosen: int
+    rewarded: int
+    mean_reward: float
+
+
+class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"):
+    """Where a campaign is, every few seconds: its stages, counts, model use, best and budget.
+
+    ``best_score`` is the validated best (the campaign's answer so far), ``best_train_mean`` and
+    ``pool_mean`` the pool's best and average running means; ``tokens_per_second`` is over the
+    last ``PROGRESS_WINDOW`` seconds. The ``*_left`` fields are ``-1`` where the budget has no
+    limit.
+    """
+
+    campaign: str
+    at: float
+    elapsed: float
+    phase: str
+    stages: dict[str, StageLoad]
+    proposals: int
+    evaluations: int
+    accepted: int
+    pool_size: int
+    pool_version: int
+    best_score: float | None
+    best_train_mean: float | None
+    pool_mean: float | None
+    model_calls: int
+    tokens: int
+    tokens_per_second: float
+    operators: dict[str, OperatorShare]
+    proposals_left: int
+    evaluations_left: int
+    tokens_left: int
+    seconds_left: float
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -238,6 +292,7 @@ Event = (
     | StaleDecided
     | SpeculativeDecided
     | WorkersChanged
+    | CampaignProgress
 )
 
 

@@ -22,6 +22,7 @@ from schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
+    CampaignProgress,
     CampaignStarted,
     CandidateAccepted,
     CandidateFiltered,
@@ -254,9 +255,31 @@ def test_a_broken_seed_fails_the_campaign() -> None:
 def test_the_wall_clock_budget_stops_the_campaign() -> None:
     state = make_state(proposals=50)
     seeded(state)
-    assert state.tick(50.0).outbound == []
-    (finished,) = of_type(state.tick(100.0), CampaignFinished)
+    assert not of_type(state.tick(50.0), CampaignFinished)
+    last = state.tick(100.0)
+    (finished,) = of_type(last, CampaignFinished)
     assert finished.summary.stop_reason == "wall-clock budget spent"
+    (final,) = of_type(last, CampaignProgress)  # the last word on stages and budget
+    assert (final.phase, final.seconds_left, final.proposals_left) == ("finished", 0.0, 49)
+
+
+def test_progress_events_say_where_every_stage_is_every_few_seconds() -> None:
+    state = make_state(proposals=50, in_flight=1)
+    step = seeded(state)
+    (diagnose,) = of_type(step, DiagnoseWork)
+    (progress,) = of_type(state.tick(10.0), CampaignProgress)
+    assert not of_type(state.tick(11.0), CampaignProgress)  # not again within PROGRESS_SECONDS
+    assert progress.stages["diagnose"].in_flight == 1
+    assert progress.stages["diagnose"].workers == 1
+    assert progress.stages["evaluate"].in_flight == 0
+    assert (progress.proposals, progress.proposals_left, progress.evaluations) == (1, 49, 2)
+    assert progress.best_score == -1000.0 and progress.pool_size == 1
+    assert progress.tokens_left == -1 and progress.evaluations_left == -1  # no such limits
+    assert progress.elapsed == 10.0 and progress.phase == "evolving"
+    state.apply(diagnosis(diagnose), None, 12.0)
+    (later,) = of_type(state.tick(12.5), CampaignProgress)
+    assert later.stages["propose"].in_flight == 1 and later.stages["diagnose"].in_flight == 0
+    assert later.stages["diagnose"].per_minute > 0  # one diagnosis in the rate window
 
 
 def test_steps_without_improvement_force_a_burst_of_i1_x_div_m_diag() -> None:
