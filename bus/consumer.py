@@ -286,6 +286,7 @@ class PullConsumer(Generic[T]):
         if item is not None and self._on_dead is not None:
             outs.extend(self._on_dead(item, ctx, error))
         log.error("%s: dead-lettered %s: %s", self.durable, msg.subject, error)
+        tracing.dead_lettered(error, ctx.attempt, dlq_subject)
         try:
             await self._publisher.publish_all(outs)
         except PublishError as exc:

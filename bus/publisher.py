@@ -8,6 +8,7 @@ import msgspec
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError
+from opentelemetry.context import Context
 
 from bus import codec, envelope, subjects, tracing
 from bus.errors import BusError
@@ -21,12 +22,14 @@ class Outbound:
 
     ``msg_id`` must be derived from what caused the message (a work id, a candidate id), never
     random, so that a redelivered input republishes with the same id and JetStream drops the copy.
+    ``context`` is the trace context to publish in (default: the current one).
     """
 
     subject: str
     message: msgspec.Struct
     msg_id: str
     campaign: str
+    context: Context | None = None
 
 
 class PublishError(BusError):
@@ -45,13 +48,14 @@ def event_kind(event: Event) -> str:
     return tag
 
 
-def event_outbound(event: Event, msg_id: str) -> Outbound:
+def event_outbound(event: Event, msg_id: str, context: Context | None = None) -> Outbound:
     """An Outbound for ``event`` on ``evo.<campaign>.event.<kind>``."""
     return Outbound(
         subject=subjects.event(event.campaign, event_kind(event)),
         message=event,
         msg_id=msg_id,
         campaign=event.campaign,
+        context=context,
     )
 
 
@@ -72,7 +76,7 @@ class Publisher:
         payload = codec.encode(out.message)
         last = ""
         for _ in range(self._attempts):
-            with tracing.producer_span(out.subject, out.msg_id):
+            with tracing.producer_span(out.subject, out.msg_id, parent=out.context):
                 headers = envelope.outgoing_headers(out.msg_id, out.campaign, self._sender)
                 try:
                     await self._js.publish(out.subject, payload, headers=headers)

@@ -22,10 +22,14 @@ def extract(headers: Mapping[str, str]) -> context.Context:
 
 
 @contextmanager
-def producer_span(subject: str, msg_id: str) -> Iterator[trace.Span]:
-    """A PRODUCER span around one publish (OpenTelemetry messaging conventions)."""
+def producer_span(
+    subject: str, msg_id: str, parent: context.Context | None = None
+) -> Iterator[trace.Span]:
+    """A PRODUCER span around one publish (OpenTelemetry messaging conventions), in ``parent``'s
+    trace when given, else the current one."""
     with _tracer.start_as_current_span(
         f"send {subject}",
+        context=parent,
         kind=SpanKind.PRODUCER,
         attributes={
             "messaging.system": "nats",
@@ -56,3 +60,13 @@ def consumer_span(
         },
     ) as span:
         yield span
+
+
+def dead_lettered(error: str, deliveries: int, dlq_subject: str) -> None:
+    """Mark the current (consumer) span: its message was dead-lettered."""
+    span = trace.get_current_span()
+    span.add_event(
+        "dead_lettered",
+        {"error": error, "deliveries": deliveries, "dlq_subject": dlq_subject},
+    )
+    span.set_status(trace.Status(trace.StatusCode.ERROR, error[:200]))

@@ -17,7 +17,11 @@ Isolation = Literal["bwrap", "unshare", "none", "model"]
 
 
 class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
-    """The score of one candidate on one task instance (``category``: its task type, if any)."""
+    """The score of one candidate on one task instance (``category``: its task type, if any).
+
+    ``started_at`` (epoch seconds) and ``seconds`` say when the instance ran, where the harness
+    times instances one by one (0.0 where it does not).
+    """
 
     instance: str
     score: float
@@ -25,6 +29,8 @@ class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
     metrics: dict[str, float] = {}
     error: str = ""
     category: str = ""
+    started_at: float = 0.0
+    seconds: float = 0.0
 
 
 class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", tag_field="type"):

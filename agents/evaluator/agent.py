@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import msgspec
 from nats.errors import Error as NatsError
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
 
 from agents.evaluator.tool_calls import (
     REPORT_FILE,
@@ -41,6 +43,7 @@ from schemas.tools import ToolRef
 from schemas.work import EvaluateWork, Work
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("evobus.evaluator")
 
 HARNESS = "harness.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -198,6 +201,36 @@ def extend_failure(task: Task, work: EvaluateWork, first: Evaluation) -> Evaluat
     )
 
 
+def trace_instances(span: Span, evaluation: Evaluation) -> None:
+    """The evaluation's numbers on its span, and a child span per instance: when the harness
+    timed the instance, over the time it ran; else at the evaluation's end, without duration."""
+    span.set_attribute("evobus.score", evaluation.score)
+    span.set_attribute("evobus.isolation", evaluation.isolation)
+    span.set_attribute("evobus.duration_seconds", evaluation.duration_seconds)
+    if evaluation.error:
+        span.set_status(Status(StatusCode.ERROR, evaluation.error[:200]))
+    context = trace.set_span_in_context(span)
+    now = time.time_ns()
+    for score in evaluation.instances:
+        timed = score.started_at > 0 and score.seconds > 0
+        start = int(score.started_at * 1e9) if timed else now
+        child = _tracer.start_span(
+            f"instance {score.instance}",
+            context=context,
+            start_time=start,
+            attributes={
+                "evobus.instance": score.instance,
+                "evobus.score": score.score,
+                "evobus.error": score.error,
+                "evobus.category": score.category,
+                "evobus.timed": timed,
+            },
+        )
+        if score.error:
+            child.set_status(Status(StatusCode.ERROR, score.error[:200]))
+        child.end(end_time=start + int(score.seconds * 1e9) if timed else now)
+
+
 def evidence_name(work: EvaluateWork) -> str:
     """The object name of an evaluation's evidence image: ``<campaign>/<candidate>/<work>.png``."""
     return f"{work.campaign}/{work.candidate.id}/{work.work_id}.png"
@@ -251,7 +284,23 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         return [result_outbound(combine(work, first, rest), "evaluate")]
 
     async def evaluate(task: Task, work: EvaluateWork) -> Evaluation:
-        """One evaluation of ``work``'s instances: through the model, or in the sandbox."""
+        """One evaluation of ``work``'s instances, as an ``evaluate`` span with one span per
+        instance."""
+        with _tracer.start_as_current_span(
+            f"evaluate {work.candidate.id}",
+            attributes={
+                "evobus.candidate": work.candidate.id,
+                "evobus.task": work.task,
+                "evobus.instances": len(work.instances),
+                "evobus.work_id": work.work_id,
+            },
+        ) as span:
+            evaluation = await run(task, work)
+            trace_instances(span, evaluation)
+        return evaluation
+
+    async def run(task: Task, work: EvaluateWork) -> Evaluation:
+        """Through the model, or in the sandbox."""
         if isinstance(task, ModelTask):
             return await through_model(models, task, work)
         files = sandbox_files(task, work, await tools_for(work.tools))

@@ -13,6 +13,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
+from agents.events_view import EVENT_LOG, append_events
 from agents.orchestrator.effects import Effects
 from agents.orchestrator.state import CampaignState
 from agents.orchestrator.steps import Step, TaskPlan
@@ -26,8 +27,10 @@ from bus.control import send_workers_target
 from bus.envelope import MessageContext
 from bus.publisher import Outbound, Publisher
 from bus.streams import ensure_results_consumer, ensure_streams, key_value
+from infra.telemetry import SPAN_FILE, add_span_file
 from infra.workspace import CampaignWorkspace
 from schemas.campaign import CampaignRecord, CampaignSummary
+from schemas.events import Event
 from schemas.results import Result
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         assert entry.value is not None
         record = _record_decoder.decode(entry.value)
         run_dir = campaign_dir(record.out_dir, campaign)
+        add_span_file(run_dir / SPAN_FILE)  # the audit log on disk, whoever started us
         workspace = CampaignWorkspace(run_dir / "workspace")
         task = get_task(record.spec.campaign.task)
         plan = TaskPlan(
@@ -96,6 +100,11 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
 
         async def effects(step: Step) -> list[Outbound]:
             out, controls = await runner.run(step)
+            state.trace.end_retired()
+            # The run folder keeps the campaign's events too: `evobus report` reads them there.
+            append_events(
+                run_dir / EVENT_LOG, [o.message for o in out if isinstance(o.message, Event)]
+            )
             for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
                 await send_workers_target(nc, target)
             if state.phase == "finished":
@@ -143,6 +152,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         await runner.register_environment(task.description, task.signature)
         await publisher.publish_all(await effects(state.start(time.time())))
         await serve(proc, extra=clock)
+        state.trace.finish(state.status, state.stop_reason)
         return state.summary(time.time())
     finally:
         with anyio.CancelScope(shield=True):

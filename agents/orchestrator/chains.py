@@ -62,6 +62,7 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         stage="diagnosed",
     )
     state.live.append(chain)
+    state.trace.open_step(chain, rule=state.strategy.selection)
     if any(state.speculative.is_speculative(p) for p in chain.parent_ids):
         state.speculative.note_derived(str(chain.key), chain.parent_ids)
     if operator == "m_diag":
@@ -127,6 +128,7 @@ def on_proposal(
         pool_version=state.pool.version,
     )
     chain.candidate_id = candidate.id
+    state.trace.name_candidate(chain, candidate.id)
     chain.rationale = proposal.rationale
     chain.skills_used = proposal.skills_used
     if proposal.tools:

@@ -60,7 +60,20 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     improved_best = improved_parent and child.score > best_before
     if not child.error and state.pool.add(cid):  # a crashing program is no candidate
         log_pool(state, cid, "added", child.score, chain)
-    forget(state, chain)
+    outcome = "accepted" if improved_parent else "rejected"
+    state.trace.decided(
+        chain,
+        outcome,
+        {
+            "evobus.candidate": cid,
+            "evobus.parent": parent_id,
+            "evobus.score": child.score,
+            "evobus.parent_score": parent_ev.score,
+            "evobus.delta": delta,
+            "evobus.error": child.error,
+        },
+    )
+    forget(state, chain, outcome)
     settle_speculative(state, step, chain, improved_parent, now)
     record_passes(state, child, parent_ev)
     tag = None

@@ -87,9 +87,13 @@ class Effects:
         state = self.state
         proposals = [(a.candidate_id, a.text) for a in step.admissions]
         try:
-            admission = await self.registry.admit(
-                state.cid, proposals, state.strategy.epsilon, state.spec.embedder
-            )
+            with state.trace.filtering([c for c, _ in proposals], state.strategy.epsilon) as span:
+                admission = await self.registry.admit(
+                    state.cid, proposals, state.strategy.epsilon, state.spec.embedder
+                )
+                span.set_attribute(
+                    "evobus.rejected", tuple(r.candidate_id for r in admission.rejected)
+                )
         except RegistryError as exc:
             log.warning("campaign %s: ε-net unavailable (%s); admitting unfiltered", state.cid, exc)
             return [state.on_admission(cid, None, time.time()) for cid, _ in proposals]

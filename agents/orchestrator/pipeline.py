@@ -164,7 +164,7 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
             _evaluate_chain(state, step, chain)
         case "discard":
             state.burst.observe(improved=False)
-            forget(state, chain)
+            forget(state, chain, "stale-discarded")
         case "repair":
             _repair(state, step, chain)
 
@@ -230,7 +230,7 @@ def on_repaired(
     cid = chain.candidate_id
     if result.artifact is None:
         action, reason = "repair_discarded", result.rationale
-        forget(state, chain)
+        forget(state, chain, "repair-discarded")
     else:
         action, reason = "repaired", result.rationale
         state.candidates[cid] = msgspec.structs.replace(

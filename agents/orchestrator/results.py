@@ -180,11 +180,18 @@ def _drop_chain(state: CampaignState, chain: Chain) -> None:
         del state.pending[work_id]
     if chain.candidate_id is not None:
         state.admitting.pop(chain.candidate_id, None)
-    forget(state, chain)
+    forget(state, chain, "abandoned")
 
 
 def _record_evaluation(
-    state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float, *, train: bool
+    state: CampaignState,
+    step: Step,
+    cid: str,
+    ev: Evaluation,
+    now: float,
+    *,
+    train: bool,
+    chain: Chain | None = None,
 ) -> None:
     state.evaluations += 1
     state.last_evaluation[cid] = ev
@@ -203,6 +210,7 @@ def _record_evaluation(
             isolation=ev.isolation,
             error=ev.error,
         ),
+        chain,  # a parent re-evaluated for a step belongs to that step's trace
     )
 
 
@@ -213,7 +221,7 @@ def _on_evaluation(
         _record_evaluation(state, step, pending.candidate_id, ev, now, train=False)
         _on_validation(state, step, pending.candidate_id, ev, now)
         return
-    _record_evaluation(state, step, pending.candidate_id, ev, now, train=True)
+    _record_evaluation(state, step, pending.candidate_id, ev, now, train=True, chain=pending.chain)
     if pending.kind == "seed":
         _seed_ready(state, step, now)
         return

@@ -114,8 +114,10 @@ def log_pool(
     )
 
 
-def forget(state: CampaignState, chain: Chain) -> None:
-    """A step that ends without a decision (discarded, filtered, abandoned)."""
+def forget(state: CampaignState, chain: Chain, outcome: str) -> None:
+    """A step ends: decided (``accepted``, ``rejected``), or not (``filtered``,
+    ``stale-discarded``, ``repair-discarded``, ``abandoned``)."""
     if chain in state.live:
         state.live.remove(chain)
+    state.trace.retire(chain, outcome)
     state.speculative.forget_item(str(chain.key))

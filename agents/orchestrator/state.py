@@ -35,6 +35,7 @@ from agents.evolution.staleness import PoolLog
 from agents.evolution.workers import RateMeter
 from agents.orchestrator.pipeline import rebalance, refill
 from agents.orchestrator.plan import render_plan
+from agents.orchestrator.progress import PROGRESS_SECONDS, TokenRate, progress_event
 from agents.orchestrator.results import apply_result, evaluate_seed
 from agents.orchestrator.speculation import forget
 from agents.orchestrator.steps import (
@@ -51,6 +52,7 @@ from agents.orchestrator.steps import (
     TaskPlan,
     stage_targets,
 )
+from agents.orchestrator.trace import CampaignTrace
 from bus import subjects
 from bus.publisher import Outbound, event_outbound
 from schemas.agents import AgentRef, WorkersTarget
@@ -127,6 +129,8 @@ class CampaignState:
         self.rates = RateMeter(window_seconds=RATE_WINDOW_SECONDS)
         self.workers_checked_at = started_at
         self.targets_sent_at = started_at
+        self.progress_at = started_at
+        self.token_rate = TokenRate()
         self.decided_since_summary = 0
         self.pending: dict[str, Pending] = {}
         self.admitting: dict[str, Chain] = {}
@@ -135,6 +139,7 @@ class CampaignState:
         self.stop_reason = ""
         self.status: Status = "completed"
         self._counters = {"work": 0, "event": 0, "candidate": 0, "chain": 0}
+        self.trace = CampaignTrace(self.cid, plan.name, self.strategy.mode)
 
     # -- ids and publishing ----------------------------------------------------------------
     def next_serial(self, counter: str) -> int:
@@ -142,14 +147,20 @@ class CampaignState:
         self._counters[counter] += 1
         return self._counters[counter]
 
-    def emit(self, step: Step, event: Event) -> None:
-        """Publish ``event`` on the campaign's event stream with the next event id."""
-        step.outbound.append(event_outbound(event, f"{self.cid}-e{self.next_serial('event'):07d}"))
+    def emit(self, step: Step, event: Event, chain: Chain | None = None) -> None:
+        """Publish ``event`` on the campaign's event stream with the next event id (and note it
+        on its step's trace: ``chain``'s, else the step of the candidate it names)."""
+        context = self.trace.note(event, chain)
+        msg_id = f"{self.cid}-e{self.next_serial('event'):07d}"
+        step.outbound.append(event_outbound(event, msg_id, context))
 
     def send_work(self, step: Step, stage: str, item: Work, pending: Pending) -> None:
         """Publish ``item`` on ``stage``'s work subject and remember what it is for."""
         self.pending[item.work_id] = pending
-        step.outbound.append(Outbound(subjects.work(self.cid, stage), item, item.work_id, self.cid))
+        context = self.trace.context(pending.chain, pending.candidate_id)
+        step.outbound.append(
+            Outbound(subjects.work(self.cid, stage), item, item.work_id, self.cid, context)
+        )
 
     def new_work_id(self) -> str:
         """A fresh work id of this campaign."""
@@ -249,7 +260,7 @@ class CampaignState:
         if rejection is None:
             chain.stage = "ready"
         else:
-            forget(self, chain)
+            forget(self, chain, "filtered")
             self.emit(
                 step,
                 CandidateFiltered(
@@ -292,7 +303,8 @@ class CampaignState:
         return self.best_validation
 
     def tick(self, now: float) -> Step:
-        """Check the wall-clock budget; rebalance the stages' targets when that is on."""
+        """Check the wall-clock budget; rebalance the stages' targets when that is on; say
+        where the campaign is (a ``progress`` event) every few seconds."""
         step = Step()
         budget = self.spec.campaign.budget
         if self.phase != "finished" and now - self.started_at >= budget.wall_seconds:
@@ -301,6 +313,9 @@ class CampaignState:
         elif self.phase == "evolving" and now - self.workers_checked_at >= WORKERS_PERIOD_SECONDS:
             self.workers_checked_at = now
             rebalance(self, step, now)
+        if self.phase != "finished" and now - self.progress_at >= PROGRESS_SECONDS:
+            self.progress_at = now
+            self.emit(step, progress_event(self, now))
         if self.phase != "finished" and now - self.targets_sent_at >= TARGETS_RESEND_SECONDS:
             # Control messages are core NATS: an agent that subscribed after the last one (a
             # late start, a restart) missed it. The targets go out again, so it catches up.
@@ -327,6 +342,7 @@ class CampaignState:
         self.phase = "finished"
         self.status = status
         self.stop_reason = reason
+        self.emit(step, progress_event(self, now))
         self.emit(step, CampaignFinished(campaign=self.cid, at=now, summary=self.summary(now)))
 
     def plan_md(self) -> str:

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -425,12 +426,17 @@ def evaluate(
     env = gym.make(control.env_id, max_episode_steps=max_steps)
     try:
         for instance in instances:
+            # When each episode ran (the host's clock): the evaluator's per-instance spans.
+            timing = {"started_at": time.time()}
+            began = time.perf_counter()
             try:
                 record, trace = run_episode(control, env, policy, int(instance), max_steps)
             except (Exception, SystemExit) as exc:  # the candidate's failure: this instance's
-                records.append(failed(instance, describe_error(exc), failure_score))
+                timing["seconds"] = time.perf_counter() - began
+                records.append({**failed(instance, describe_error(exc), failure_score), **timing})
                 continue
-            records.append({**record, "instance": instance})
+            timing["seconds"] = time.perf_counter() - began
+            records.append({**record, "instance": instance, **timing})
             traces.append(trace)
     finally:
         env.close()
