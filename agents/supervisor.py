@@ -25,8 +25,9 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyWrongLastSequenceError
 
 from agents.errors import AgentError, CampaignFailed
-from agents.events_view import describe, event_stream, score
+from agents.events_view import event_stream
 from agents.orchestrator.agent import campaign_dir, write_summary
+from agents.progress_view import make_progress
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
 from agents.tasks import ModelTask, TaskError, get_task
@@ -34,6 +35,7 @@ from bus import subjects
 from bus.connection import connect
 from bus.streams import ensure_streams, key_value
 from infra.nats_server import NatsServer, default_store_dir
+from infra.telemetry import SPAN_FILE
 from schemas.agents import Role
 from schemas.campaign import (
     CampaignRecord,
@@ -44,21 +46,7 @@ from schemas.campaign import (
     validate_campaign_id,
 )
 from schemas.errors import CampaignConfigError
-from schemas.events import (
-    BestConfirmed,
-    BurstStarted,
-    CampaignFinished,
-    CampaignStarted,
-    CandidateAccepted,
-    CandidateEvaluated,
-    DeadLettered,
-    Event,
-    RolledBack,
-    StaleDecided,
-    ToolRegistered,
-    WorkAbandoned,
-    WorkersChanged,
-)
+from schemas.events import CampaignFinished
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 FINISH_GRACE_SECONDS = 60.0
@@ -141,6 +129,9 @@ class RunOptions:
     campaign_id: str | None = None
     out_dir: Path = Path("runs")
     workers: Mapping[Role, int] = field(default_factory=dict)
+    # The rich live view of the progress: True, False (plain lines through ``echo``), or None
+    # for live when stdout is a terminal (the ``evobus run`` command line).
+    live: bool | None = False
 
 
 def default_campaign_id(spec: CampaignSpec) -> str:
@@ -150,74 +141,16 @@ def default_campaign_id(spec: CampaignSpec) -> str:
     return f"{cleaned}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def agent_argv(role: Role, nats_url: str, campaign: str | None = None) -> list[str]:
-    """The command line of one agent process."""
+def agent_argv(
+    role: Role, nats_url: str, campaign: str | None = None, spans: Path | None = None
+) -> list[str]:
+    """The command line of one agent process (``spans``: its span file)."""
     argv = [sys.executable, "-m", "agents.cli", "agent", role, "--nats", nats_url]
+    if spans is not None:
+        argv += ["--spans", str(spans)]
     if campaign is not None:
         argv += ["--campaign", campaign]
     return argv
-
-
-class Progress:
-    """Turns events into the progress lines ``evobus run`` prints."""
-
-    def __init__(self, budget: int, echo: Callable[[str], None]) -> None:
-        self.budget = budget
-        self.echo = echo
-        self.evaluated = 0
-        self.accepted = 0
-        self.proposals = 0
-        self.best: float | None = None
-        self.started_at: float | None = None
-
-    def _head(self, at: float) -> str:
-        elapsed = at - (self.started_at or at)
-        return f"  {elapsed:6.1f} s"
-
-    def show(self, event: Event) -> None:
-        """Print what a person watching the run wants to see of ``event``."""
-        match event:
-            case CampaignStarted():
-                self.started_at = event.at
-                self.echo(f"{self._head(event.at)}  started; engine: {event.engine}")
-            case BestConfirmed() if event.is_best and event.candidate_id != "c0000":
-                self.best = event.validation_score
-                self.echo(
-                    f"{self._head(event.at)}  new best {event.candidate_id} "
-                    f"{event.validation_score:9.1f} on validation (train mean "
-                    f"{event.train_mean:.1f} over {event.evaluations} scores)"
-                )
-            case CandidateAccepted():
-                self.accepted += 1
-                self.proposals = event.proposals
-            case CandidateEvaluated():
-                self.evaluated += 1
-                if event.candidate_id == "c0000" and self.best is None:
-                    self.best = event.score
-                    self.echo(
-                        f"{self._head(event.at)}  seed c0000 scores {event.score:.1f} "
-                        f"(sandbox: {event.isolation})"
-                    )
-                elif self.evaluated % 25 == 0:
-                    self.echo(
-                        f"{self._head(event.at)}  {self.evaluated} evaluations, "
-                        f"{self.proposals}/{self.budget} proposals, {self.accepted} children "
-                        f"beat their parent, best {score(self.best)}"
-                    )
-            case StaleDecided() if event.action == "keep":
-                pass
-            case (
-                ToolRegistered()
-                | DeadLettered()
-                | WorkAbandoned()
-                | RolledBack()
-                | BurstStarted()
-                | StaleDecided()
-                | WorkersChanged()
-            ):
-                self.echo(f"{self._head(event.at)}  {describe(event).split(' ', 2)[2]}")
-            case _:
-                pass
 
 
 def _models_at(llm: LLMSection, *, critic: bool) -> dict[str, str]:
@@ -335,7 +268,7 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
             )
-            finished = await _follow(js, cid, spec, children, echo)
+            finished = await _follow(js, cid, spec, children, echo, live=options.live)
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
@@ -372,7 +305,9 @@ async def _ensure_registry(
         echo("evobus: using the registry that already serves this bus")
         return None
     child = AgentChild(
-        "registry", [*agent_argv("registry", url), "--root", str(root)], log_dir / "registry.log"
+        "registry",
+        [*agent_argv("registry", url, spans=log_dir.parent / SPAN_FILE), "--root", str(root)],
+        log_dir / "registry.log",
     )
     beats = await nc.subscribe(subjects.heartbeats_of("registry"))
     try:
@@ -392,14 +327,18 @@ async def _ensure_registry(
 
 
 def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> list[AgentChild]:
+    spans = log_dir.parent / SPAN_FILE  # every process of the run writes the run's audit log
     children = [
         AgentChild(
-            "orchestrator", agent_argv("orchestrator", url, cid), log_dir / "orchestrator.log"
+            "orchestrator",
+            agent_argv("orchestrator", url, cid, spans),
+            log_dir / "orchestrator.log",
         )
     ]
     for role in WORKER_ROLES:
         for n in range(workers.get(role, 1)):
-            children.append(AgentChild(role, agent_argv(role, url), log_dir / f"{role}-{n}.log"))
+            argv = agent_argv(role, url, spans=spans)
+            children.append(AgentChild(role, argv, log_dir / f"{role}-{n}.log"))
     for child in children:
         child.start()
     return children
@@ -411,9 +350,11 @@ async def _follow(
     spec: CampaignSpec,
     children: list[AgentChild],
     echo: Callable[[str], None],
+    *,
+    live: bool | None = False,
 ) -> CampaignFinished:
-    """Print progress until the campaign's ``campaign_finished`` event; restart dead workers."""
-    progress = Progress(spec.campaign.budget.proposals, echo)
+    """Show progress until the campaign's ``campaign_finished`` event; restart dead workers."""
+    progress = make_progress(echo, live=live)
     finished: list[CampaignFinished] = []
     failures: list[str] = []
     limit = spec.campaign.budget.wall_seconds + FINISH_GRACE_SECONDS
@@ -446,7 +387,7 @@ async def _follow(
                 child.start()
             await anyio.sleep(0.2)
 
-    with anyio.move_on_after(limit):
+    with progress, anyio.move_on_after(limit):
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_events, tg.cancel_scope)
             tg.start_soon(watch_children, tg.cancel_scope)

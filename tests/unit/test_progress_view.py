@@ -1,0 +1,327 @@
+"""The progress ``evobus run`` shows: plain lines off a terminal, a rich live view on one."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+from itertools import pairwise
+
+import msgspec
+import pytest
+from rich.console import Console
+
+from agents.progress_view import (
+    PLAIN_EVERY_SECONDS,
+    LiveProgress,
+    PlainProgress,
+    make_progress,
+    progress_line,
+)
+from schemas.campaign import CampaignSummary
+from schemas.events import (
+    BestConfirmed,
+    CampaignFinished,
+    CampaignProgress,
+    CampaignStarted,
+    CandidateAccepted,
+    CandidateEvaluated,
+    Event,
+    OperatorShare,
+    StageLoad,
+    StaleDecided,
+    ToolRegistered,
+    WorkAbandoned,
+)
+
+T0 = 1_700_000_000.0
+CID = "demo-1"
+SEED_SCORE = -812.25
+NEW_BEST = -640.5
+TOKEN_BUDGET = 100_000
+
+
+def progress(elapsed: float) -> CampaignProgress:
+    """The orchestrator's progress event ``elapsed`` seconds in (numbers move with time)."""
+    n = int(elapsed // 2)
+    stages = {
+        "diagnose": StageLoad(in_flight=1, queued=0, workers=2, per_minute=4.0),
+        "propose": StageLoad(
+            in_flight=2, queued=3 if n % 2 else 0, workers=2, per_minute=0.5 * n + 6.0 * (n > 0)
+        ),
+        "repair": StageLoad(in_flight=0, queued=0, workers=1, per_minute=0.0),
+        "evaluate": StageLoad(in_flight=4, queued=n % 3, workers=4, per_minute=12.0),
+    }
+    if 20 <= elapsed < 24:
+        stages["tool"] = StageLoad(in_flight=1, queued=0, workers=0, per_minute=0.0)
+    tokens = 1700 * n
+    return CampaignProgress(
+        campaign=CID,
+        at=T0 + elapsed,
+        elapsed=elapsed,
+        phase="seeding" if elapsed < 2 else "evolving",
+        stages=stages,
+        proposals=n,
+        evaluations=2 * n + 2,
+        accepted=n // 5,
+        pool_size=1 + n // 5,
+        pool_version=n,
+        best_score=None if elapsed < 2 else (SEED_SCORE if elapsed < 14 else NEW_BEST),
+        best_train_mean=None if elapsed < 2 else -700.0,
+        pool_mean=None if elapsed < 2 else -750.0,
+        model_calls=3 * n,
+        tokens=tokens,
+        tokens_per_second=850.0 if n else 0.0,
+        operators={"m_diag": OperatorShare(chosen=n, rewarded=n // 5, mean_reward=0.2)},
+        proposals_left=80 - n,
+        evaluations_left=-1,
+        tokens_left=TOKEN_BUDGET - tokens,
+        seconds_left=300.0 - elapsed,
+    )
+
+
+def campaign_events() -> list[Event]:
+    """A short campaign as the supervisor reads it from EVO_EVENTS."""
+    events: list[Event] = [
+        CampaignStarted(
+            campaign=CID,
+            at=T0,
+            task="pendulum",
+            engine="offline",
+            budget_proposals=80,
+            budget_wall_seconds=300.0,
+        ),
+        ToolRegistered(campaign=CID, at=T0 + 0.5, name="energy", version=1, reused=False),
+        CandidateEvaluated(
+            campaign=CID, at=T0 + 1.0, candidate_id="c0000", score=SEED_SCORE, isolation="bwrap"
+        ),
+        CandidateEvaluated(
+            campaign=CID, at=T0 + 1.5, candidate_id="c0000", score=-800.0, isolation="bwrap"
+        ),
+    ]
+    extra: dict[float, list[Event]] = {
+        12.0: [
+            CandidateAccepted(
+                campaign=CID,
+                at=T0 + 12.5,
+                candidate_id="c0007",
+                score=-650.0,
+                previous_best=SEED_SCORE,
+                operator="m_diag",
+                tag="accept/1",
+                proposals=6,
+            ),
+            BestConfirmed(
+                campaign=CID,
+                at=T0 + 13.0,
+                candidate_id="c0007",
+                train_mean=-655.5,
+                evaluations=3,
+                validation_score=NEW_BEST,
+                is_best=True,
+            ),
+        ],
+        16.0: [
+            StaleDecided(
+                campaign=CID,
+                at=T0 + 17.0,
+                candidate_id="c0009",
+                policy="bounded",
+                delta=1,
+                action="keep",
+            ),
+            StaleDecided(
+                campaign=CID,
+                at=T0 + 17.5,
+                candidate_id="c0010",
+                policy="bounded",
+                delta=4,
+                action="discard",
+                reason="too stale",
+            ),
+        ],
+        20.0: [
+            WorkAbandoned(
+                campaign=CID,
+                at=T0 + 21.0,
+                work_id="w0042",
+                stage="propose",
+                error="no JSON object",
+                error_type="InvalidModelOutput",
+            )
+        ],
+    }
+    for step in range(16):
+        elapsed = 2.0 * step
+        events.append(progress(elapsed))
+        for k in range(2):
+            events.append(
+                CandidateEvaluated(
+                    campaign=CID,
+                    at=T0 + elapsed + 0.5 + 0.25 * k,
+                    candidate_id=f"c{step + 1:04d}",
+                    score=-700.0 - k,
+                    isolation="bwrap",
+                )
+            )
+        events += extra.get(elapsed, [])
+    summary = CampaignSummary(
+        campaign=CID,
+        task="pendulum",
+        status="completed",
+        stop_reason="proposal budget spent",
+        seed_score=SEED_SCORE,
+        best_score=NEW_BEST,
+        best_candidate="c0007",
+        best_artifact="/runs/demo-1/best.py",
+        proposals=15,
+        evaluations=32,
+        accepted=3,
+        wall_seconds=31.0,
+        engine="offline",
+    )
+    events.append(CampaignFinished(campaign=CID, at=T0 + 31.0, summary=summary))
+    return events
+
+
+def plain_lines(events: list[Event]) -> list[str]:
+    lines: list[str] = []
+    with make_progress(lines.append, console=Console(file=io.StringIO())) as view:
+        assert isinstance(view, PlainProgress)
+        for event in events:
+            view.show(event)
+    return lines
+
+
+PROGRESS_LINE = re.compile(r"^ +(?P<elapsed>\d+\.\d) s  (?P<stages>[^|]+) \| ")
+
+
+def test_plain_lines_of_a_campaign() -> None:
+    lines = plain_lines(campaign_events())
+
+    assert lines[:3] == [
+        "     0.0 s  started; engine: offline",
+        "     0.5 s  tool energy v1 registered",
+        "     1.0 s  seed c0000 scores -812.2 (sandbox: bwrap)",  # once, though scored twice
+    ]
+    progress_lines = [line for line in lines if " | " in line]
+    assert [PROGRESS_LINE.match(line)["elapsed"] for line in progress_lines] == [  # type: ignore[index]
+        "0.0",
+        "10.0",
+        "20.0",
+        "30.0",
+    ]
+    assert progress_lines[0] == (
+        "     0.0 s  diagnose 1/2, propose 2/2, repair 0/1, evaluate 4/4 | 0.0 proposals/min "
+        "| 0 proposals, 2 evaluations, 0 accepted, best n/a "
+        f"| left 80 proposals, 300 s, {TOKEN_BUDGET} tokens"
+    )
+    assert progress_lines[1] == (
+        "    10.0 s  diagnose 1/2, propose 2/2 +3 queued, repair 0/1, evaluate 4/4 +2 queued "
+        "| 8.5 proposals/min, 850 tok/s "
+        "| 5 proposals, 12 evaluations, 1 accepted, best -812.2 "
+        "| left 75 proposals, 290 s, 91500 tokens"
+    )
+    assert "tool 1 |" in progress_lines[2]  # a busy stage with no worker target: in flight only
+    assert (
+        "best -640.5" in progress_lines[3]
+        and "left 65 proposals, 270 s, 74500 tokens" in (progress_lines[3])
+    )
+
+    notes = [line for line in lines if " | " not in line]
+    assert notes[3:] == [
+        "    13.0 s  new best c0007    -640.5 on validation (train mean -655.5 over 3 scores)",
+        "    17.5 s  stale c0010 (Δ 4, bounded): discard (too stale)",  # the kept one is silent
+        "    21.0 s  abandoned propose w0042 [InvalidModelOutput]: no JSON object",
+    ]
+    assert len(lines) == 3 + 4 + 3  # nothing for other evaluations, acceptances, the finish
+
+
+@pytest.mark.parametrize(
+    ("ticks", "shown"),
+    [
+        # The orchestrator's ticks drift (each at least 2 s after the last).
+        ([2.05 * i for i in range(16)], [0.0, 2.05 * 5, 2.05 * 10, 2.05 * 15]),
+        # Late ticks, and a tick just short of 10 s after the last line.
+        ([0.0, 2.0, 9.9, 10.0, 11.0, 19.95, 20.0, 31.5], [0.0, 10.0, 20.0, 31.5]),
+    ],
+)
+def test_plain_progress_line_at_most_every_ten_seconds_of_campaign_time(
+    ticks: list[float], shown: list[float]
+) -> None:
+    # The plain view counts the events' elapsed time, never the clock.
+    lines: list[str] = []
+    view = PlainProgress(lines.append)
+    for elapsed in ticks:
+        view.show(progress(elapsed))
+    assert lines == [progress_line(progress(elapsed)) for elapsed in shown]
+    assert all(b - a >= PLAIN_EVERY_SECONDS for a, b in pairwise(shown))
+
+
+def test_progress_line_leaves_out_tokens_and_unlimited_budgets() -> None:
+    event = progress(0.0)
+    assert event.tokens == 0 and "tok/s" not in progress_line(event)
+    unlimited = msgspec.structs.replace(event, tokens_left=-1, evaluations_left=-1)
+    assert progress_line(unlimited).endswith("| left 80 proposals, 300 s")
+    limited = msgspec.structs.replace(event, evaluations_left=7)
+    assert progress_line(limited).endswith(
+        f"| left 80 proposals, 7 evaluations, 300 s, {TOKEN_BUDGET} tokens"
+    )
+
+
+def test_make_progress_is_plain_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    out = io.StringIO()
+    lines: list[str] = []
+    view = make_progress(lines.append, console=Console(file=out))
+    assert isinstance(view, PlainProgress)
+    with view:
+        view.show(campaign_events()[0])
+    assert lines == ["     0.0 s  started; engine: offline"] and out.getvalue() == ""
+    terminal = Console(file=io.StringIO(), force_terminal=True)
+    assert isinstance(make_progress(lines.append, console=terminal, live=False), PlainProgress)
+
+
+def test_make_progress_is_plain_on_a_dumb_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "dumb")
+    console = Console(file=io.StringIO(), force_terminal=True)
+    assert isinstance(make_progress(print, console=console), PlainProgress)
+
+
+def test_live_view_of_a_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    echoed: list[str] = []
+    stdout = sys.stdout
+    with make_progress(echoed.append, console=console) as view:
+        assert isinstance(view, LiveProgress)
+        for event in campaign_events():
+            view.show(event)
+    assert sys.stdout is stdout  # the live view gave stdout back
+    assert echoed == []  # all of it went to the console
+    rendered = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # no styles, no cursor moves
+    for stage in ("diagnose", "propose", "repair", "evaluate"):
+        assert stage in rendered
+    for header in ("in flight", "queued", "workers", "per minute", "budget left", "tokens/s"):
+        assert header in rendered
+    assert "new best c0007    -640.5 on validation" in rendered
+    assert "abandoned propose w0042 [InvalidModelOutput]: no JSON object" in rendered  # no markup
+    assert "tool energy v1 registered" in rendered
+    # The view left on screen is the last progress event's: best, counts and budget.
+    final = rendered[rendered.rindex("evobus demo-1") :]
+    assert "-640.5" in final
+    assert "15 / 80 (65 left)" in final
+    assert "65 proposals, 270 s, 74500 tokens" in final
+    assert "30.0 s" in final and "evolving" in final
+
+
+def test_live_view_without_a_progress_event_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    out = io.StringIO()
+    with LiveProgress(Console(file=out, force_terminal=True, width=100)) as view:
+        view.show(campaign_events()[0])
+    rendered = out.getvalue()
+    assert "waiting for the campaign's first progress event" in rendered
+    assert "started; engine: offline" in rendered
