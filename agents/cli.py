@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from agents.runtime import AgentSettings, Setup, run_agent
 from bus.connection import connect, url_from_env
 from bus.errors import BusError
 from infra.errors import InfraError
+from infra.telemetry import setup_tracing, shutdown_tracing
 from schemas.agents import ROLES, Role
 from schemas.errors import SchemaError
 
@@ -59,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
     agent.add_argument("--concurrency", type=int, default=1, help="handlers run at once")
     agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")
+    agent.add_argument(
+        "--spans",
+        type=Path,
+        default=Path(os.environ["EVOBUS_SPANS"]) if os.environ.get("EVOBUS_SPANS") else None,
+        help="append this process's spans to this JSON-lines file (default: $EVOBUS_SPANS; "
+        "the orchestrator always writes its run folder's spans.jsonl)",
+    )
     agent.add_argument(
         "--root",
         type=Path,
@@ -177,12 +186,24 @@ def build_parser() -> argparse.ArgumentParser:
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
         ("rollback", "make the best candidate at a tag the campaign's best again"),
+        ("report", "write an offline HTML report with plots from a campaign's events.jsonl"),
+        ("trace", "print a campaign's (or one candidate's) trace from its span file as a tree"),
     ):
         command = sub.add_parser(name, help=text)
         command.add_argument("campaign", help="campaign id")
         command.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
         if name == "rollback":
             command.add_argument("--to", required=True, metavar="TAG", help="e.g. accept/3")
+        if name == "trace":
+            command.add_argument("--candidate", help="the trace of this candidate's step")
+            command.add_argument(
+                "--spans",
+                type=Path,
+                action="append",
+                default=[],
+                metavar="FILE",
+                help="another span file to read (agents started by hand with --spans)",
+            )
     return parser
 
 
@@ -211,6 +232,14 @@ async def _agent(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise AgentError(f"--concurrency must be at least 1, got {args.concurrency}")
     settings = AgentSettings(role=args.role, nats_url=url, concurrency=args.concurrency)
+    setup_tracing(args.role, span_file=args.spans)
+    try:
+        return await _serve_agent(args, settings)
+    finally:
+        shutdown_tracing()
+
+
+async def _serve_agent(args: argparse.Namespace, settings: AgentSettings) -> int:
     if args.role == "orchestrator":
         if not args.campaign:
             raise AgentError("evobus agent orchestrator needs --campaign CID")
@@ -270,6 +299,7 @@ async def _run(args: argparse.Namespace) -> int:
             campaign_id=args.campaign_id,
             out_dir=args.out,
             workers=_workers(args.workers),
+            live=None,  # the rich live view on a terminal, plain lines elsewhere
         ),
         echo=lambda line: print(line, flush=True),
     )
@@ -350,6 +380,36 @@ async def _workspace_command(args: argparse.Namespace) -> int:
         record = lineage.rollback(workspace, args.to)
         again = f"{record.candidate_id} ({record.score:.1f}) from {args.to}"
         print(f"{args.campaign}: best is {again} again")
+    return 0
+
+
+async def _report(args: argparse.Namespace) -> int:
+    from agents.report.build import build_report
+    from schemas.campaign import validate_campaign_id
+
+    index = build_report(args.out / validate_campaign_id(args.campaign))
+    print(index)
+    print("open it in a browser; it needs no network")
+    return 0
+
+
+async def _trace(args: argparse.Namespace) -> int:
+    from agents import trace_view
+    from schemas.campaign import validate_campaign_id
+
+    cid = validate_campaign_id(args.campaign)
+    spans = trace_view.read_spans(trace_view.span_files(args.out, cid, args.spans))
+    if args.candidate:
+        root = trace_view.candidate_root(spans, cid, args.candidate)
+        print("\n".join(trace_view.render_tree(spans, root)))
+        return 0
+    # The campaign's own trace (tools, seed and validation runs, events) is long: its root
+    # span and the campaign-wide decisions on it; then a line per step.
+    root = trace_view.campaign_root(spans, cid)
+    print("\n".join(trace_view.render_tree(spans, root, max_depth=0)))
+    steps = trace_view.render_steps(spans, cid)
+    print(f"\n{len(steps)} steps (evobus trace {cid} --candidate ID shows one):")
+    print("\n".join(steps))
     return 0
 
 
@@ -465,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "best": _workspace_command,
         "lineage": _workspace_command,
         "rollback": _workspace_command,
+        "report": _report,
+        "trace": _trace,
     }
     command = commands[args.command]
     try:
@@ -478,6 +540,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evobus: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `evobus trace … | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

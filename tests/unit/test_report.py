@@ -1,0 +1,337 @@
+"""``evobus report``: an offline HTML page with PNG plots, from a run folder's events.jsonl."""
+
+from __future__ import annotations
+
+import html
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from agents.cli import EXIT_FAILED, main
+from agents.events_view import EVENT_LOG, append_events, read_events
+from agents.report.build import NoEventLog, build_report, collect, lineage_nodes
+from schemas.artifacts import Operator
+from schemas.campaign import CampaignSummary
+from schemas.events import (
+    BestConfirmed,
+    CampaignFinished,
+    CampaignProgress,
+    CampaignStarted,
+    CandidateAccepted,
+    CandidateEvaluated,
+    CandidateProposed,
+    CandidateRejected,
+    Event,
+    OperatorShare,
+    SkillUtilityUpdated,
+    StageLoad,
+    StaleDecided,
+)
+
+CID = "pend-report"
+T0 = 1_700_000_000.0
+ENGINE = "offline <no model>; simulator & friends"  # escaping is part of the test
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+class _Images(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "img":
+            self.sources.extend(value or "" for name, value in attrs if name == "src")
+
+
+def _images(page: str) -> list[str]:
+    parser = _Images()
+    parser.feed(page)
+    return parser.sources
+
+
+def _started() -> CampaignStarted:
+    return CampaignStarted(
+        campaign=CID,
+        at=T0,
+        task="pendulum",
+        engine=ENGINE,
+        budget_proposals=12,
+        budget_wall_seconds=60.0,
+    )
+
+
+def _summary(*, best: str, best_score: float | None, accepted: int) -> CampaignSummary:
+    return CampaignSummary(
+        campaign=CID,
+        task="pendulum",
+        status="completed",
+        stop_reason="proposal budget spent",
+        seed_score=-900.0,
+        best_score=best_score,
+        best_candidate=best,
+        best_artifact="",
+        proposals=12,
+        evaluations=30,
+        accepted=accepted,
+        wall_seconds=40.5,
+        engine=ENGINE,
+        tokens=0,
+        model_calls=0,
+    )
+
+
+def _progress(tick: int, *, evaluations: int, best: float | None) -> CampaignProgress:
+    stages = {
+        stage: StageLoad(
+            in_flight=(tick + i) % 3,
+            queued=max(0, 2 - (tick + i) % 4),
+            workers=2,
+            per_minute=float((tick * (i + 1)) % 7),
+        )
+        for i, stage in enumerate(("diagnose", "propose", "repair", "evaluate"))
+    }
+    if tick % 5 == 0:
+        stages["extract"] = StageLoad(in_flight=1, queued=0, workers=0, per_minute=0.0)
+    return CampaignProgress(
+        campaign=CID,
+        at=T0 + 2.0 * tick,
+        elapsed=2.0 * tick,
+        phase="evolve" if tick else "seed",
+        stages=stages,
+        proposals=tick // 2,
+        evaluations=evaluations,
+        accepted=tick // 4,
+        pool_size=1 + tick // 3,
+        pool_version=tick // 3,
+        best_score=best,
+        best_train_mean=None if best is None else best + 5.0,
+        pool_mean=None if tick == 0 else -900.0 + 10.0 * tick,
+        model_calls=0,
+        tokens=0,
+        tokens_per_second=0.0,
+        operators={
+            "m_diag": OperatorShare(chosen=tick, rewarded=tick // 2, mean_reward=0.4),
+            "x_div": OperatorShare(chosen=tick // 3, rewarded=tick // 6, mean_reward=0.1),
+        },
+        proposals_left=12 - tick // 2,
+        evaluations_left=-1,
+        tokens_left=-1,
+        seconds_left=60.0 - 2.0 * tick,
+    )
+
+
+def _campaign() -> list[Event]:
+    """A small campaign: c0001 (accepted) and c0002 (pool only) breed c0003 (accepted) by
+    crossover; c0004 is rejected; c0005 descends from c0003 and is the validated best."""
+    at = T0
+    events: list[Event] = [
+        _started(),
+        CandidateEvaluated(
+            campaign=CID, at=at + 1, candidate_id="c0000", score=-900.0, isolation="bwrap"
+        ),
+    ]
+    family: dict[str, tuple[tuple[str, ...], Operator, float, bool]] = {
+        "c0001": (("c0000",), "m_diag", -700.0, True),
+        "c0002": (("c0000",), "m_text", -850.0, False),
+        "c0003": (("c0001", "c0002"), "x_div", -500.0, True),
+        "c0004": (("c0003",), "m_diag", -650.0, False),
+        "c0005": (("c0003",), "m_diag", -300.0, True),
+    }
+    accepted = 0
+    for n, (cid, (parents, operator, score, ok)) in enumerate(family.items(), 1):
+        t = at + 5.0 * n
+        events.append(
+            CandidateProposed(
+                campaign=CID, at=t, candidate_id=cid, parent_ids=parents, operator=operator
+            )
+        )
+        events.append(
+            CandidateEvaluated(
+                campaign=CID, at=t + 1, candidate_id=cid, score=score, isolation="bwrap"
+            )
+        )
+        if ok:
+            accepted += 1
+            events.append(
+                CandidateAccepted(
+                    campaign=CID,
+                    at=t + 2,
+                    candidate_id=cid,
+                    score=score,
+                    previous_best=score - 100.0,
+                    operator=operator,
+                    tag=f"accept/{accepted}",
+                    proposals=n,
+                )
+            )
+        else:
+            events.append(
+                CandidateRejected(
+                    campaign=CID,
+                    at=t + 2,
+                    candidate_id=cid,
+                    score=score,
+                    best_score=score + 1.0,
+                    reason="Δ -1.0 vs parent",
+                )
+            )
+    events += [
+        StaleDecided(
+            campaign=CID,
+            at=at + 12,
+            candidate_id="c0003",
+            policy="reflective",
+            delta=1,
+            action="repair",
+        ),
+        StaleDecided(
+            campaign=CID,
+            at=at + 13,
+            candidate_id="c0003",
+            policy="reflective",
+            delta=1,
+            action="repaired",
+        ),
+        StaleDecided(
+            campaign=CID,
+            at=at + 22,
+            candidate_id="c0004",
+            policy="reflective",
+            delta=3,
+            action="discard",
+            reason="covered by the pool",
+        ),
+        SkillUtilityUpdated(
+            campaign=CID, at=at + 17, name="damp-swing", utility=0.2, uses=1, delta=200.0
+        ),
+        SkillUtilityUpdated(
+            campaign=CID, at=at + 27, name="damp-swing", utility=0.35, uses=2, delta=150.0
+        ),
+        # A model-written name that matplotlib would parse (and fail on) as mathtext.
+        SkillUtilityUpdated(
+            campaign=CID, at=at + 27, name=r"use $\frac$ torque", utility=-0.1, uses=1, delta=-5.0
+        ),
+        BestConfirmed(
+            campaign=CID,
+            at=at + 19,
+            candidate_id="c0003",
+            train_mean=-510.0,
+            evaluations=8,
+            validation_score=-520.0,
+            is_best=True,
+        ),
+        BestConfirmed(
+            campaign=CID,
+            at=at + 29,
+            candidate_id="c0005",
+            train_mean=-310.0,
+            evaluations=8,
+            validation_score=-330.0,
+            is_best=True,
+        ),
+    ]
+    for tick in range(21):
+        best = None if tick < 10 else (-520.0 if tick < 15 else -330.0)
+        events.append(_progress(tick, evaluations=tick + tick // 2, best=best))
+    events.append(
+        CampaignFinished(
+            campaign=CID,
+            at=at + 41,
+            summary=_summary(best="c0005", best_score=-330.0, accepted=accepted),
+        )
+    )
+    return sorted(events, key=lambda e: e.at)
+
+
+def _write(run_dir: Path, events: list[Event]) -> Path:
+    run_dir.mkdir(parents=True)
+    append_events(run_dir / EVENT_LOG, events)
+    assert len(read_events(run_dir / EVENT_LOG)) == len(events)
+    return run_dir
+
+
+def _assert_pngs(index: Path, count: int) -> str:
+    page = index.read_text(encoding="utf-8")
+    sources = _images(page)
+    assert len(sources) == count
+    for source in sources:
+        image = index.parent / source
+        assert image.parent == index.parent, source  # beside the page, not elsewhere
+        data = image.read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG), source
+    return page
+
+
+def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
+    run_dir = _write(tmp_path / CID, _campaign())
+    index = build_report(run_dir)
+    assert index == run_dir / "report" / "index.html"
+    page = _assert_pngs(index, 7)
+    assert f"evobus report: {CID}" in page
+    assert html.escape(ENGINE) in page and ENGINE not in page
+    assert "-900.0 → -330.0 (c0005)" in page
+    assert "proposal budget spent" in page
+    # The accepted table: every accepted candidate with its parents and tag, not the others.
+    assert "<td>c0003</td><td>x_div</td><td>c0001+c0002</td>" in page
+    assert "accept/3" in page and "<td>c0004</td>" not in page
+    assert "no model calls (offline engine)" in page
+
+
+def test_the_lineage_keeps_the_chains_of_accepted_candidates(tmp_path: Path) -> None:
+    run = collect(_campaign(), CID)
+    assert lineage_nodes(run) == {
+        "c0000": (),
+        "c0001": ("c0000",),
+        "c0002": ("c0000",),  # not accepted, but a parent of the accepted c0003
+        "c0003": ("c0001", "c0002"),
+        "c0005": ("c0003",),
+    }
+    assert run.best_candidate == "c0005"
+
+
+def test_a_campaign_that_only_started_and_finished_still_gets_a_page(tmp_path: Path) -> None:
+    finished = CampaignFinished(
+        campaign=CID,
+        at=T0 + 0.5,
+        summary=_summary(best="", best_score=None, accepted=0),
+    )
+    run_dir = _write(tmp_path / CID, [_started(), finished])
+    page = _assert_pngs(build_report(run_dir), 7)
+    assert "No candidate was accepted." in page
+    assert "No staleness decisions were logged." in page
+
+
+def test_an_unfinished_log_says_so(tmp_path: Path) -> None:
+    run_dir = _write(tmp_path / CID, [_started(), _progress(0, evaluations=0, best=None)])
+    page = _assert_pngs(build_report(run_dir), 7)
+    assert "unfinished" in page and "no campaign_finished event" in page
+
+
+def test_a_run_folder_without_an_event_log_is_named(tmp_path: Path) -> None:
+    run_dir = tmp_path / CID
+    run_dir.mkdir()
+    with pytest.raises(NoEventLog, match="no event log") as caught:
+        build_report(run_dir)
+    assert str(run_dir / EVENT_LOG) in str(caught.value)
+    assert not (run_dir / "report").exists()
+
+
+def test_the_report_command_prints_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _write(tmp_path / CID, _campaign())
+    assert main(["report", CID, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == str(tmp_path / CID / "report" / "index.html")
+    assert "needs no network" in out[1]
+    assert Path(out[0]).is_file()
+
+
+def test_the_report_command_fails_on_a_missing_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["report", "nowhere", "--out", str(tmp_path)]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert str(tmp_path / "nowhere" / EVENT_LOG) in err and "no event log" in err
