@@ -1,0 +1,47 @@
+"""The README's event catalogue stays in step with schemas/events.py: a row per kind naming
+every field, and an example per kind that the schemas decode."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import msgspec
+
+from agents.events_view import EVENT_KINDS
+from schemas.events import Event
+
+README = Path(__file__).parent.parent.parent / "README.md"
+
+
+def events_section() -> str:
+    text = README.read_text()
+    start = text.index("### Events")
+    return text[start : text.index("\n### ", start + 1)]
+
+
+def test_every_event_kind_has_a_row_naming_all_its_fields() -> None:
+    section = events_section()
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `([a-z_]+)` \| .*? \| (.*) \|$", section, re.M)
+    }
+    assert set(rows) == set(EVENT_KINDS)
+    for kind_type in typing.get_args(Event):
+        kind = kind_type.__struct_config__.tag
+        missing = [
+            f
+            for f in kind_type.__struct_fields__
+            if f not in ("campaign", "at") and f not in rows[kind]
+        ]
+        assert not missing, f"README row of {kind} does not name {missing}"
+
+
+def test_the_examples_decode_one_per_kind() -> None:
+    section = events_section()
+    block = section[section.index("```json\n") + 8 :]
+    lines = block[: block.index("```")].splitlines()
+    decoder = msgspec.json.Decoder(Event)
+    kinds = [type(decoder.decode(line)).__struct_config__.tag for line in lines]
+    assert sorted(kinds) == sorted(EVENT_KINDS)
