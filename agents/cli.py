@@ -56,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
     )
 
+    resume = sub.add_parser(
+        "resume", help="go on with a campaign from its orchestrator's last snapshot"
+    )
+    resume.add_argument("campaign", help="campaign id")
+    resume.add_argument("--nats", help="NATS URL (default: $NATS_URL, else the embedded server)")
+    resume.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
+    resume.add_argument(
+        "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
+    )
+
     agent = sub.add_parser("agent", help="run one agent process on a bus")
     agent.add_argument("role", choices=ROLES)
     agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
@@ -92,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--kind", help="only events of this kind (e.g. candidate_accepted)")
     events.add_argument(
         "--candidate", help="only events about this candidate (as itself, a parent, or nearest)"
+    )
+    nats_config = sub.add_parser(
+        "nats-config",
+        help="print a nats-server config with one user per role (permissions from the subjects)",
+    )
+    nats_config.add_argument("--out", type=Path, help="write it to this file instead")
+    nats_config.add_argument(
+        "--store-dir", default="/data", help="JetStream's store_dir in the config"
     )
     llm_sim = sub.add_parser(
         "llm-sim", help="serve an OpenAI-compatible vLLM SIMULATOR (not a language model)"
@@ -290,13 +308,14 @@ async def _events(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from agents.events_view import score
-    from agents.supervisor import RunOptions, run_campaign
+    from agents.supervisor import RunOptions, resume_campaign, run_campaign
 
-    summary = await run_campaign(
+    resuming = args.command == "resume"
+    summary = await (resume_campaign if resuming else run_campaign)(
         RunOptions(
-            campaign_file=args.campaign,
+            campaign_file=Path() if resuming else args.campaign,
             nats_url=url_from_env(args.nats),
-            campaign_id=args.campaign_id,
+            campaign_id=args.campaign if resuming else args.campaign_id,
             out_dir=args.out,
             workers=_workers(args.workers),
             live=None,  # the rich live view on a terminal, plain lines elsewhere
@@ -323,6 +342,22 @@ async def _run(args: argparse.Namespace) -> int:
         + ", ".join(f"{a.role}[pid {a.pid}: {a.items_processed}]" for a in summary.agents),
         flush=True,
     )
+    return 0
+
+
+async def _nats_config(args: argparse.Namespace) -> int:
+    from bus.permissions import USERS, nats_config, password_variable
+
+    text = nats_config(store_dir=args.store_dir)
+    if args.out is None:
+        print(text, end="")
+        return 0
+    try:
+        args.out.write_text(text)
+    except OSError as exc:
+        raise AgentError(f"cannot write {args.out}: {exc.strerror}") from None
+    needed = " ".join(password_variable(user) for user in USERS)
+    print(f"{args.out}: nats-server needs these variables set: {needed}", file=sys.stderr)
     return 0
 
 
@@ -517,8 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     commands = {
         "run": _run,
+        "resume": _run,
         "agent": _agent,
         "events": _events,
+        "nats-config": _nats_config,
         "llm-sim": _llm_sim,
         "prompts": _prompts,
         "bench": _bench,

@@ -21,6 +21,7 @@ from schemas.events import (
     BurstStarted,
     CampaignFinished,
     CampaignProgress,
+    CampaignResumed,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
@@ -184,6 +185,11 @@ def describe(event: Event) -> str:
                 f"{head} progress {event.elapsed:.0f} s: {stages}; {event.proposals} proposals, "
                 f"{event.evaluations} evaluations, best {score(event.best_score)}, "
                 f"{event.tokens_per_second:.0f} tok/s"
+            )
+        case CampaignResumed():
+            return (
+                f"{head} RESUMED from snapshot revision {event.revision} ({event.results_applied} "
+                f"results applied, {event.in_flight} work items in flight)"
             )
         case CampaignFinished():
             s = event.summary

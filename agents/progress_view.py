@@ -25,6 +25,7 @@ from schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignProgress,
+    CampaignResumed,
     CampaignStarted,
     CandidateEvaluated,
     DeadLettered,
@@ -116,6 +117,7 @@ class _Narrator:
                 return None
             case (
                 ToolRegistered()
+                | CampaignResumed()
                 | DeadLettered()
                 | WorkAbandoned()
                 | RolledBack()

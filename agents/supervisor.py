@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,8 @@ import msgspec
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
 
 from agents.errors import AgentError, CampaignFailed
 from agents.events_view import event_stream
@@ -32,8 +33,9 @@ from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
 from agents.tasks import ModelTask, TaskError, get_task
 from bus import subjects
-from bus.connection import connect
-from bus.streams import ensure_streams, key_value
+from bus.connection import connect, redact_url
+from bus.permissions import SUPERVISOR, role_credentials, role_environment
+from bus.streams import ensure_streams, evidence_store, key_value
 from infra.nats_server import NatsServer, default_store_dir
 from infra.telemetry import SPAN_FILE
 from schemas.agents import Role
@@ -47,11 +49,13 @@ from schemas.campaign import (
 )
 from schemas.errors import CampaignConfigError
 from schemas.events import CampaignFinished
+from schemas.limits import source_problem
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 FINISH_GRACE_SECONDS = 60.0
 REGISTRY_READY_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
+ORCHESTRATOR_RESTARTS = 3  # a crashed orchestrator is started again this often (it resumes)
 
 
 def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
@@ -75,11 +79,20 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
         return task.seed_artifact().source
     path = campaign_file.parent / spec.campaign.seed_artifact
     try:
-        return path.read_text()
+        source = path.read_text()
     except OSError as exc:
         raise CampaignConfigError(
             str(campaign_file), "campaign.seed_artifact", f"cannot read {path}: {exc.strerror}"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise CampaignConfigError(
+            str(campaign_file), "campaign.seed_artifact", f"{path} is not UTF-8 text: {exc}"
+        ) from None
+    if too_big := source_problem(source):  # no work item could carry it
+        raise CampaignConfigError(
+            str(campaign_file), "campaign.seed_artifact", f"{path}: {too_big}"
+        )
+    return source
 
 
 @dataclass
@@ -100,6 +113,7 @@ class AgentChild:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
+                env=role_environment(self.role),  # its own NATS user, when passwords are set
             )
 
     def stop(self) -> None:
@@ -227,6 +241,70 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     seed = seed_source(spec, options.campaign_file)
     await probe_models(spec.llm, echo, path=str(options.campaign_file))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
+
+    async def submit(kv: KeyValue) -> CampaignSpec:
+        record = CampaignRecord(
+            campaign=cid,
+            spec=spec,
+            seed_source=seed,
+            out_dir=str(options.out_dir.resolve()),
+            submitted_at=time.time(),
+        )
+        try:
+            await kv.create(cid, msgspec.msgpack.encode(record))
+        except KeyWrongLastSequenceError:
+            raise AgentError(
+                f"campaign id {cid!r} was already used on this bus; pick another --id "
+                f"(or `evobus resume {cid}` to go on with it)"
+            ) from None
+        echo(
+            f"evobus: campaign {cid} (task {spec.campaign.task}), run folder "
+            f"{campaign_dir(options.out_dir, cid)}"
+        )
+        return spec
+
+    return await _supervise(options, cid, submit, echo)
+
+
+async def resume_campaign(
+    options: RunOptions, echo: Callable[[str], None] = print
+) -> CampaignSummary:
+    """Go on with a campaign submitted earlier on this bus: its orchestrator restores the last
+    snapshot (a finished campaign only reports its summary again).
+
+    Raises:
+        AgentError: no campaign ``options.campaign_id`` on this bus.
+        CampaignFailed: the campaign did not complete.
+    """
+    cid = validate_campaign_id(options.campaign_id or "")
+
+    async def submit(kv: KeyValue) -> CampaignSpec:
+        try:
+            entry = await kv.get(cid)
+        except KeyNotFoundError:
+            raise AgentError(
+                f"no campaign {cid!r} on this bus (with the embedded server, use the same "
+                "--out as the run)"
+            ) from None
+        record = msgspec.msgpack.decode(entry.value or b"", type=CampaignRecord)
+        await probe_models(record.spec.llm, echo, path=f"campaign {cid}")
+        echo(
+            f"evobus: resuming campaign {cid} (task {record.spec.campaign.task}); its events "
+            "so far are replayed first"
+        )
+        return record.spec
+
+    return await _supervise(options, cid, submit, echo)
+
+
+async def _supervise(
+    options: RunOptions,
+    cid: str,
+    submit: Callable[[KeyValue], Awaitable[CampaignSpec]],
+    echo: Callable[[str], None],
+) -> CampaignSummary:
+    """The bus (embedded unless given), the campaign record (``submit``), the registry and the
+    agents; follow the campaign to its end."""
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     server: NatsServer | None = None
@@ -236,28 +314,17 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
         url = server.url
         echo(f"evobus: embedded nats-server (JetStream) at {url}")
     else:
-        echo(f"evobus: using NATS at {url}")
+        echo(f"evobus: using NATS at {redact_url(url)}")
     children: list[AgentChild] = []
     try:
-        nc = await connect(url, name=f"evobus-supervisor-{cid}")
+        nc = await connect(
+            url, name=f"evobus-supervisor-{cid}", credentials=role_credentials(SUPERVISOR)
+        )
         try:
             js = nc.jetstream()
             await ensure_streams(js)
-            kv = await key_value(js, subjects.KV_CAMPAIGNS)
-            record = CampaignRecord(
-                campaign=cid,
-                spec=spec,
-                seed_source=seed,
-                out_dir=str(options.out_dir.resolve()),
-                submitted_at=time.time(),
-            )
-            try:
-                await kv.create(cid, msgspec.msgpack.encode(record))
-            except KeyWrongLastSequenceError:
-                raise AgentError(
-                    f"campaign id {cid!r} was already used on this bus; pick another --id"
-                ) from None
-            echo(f"evobus: campaign {cid} (task {spec.campaign.task}), run folder {run_dir}")
+            await evidence_store(js)  # before the critics, who may only read it
+            spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
             registry = await _ensure_registry(
                 nc, url, options.out_dir / ".registry", run_dir / "logs", echo
             )
@@ -268,7 +335,9 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
             )
-            finished = await _follow(js, cid, spec, children, echo, live=options.live)
+            finished = await _follow(
+                js, cid, spec, children, echo, live=options.live, summary=run_dir / "summary.json"
+            )
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
@@ -352,8 +421,11 @@ async def _follow(
     echo: Callable[[str], None],
     *,
     live: bool | None = False,
+    summary: Path,
 ) -> CampaignFinished:
-    """Show progress until the campaign's ``campaign_finished`` event; restart dead workers."""
+    """Show progress until the campaign's ``campaign_finished`` event (or, should the event
+    subscription have missed it, an orchestrator that exits 0 after writing ``summary``);
+    restart dead workers, and a crashed orchestrator (it resumes)."""
     progress = make_progress(echo, live=live)
     finished: list[CampaignFinished] = []
     failures: list[str] = []
@@ -377,6 +449,26 @@ async def _follow(
                     continue
                 if child.role == "orchestrator":
                     await anyio.sleep(1.0)  # its last events may still be on their way
+                    if finished:
+                        return
+                    written = await anyio.Path(summary).exists()
+                    if code == 0 and written:
+                        data = await anyio.Path(summary).read_bytes()
+                        done = msgspec.json.decode(data, type=CampaignSummary)
+                        finished.append(
+                            CampaignFinished(campaign=cid, at=time.time(), summary=done)
+                        )
+                        scope.cancel()
+                        return
+                    if code != 0 and child.restarts < ORCHESTRATOR_RESTARTS:
+                        # It resumes from its last snapshot once the dead one's lease expires.
+                        child.restarts += 1
+                        echo(
+                            f"  orchestrator (pid {child.proc.pid}) exited with {code}; "
+                            "restarting it (it resumes from its snapshot)"
+                        )
+                        child.start()
+                        continue
                     failures.append(
                         f"the orchestrator exited with {code}; its log ends:\n{child.log_tail()}"
                     )

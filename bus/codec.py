@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -14,19 +14,46 @@ from schemas.work import Work
 
 _encoder = msgspec.msgpack.Encoder()
 
-WORK_DECODER: msgspec.msgpack.Decoder[Work] = msgspec.msgpack.Decoder(Work)
-RESULT_DECODER: msgspec.msgpack.Decoder[Result] = msgspec.msgpack.Decoder(Result)
-EVENT_DECODER: msgspec.msgpack.Decoder[Event] = msgspec.msgpack.Decoder(Event)
-DEAD_LETTER_DECODER: msgspec.msgpack.Decoder[DeadLetter] = msgspec.msgpack.Decoder(DeadLetter)
-HEARTBEAT_DECODER: msgspec.msgpack.Decoder[Heartbeat] = msgspec.msgpack.Decoder(Heartbeat)
+T = TypeVar("T")
+
+
+class Decoder(Generic[T]):
+    """A msgpack decoder of one type (or union) that fails only with ``DecodeError``.
+
+    msgspec raises ``RecursionError`` on input nested deeper than the interpreter's recursion
+    limit, e.g. an unknown field holding ``[[[…]]]`` a few thousand levels deep, which it skips
+    recursively (a payload of a few KiB); here that is a ``msgspec.DecodeError`` like any other
+    undecodable input, so that a consumer dead-letters it instead of crashing.
+    """
+
+    __slots__ = ("_decoder", "type")
+
+    def __init__(self, type: Any) -> None:
+        self._decoder: msgspec.msgpack.Decoder[T] = msgspec.msgpack.Decoder(type)
+        self.type: Any = type
+
+    def decode(self, data: bytes | bytearray | memoryview) -> T:
+        """The message in ``data``.
+
+        Raises:
+            msgspec.DecodeError: not msgpack, or nested too deeply.
+            msgspec.ValidationError: msgpack, but not a valid ``type`` (a subclass of the above).
+        """
+        try:
+            return self._decoder.decode(data)
+        except RecursionError:
+            raise msgspec.DecodeError("Input nested too deeply") from None
+
+
+WORK_DECODER: Decoder[Work] = Decoder(Work)
+RESULT_DECODER: Decoder[Result] = Decoder(Result)
+EVENT_DECODER: Decoder[Event] = Decoder(Event)
+DEAD_LETTER_DECODER: Decoder[DeadLetter] = Decoder(DeadLetter)
+HEARTBEAT_DECODER: Decoder[Heartbeat] = Decoder(Heartbeat)
 # WorkersTarget is the only control message so far; the decoder takes the union once there is one.
-CONTROL_DECODER: msgspec.msgpack.Decoder[WorkersTarget] = msgspec.msgpack.Decoder(WorkersTarget)
-REGISTRY_REQUEST_DECODER: msgspec.msgpack.Decoder[RegistryRequest] = msgspec.msgpack.Decoder(
-    RegistryRequest
-)
-REGISTRY_REPLY_DECODER: msgspec.msgpack.Decoder[RegistryReply] = msgspec.msgpack.Decoder(
-    RegistryReply
-)
+CONTROL_DECODER: Decoder[WorkersTarget] = Decoder(WorkersTarget)
+REGISTRY_REQUEST_DECODER: Decoder[RegistryRequest] = Decoder(RegistryRequest)
+REGISTRY_REPLY_DECODER: Decoder[RegistryReply] = Decoder(RegistryReply)
 
 DecodeError = (msgspec.DecodeError, msgspec.ValidationError)
 """What a decoder raises on bytes that are not a valid member of its union."""

@@ -4,8 +4,9 @@ Delivery rules (DESIGN.md "Delivery"):
 - ack only after everything the handler returned is published (at-least-once end to end);
 - ``in_progress()`` keeps a long handler's message from being redelivered;
 - ``Retry`` (or an unexpected exception) naks with a delay; a message that can never succeed —
-  undecodable, ``Reject``-ed, or out of deliveries — is terminated, copied with its error to
-  EVO_DLQ, and announced with a ``dead_lettered`` event.
+  undecodable, ``Reject``-ed, out of deliveries, or with an output too large to publish — is
+  terminated, copied with its error to EVO_DLQ (the copy cut to fit, see ``fitted``), and
+  announced with a ``dead_lettered`` event.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from nats.js import JetStreamContext
 from bus import codec, envelope, subjects, tracing
 from bus.envelope import MessageContext
 from bus.errors import Reject, Retry
-from bus.publisher import Outbound, Publisher, PublishError, event_outbound
+from bus.publisher import Outbound, PayloadTooLarge, Publisher, PublishError, event_outbound
 from bus.streams import ACK_WAIT_SECONDS, MAX_DELIVER
 from schemas.events import DeadLetter, DeadLettered
+from schemas.limits import MAX_ERROR_CHARS, MAX_MESSAGE_BYTES, truncate
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Handler = Callable[[T, MessageContext], Awaitable[Sequence[Outbound]]]
 OnDead = Callable[[T, MessageContext, str], Sequence[Outbound]]
+BeforeAck = Callable[[MessageContext], Awaitable[None]]
 
 UNKNOWN_CAMPAIGN = "unknown"
 
@@ -64,9 +67,10 @@ class PullConsumer(Generic[T]):
         *,
         stream: str,
         durable: str,
-        decoder: msgspec.msgpack.Decoder[T],
+        decoder: codec.Decoder[T],
         handler: Handler[T],
         on_dead: OnDead[T] | None = None,
+        before_ack: BeforeAck | None = None,
         concurrency: int = 1,
         ack_wait: float = ACK_WAIT_SECONDS,
         max_deliver: int = MAX_DELIVER,
@@ -79,6 +83,7 @@ class PullConsumer(Generic[T]):
         self._decoder = decoder
         self._handler = handler
         self._on_dead = on_dead
+        self._before_ack = before_ack
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._running = 0
         self._ack_wait = ack_wait
@@ -223,10 +228,17 @@ class PullConsumer(Generic[T]):
                     return
             try:
                 await self._publisher.publish_all(list(outs))
+            except PayloadTooLarge as exc:  # the same output every time: never redelivered
+                await self._dead_letter(msg, ctx, f"output not publishable: {exc}", item)
+                return
             except PublishError as exc:
                 log.warning("%s: %s; redelivering", self.durable, exc)
                 await msg.nak(delay=1.0)
                 return
+            if self._before_ack is not None:
+                # E.g. the orchestrator's snapshot: what the result did is persisted before the
+                # result is gone from the stream. A failure leaves it unacked (redelivered).
+                await self._before_ack(ctx)
             await msg.ack_sync()
             self.processed += 1
             self.processed_by_campaign[ctx.campaign] += 1
@@ -253,19 +265,23 @@ class PullConsumer(Generic[T]):
         seq = msg.metadata.sequence.stream
         dlq_subject = subjects.dead_letter(campaign, stage)
         now = time.time()
+        letter = fitted(
+            DeadLetter(
+                subject=msg.subject,
+                stream=self.stream,
+                consumer=self.durable,
+                deliveries=ctx.attempt,
+                error=truncate(error, MAX_ERROR_CHARS, "error"),
+                at=now,
+                payload=msg.data,
+                headers=dict(ctx.headers),
+            )
+        )
+        error = letter.error
         outs: list[Outbound] = [
             Outbound(
                 subject=dlq_subject,
-                message=DeadLetter(
-                    subject=msg.subject,
-                    stream=self.stream,
-                    consumer=self.durable,
-                    deliveries=ctx.attempt,
-                    error=error,
-                    at=now,
-                    payload=msg.data,
-                    headers=dict(ctx.headers),
-                ),
+                message=letter,
                 msg_id=f"dlq-{self.stream}-{seq}",
                 campaign=campaign,
             ),
@@ -295,6 +311,31 @@ class PullConsumer(Generic[T]):
             return
         await msg.term()
         self.dead_lettered += 1
+
+
+def fitted(letter: DeadLetter) -> DeadLetter:
+    """``letter`` cut to at most ``MAX_MESSAGE_BYTES`` encoded, saying so in its error: the
+    copied payload is shortened first, then the copied headers are dropped. A message at the
+    server's max payload would otherwise make a record over it, and sending that costs the
+    connection."""
+    size = len(codec.encode(letter))
+    if size <= MAX_MESSAGE_BYTES:
+        return letter
+    room = 256  # for the note that says what was cut
+    original = len(letter.payload)
+    payload = letter.payload[: max(0, original - (size - MAX_MESSAGE_BYTES) - room)]
+    letter = msgspec.structs.replace(
+        letter,
+        payload=payload,
+        error=f"{letter.error} (payload copy cut from {original} bytes to {len(payload)})",
+    )
+    if len(codec.encode(letter)) > MAX_MESSAGE_BYTES:
+        letter = msgspec.structs.replace(
+            letter,
+            headers={},
+            error=f"{letter.error} (its {len(letter.headers)} headers dropped)",
+        )
+    return letter
 
 
 def _is_token(value: str) -> bool:

@@ -38,8 +38,8 @@ def sender_of(headers: Mapping[str, str]) -> AgentRef | None:
         return None
     try:
         return _sender_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None  # RecursionError: JSON nested deeper than msgspec's decoder can go
 
 
 @dataclass(frozen=True)

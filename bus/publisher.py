@@ -14,6 +14,7 @@ from bus import codec, envelope, subjects, tracing
 from bus.errors import BusError
 from schemas.agents import AgentRef
 from schemas.events import Event
+from schemas.limits import MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,23 @@ class PublishError(BusError):
         self.subject = subject
         self.reason = reason
         super().__init__(f"publish to {subject} failed: {reason}")
+
+
+class PayloadTooLarge(PublishError):
+    """The encoded message is over ``MAX_MESSAGE_BYTES``; nothing was sent (sending it would
+    make the server close the connection). Sending it again cannot help.
+
+    Attributes:
+        size: the encoded message's bytes.
+    """
+
+    def __init__(self, subject: str, size: int) -> None:
+        self.size = size
+        super().__init__(
+            subject,
+            f"the message is {size} bytes, over the limit of {MAX_MESSAGE_BYTES} "
+            f"(MAX_MESSAGE_BYTES)",
+        )
 
 
 def event_kind(event: Event) -> str:
@@ -71,9 +89,12 @@ class Publisher:
         """Publish one message; a duplicate id inside the window is dropped by the server.
 
         Raises:
+            PayloadTooLarge: the message is over ``MAX_MESSAGE_BYTES``.
             PublishError: no PubAck after the configured attempts.
         """
         payload = codec.encode(out.message)
+        if len(payload) > MAX_MESSAGE_BYTES:
+            raise PayloadTooLarge(out.subject, len(payload))
         last = ""
         for _ in range(self._attempts):
             with tracing.producer_span(out.subject, out.msg_id, parent=out.context):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Awaitable
+
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -18,12 +22,15 @@ from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
 from bus import subjects
+from bus.errors import BusError
 
 DUPLICATE_WINDOW_SECONDS = 120.0
 """How long JetStream remembers a Nats-Msg-Id to drop a repeated publish."""
 
-ACK_WAIT_SECONDS = 30.0
-"""Redelivery after this long without ack or in_progress: the crashed-agent timeout."""
+ACK_WAIT_SECONDS = float(os.environ.get("EVOBUS_ACK_WAIT_SECONDS", "30"))
+"""Redelivery after this long without ack or in_progress: the crashed-agent timeout. Handlers
+that run longer send in_progress every third of it; ``EVOBUS_ACK_WAIT_SECONDS`` sets it for the
+consumers a process creates (the chaos tests use a few seconds)."""
 
 MAX_DELIVER = 5
 """Deliveries of one work item before it is dead-lettered."""
@@ -53,20 +60,51 @@ def stream_configs() -> list[StreamConfig]:
     ]
 
 
+def _is_current(existing: StreamConfig, wanted: StreamConfig) -> bool:
+    """Whether a stream on the server already has every setting evobus gives it."""
+    return (
+        list(existing.subjects or []) == list(wanted.subjects or [])
+        and existing.retention == wanted.retention
+        and existing.storage == wanted.storage
+        and existing.duplicate_window == wanted.duplicate_window
+        and existing.max_age == wanted.max_age
+    )
+
+
 async def ensure_streams(js: JetStreamContext) -> None:
-    """Create the streams, or bring an existing one to the current config. Safe to repeat."""
+    """Create the streams, or bring an existing one to the current config. Safe to repeat.
+
+    Streams that exist with the current config are only looked at (``$JS.API.STREAM.INFO``), so
+    a NATS user without the right to create or update streams (the worker roles of
+    bus/permissions.py) passes once a supervisor or orchestrator has made them.
+
+    Raises:
+        BusError: a stream is missing or outdated and the server did not answer the create or
+            update (a user without that permission gets no answer).
+    """
     for config in stream_configs():
         assert config.name is not None
         try:
-            await js.stream_info(config.name)
+            info = await js.stream_info(config.name)
         except NotFoundError:
             try:
-                await js.add_stream(config)
+                await _changing(config.name, "create", js.add_stream(config))
             except BadRequestError:
                 # Another process created it between our look and our create.
                 await js.stream_info(config.name)
         else:
-            await js.update_stream(config)
+            if not _is_current(info.config, config):
+                await _changing(config.name, "update", js.update_stream(config))
+
+
+async def _changing(name: str, verb: str, request: Awaitable[object]) -> None:
+    try:
+        await request
+    except NatsTimeoutError:
+        raise BusError(
+            f"stream {name}: no answer to {verb} (is this NATS user allowed to {verb} it? "
+            "start `evobus run`, or an orchestrator, first)"
+        ) from None
 
 
 async def ensure_work_consumer(
@@ -132,13 +170,16 @@ async def _ensure_durable(
             await js.consumer_info(stream, durable)
 
 
-async def key_value(js: JetStreamContext, bucket: str, *, history: int = 1) -> KeyValue:
-    """Open a KV bucket, creating it on first use."""
+async def key_value(
+    js: JetStreamContext, bucket: str, *, history: int = 1, ttl: float | None = None
+) -> KeyValue:
+    """Open a KV bucket, creating it on first use (``ttl``: entries expire that many seconds
+    after their last write)."""
     try:
         return await js.key_value(bucket)
     except BucketNotFoundError:
         return await js.create_key_value(
-            KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE)
+            KeyValueConfig(bucket=bucket, history=history, storage=StorageType.FILE, ttl=ttl)
         )
 
 

@@ -23,6 +23,9 @@ STREAM_EVENTS = "EVO_EVENTS"
 STREAM_DLQ = "EVO_DLQ"
 
 KV_CAMPAIGNS = "EVO_CAMPAIGNS"
+# The orchestrators' state: a snapshot per campaign, and a lease per campaign (one writer).
+KV_STATE = "EVO_STATE"
+KV_LEASES = "EVO_LEASES"
 
 # Object store of behavioral-evidence images, named <campaign>/<candidate id>/<work id>.png.
 OBJ_EVIDENCE = "EVO_EVIDENCE"
@@ -125,13 +128,38 @@ def events_filter(campaign: str | None = None, kind: str | None = None) -> str:
     return f"{PREFIX}.{cid}.event.{last}"
 
 
+def stage_results(stage: str) -> str:
+    """Wildcard over one stage's results in every campaign."""
+    return f"{PREFIX}.*.result.{_token(stage, 'stage')}"
+
+
+def all_results() -> str:
+    """Wildcard over every campaign's results (and every orchestrator's consumer filter)."""
+    return f"{PREFIX}.*.result.>"
+
+
+def all_work() -> str:
+    """Wildcard over every campaign's work items of every stage."""
+    return f"{PREFIX}.*.work.*"
+
+
+def stage_dead_letters(stage: str) -> str:
+    """Wildcard over the dead letters of one stage in every campaign."""
+    return f"{PREFIX}.*.dlq.{_token(stage, 'stage')}"
+
+
+def all_dead_letters() -> str:
+    """Wildcard over every dead letter."""
+    return f"{PREFIX}.*.dlq.*"
+
+
 def stream_subjects() -> dict[str, list[str]]:
     """The subjects each stream captures; they never overlap (JetStream requires it)."""
     return {
-        STREAM_WORK: [f"{PREFIX}.*.work.*"],
+        STREAM_WORK: [all_work()],
         STREAM_RESULTS: [f"{PREFIX}.*.result.*"],
         STREAM_EVENTS: [f"{PREFIX}.*.event.*"],
-        STREAM_DLQ: [f"{PREFIX}.*.dlq.*"],
+        STREAM_DLQ: [all_dead_letters()],
     }
 
 
@@ -143,6 +171,69 @@ def work_consumer(stage: str) -> str:
 def results_consumer(campaign: str) -> str:
     """Durable consumer name of a campaign's orchestrator."""
     return f"orchestrator-{_token(campaign, 'campaign')}"
+
+
+# ---- NATS's and JetStream's own subjects, as evobus's permissions name them ----
+# (bus/permissions.py; the client library builds them at run time, these only match them.)
+
+ANY = "*"
+"""The wildcard standing for one stream, consumer or campaign name in a permission."""
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply inboxes of a connection as NATS user ``user``: request-reply answers, PubAcks
+    and push consumers' deliveries go to ``_INBOX.<user>.…``, which only that user may read."""
+    return f"_INBOX.{_token(user, 'user')}"
+
+
+def inboxes_of(user: str) -> str:
+    """Wildcard over every reply inbox of ``user``'s connections."""
+    return f"{inbox_prefix(user)}.>"
+
+
+_NAME = re.compile(r"^([A-Za-z0-9_-]+|\*|>)$")
+
+
+def _name(value: str, what: str) -> str:
+    """A stream, consumer, bucket or API token, or a wildcard standing for one."""
+    if not _NAME.match(value):
+        raise SubjectError(f"{what} {value!r} cannot be a subject token")
+    return value
+
+
+def js_api(*tokens: str) -> str:
+    """A JetStream API subject: ``js_api("STREAM", "INFO", STREAM_WORK)``."""
+    return ".".join(("$JS.API", *(_name(t, "JetStream API token") for t in tokens)))
+
+
+def js_ack(stream: str, consumer: str) -> str:
+    """The ack subjects (ack, nak, in-progress, term) of one consumer's deliveries."""
+    return f"$JS.ACK.{_name(stream, 'stream')}.{_name(consumer, 'consumer')}.>"
+
+
+def js_flow_control(stream: str) -> str:
+    """The flow-control replies of push (ordered) consumers on ``stream``."""
+    return f"$JS.FC.{_name(stream, 'stream')}.>"
+
+
+def kv_stream(bucket: str) -> str:
+    """The stream that holds a KV bucket."""
+    return f"KV_{_token(bucket, 'bucket')}"
+
+
+def kv_keys(bucket: str) -> str:
+    """Every key of a KV bucket (puts and creates are publishes to these)."""
+    return f"$KV.{_token(bucket, 'bucket')}.>"
+
+
+def object_stream(bucket: str) -> str:
+    """The stream that holds an object store bucket."""
+    return f"OBJ_{_token(bucket, 'bucket')}"
+
+
+def object_chunks(bucket: str) -> str:
+    """Every chunk and metadata subject of an object store bucket."""
+    return f"$O.{_token(bucket, 'bucket')}.>"
 
 
 class ParsedSubject:

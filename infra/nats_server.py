@@ -6,12 +6,14 @@ kill, as nats.py's test helper does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -50,6 +52,10 @@ class NatsServer:
 
     Use as a context manager, or call ``start()`` and ``stop()`` (both safe to call twice).
     ``store_dir`` keeps JetStream on disk, so a restarted server (``restart()``) has its streams.
+    ``config`` is more nats-server configuration (an ``authorization`` block, say), written to
+    ``<store_dir>/nats-server.conf`` and loaded with ``-c``; the command line's address, port
+    and store still win. ``env`` adds variables to the server's environment (the ``$VAR``
+    references of ``config``).
     """
 
     def __init__(
@@ -59,12 +65,16 @@ class NatsServer:
         port: int | None = None,
         ready_timeout: float = 15.0,
         extra_args: tuple[str, ...] = (),
+        config: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="evobus-nats-"))
         self.port = port or free_port()
         self._ready_timeout = ready_timeout
         self._extra_args = extra_args
+        self._config = config
+        self._env = dict(env) if env is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
         self.log_path = self.store_dir / "nats-server.log"
 
@@ -88,8 +98,14 @@ class NatsServer:
             return self
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.write_bytes(b"")
+        config_args: list[str] = []
+        if self._config is not None:
+            config_path = self.store_dir / "nats-server.conf"
+            config_path.write_text(self._config)
+            config_args = ["-c", str(config_path)]
         argv = [
             find_binary(),
+            *config_args,
             "--addr",
             "127.0.0.1",
             "--port",
@@ -102,7 +118,11 @@ class NatsServer:
             *self._extra_args,
         ]
         self._proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=None if self._env is None else {**os.environ, **self._env},
         )
         deadline = time.monotonic() + self._ready_timeout
         while time.monotonic() < deadline:

@@ -38,10 +38,25 @@ NOBODY = 65534
 MAX_PROCESSES = 64  # per uid, so shared by concurrent runs; the pid namespace bounds each run
 _MIB = 1 << 20
 COLLECT_MAX_BYTES = 2 * _MIB
+# The workdir is a directory of the host's disk, and RLIMIT_FSIZE bounds each file, not their
+# number: a candidate writing file after file filled the disk at its full speed (GBs in seconds)
+# until the timeout. The run is watched instead: at most memory_mb MiB (what its private /tmp may
+# hold) and this many entries, checked this often; over either, it is killed.
+WORKDIR_MAX_ENTRIES = 10_000
+WORKDIR_POLL_SECONDS = 0.1
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # World-writable places of a usual host, covered by private tmpfs in the unshare backend (bwrap
 # mounts everything read-only but /tmp).
 _SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+# What a run sees of the host's tree: the system's own directories. Every other directory at
+# its top (/home, /root, /opt, /srv, /var, /run with its sockets, /mnt, the checkout holding the
+# campaigns' run folders, ...) is covered by an empty tmpfs; the interpreter's own directories
+# and the workdir are bound back. Before, the whole tree was visible (read-only), so a candidate
+# could read every world-readable file: other campaigns' candidates, logs and registry.
+_SYSTEM_DIRS = frozenset(
+    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"}
+    | {"nix", "gnu"}  # package stores that interpreters link against
+)
 # All the candidate sees of an environment (plus HOME and TMPDIR): no secret of ours leaks in.
 _ENVIRONMENT = {
     "PATH": _PATH,
@@ -57,8 +72,9 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     """What one sandboxed run did.
 
     ``returncode`` is None when the wall-clock timeout killed the run, negative when a signal
-    did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each. ``files`` holds the
-    collected files that could be read back, ``files_skipped`` why each other one was not.
+    did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each. ``over_limit`` says
+    why the sandbox killed the run early (its workdir grew too large), else "". ``files`` holds
+    the collected files that could be read back, ``files_skipped`` why each other one was not.
     """
 
     returncode: int | None
@@ -68,11 +84,14 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     output_truncated: bool
     isolation: Isolation
     duration_seconds: float
+    over_limit: str = ""
     files: dict[str, bytes] = {}
     files_skipped: dict[str, str] = {}
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded."""
+        if self.over_limit:
+            return self.over_limit
         if self.timed_out or self.returncode is None:
             return f"timed out after {self.duration_seconds:.1f} s"
         if self.returncode == 0:
@@ -170,6 +189,8 @@ def _prepare(
     covers = {p: (p, 0o1777, limits.memory_mb * _MIB) for p in shared if os.path.isdir(p)}
     if drop:  # e.g. a python under /root: cover /root, re-expose only the interpreter
         covers.update((h, (h, 0o755, _MIB)) for h in hidden)
+    for data in _host_data_dirs():
+        covers.setdefault(data, (data, 0o755, _MIB))
     outer = [covers[p] for p in _outermost(covers)]
     read_only = [p for p in interpreter if any(_is_under(p, c[0]) for c in outer)]
     mounts = isolation == "unshare"  # bwrap mounts by itself; "none" cannot
@@ -214,7 +235,11 @@ def _bwrap_argv(
         namespaces += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         namespaces = ["--unshare-all"]
-    argv = ["bwrap", *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/", "/"]
+    # --as-pid-1: the bootstrap is the namespace's init, as under unshare. bwrap's own init
+    # would keep our stdout open where the candidate can reach it (/proc/1/fd/1, its uid when
+    # we are not root): a result line of its own, written past the harness.
+    argv = ["bwrap", *namespaces, "--as-pid-1", "--die-with-parent", "--new-session"]
+    argv += ["--ro-bind", "/", "/"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for path, mode, size in covers:
         argv += ["--perms", f"{mode:o}", "--size", str(size), "--tmpfs", path]
@@ -258,6 +283,17 @@ def _interpreter_dirs(python: str) -> tuple[str, ...]:
     dirs = {os.path.dirname(os.path.realpath(python))}
     dirs.update(q for p in paths for q in (p, os.path.realpath(p)) if os.path.isdir(q))
     return tuple(_outermost(dirs))
+
+
+def _host_data_dirs() -> list[str]:
+    """The directories at the top of the host's tree that runs see covered (not symlinks:
+    ``/lib -> usr/lib`` and the like lead into what stays visible)."""
+    with os.scandir("/") as entries:
+        return sorted(
+            f"/{entry.name}"
+            for entry in entries
+            if entry.name not in _SYSTEM_DIRS and entry.is_dir(follow_symlinks=False)
+        )
 
 
 def _hidden_from_others(path: str) -> str | None:
@@ -369,12 +405,17 @@ async def _execute(
         start_new_session=True,
     )
     assert process.stdout is not None and process.stderr is not None
+    over_limit: list[str] = []
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_drain, process.stdout, stdout, cap)
             tasks.start_soon(_drain, process.stderr, stderr, cap)
             with anyio.move_on_after(limits.timeout_seconds) as deadline:
-                await process.wait()
+                async with anyio.create_task_group() as running:
+                    budget = limits.memory_mb * _MIB
+                    running.start_soon(_watch_workdir, workdir, budget, process.pid, over_limit)
+                    await process.wait()
+                    running.cancel_scope.cancel()
             _kill_group(process.pid)
             # Pipes close when the last process holding them dies; do not wait forever.
             tasks.cancel_scope.deadline = anyio.current_time() + 5.0
@@ -393,7 +434,46 @@ async def _execute(
         output_truncated=len(stdout) > cap or len(stderr) > cap,
         isolation=isolation,
         duration_seconds=time.monotonic() - started,
+        over_limit=over_limit[0] if over_limit else "",
     )
+
+
+async def _watch_workdir(workdir: str, budget: int, pgid: int, over_limit: list[str]) -> None:
+    """Kill the run (and say why in ``over_limit``) once its workdir holds too much."""
+    while True:
+        await anyio.sleep(WORKDIR_POLL_SECONDS)
+        why = await anyio.to_thread.run_sync(_workdir_over, workdir, budget)
+        if why:
+            over_limit.append(why)
+            _kill_group(pgid)
+            return
+
+
+def _workdir_over(workdir: str, budget: int) -> str:
+    """Why ``workdir`` is over its limits (bytes allocated, entries), or "" when it is not.
+
+    Nothing is followed; a directory that cannot be read (a candidate running as our uid can
+    chmod one) counts as over, since what it holds cannot be told.
+    """
+    used, entries, pending = 0, 0, [workdir]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    with contextlib.suppress(FileNotFoundError):
+                        used += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(entry.path)
+                    if used > budget:
+                        return f"wrote more than {budget // _MIB} MiB into its directory"
+                    if entries > WORKDIR_MAX_ENTRIES:
+                        return f"made more than {WORKDIR_MAX_ENTRIES} files in its directory"
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"made its directory unreadable ({exc.strerror})"
+    return ""
 
 
 def _remove(path: str) -> None:

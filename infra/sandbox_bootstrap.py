@@ -44,6 +44,15 @@ def bootstrap(config_json: str) -> None:
         # The init of a pid namespace ignores signals such as SIGXCPU: the candidate runs as
         # its child, and init reaps until it is gone (its exit ends the namespace).
         child = os.fork()
+        if child:
+            # Init needs no stdio: it lets go of the run's stdout, which the candidate could
+            # otherwise reopen through /proc/1/fd/1 to write a result line of its own, and
+            # turns non-dumpable, so that the candidate (its uid when we are not root) cannot
+            # ptrace it either.
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
         while child:
             pid, status = os.waitpid(-1, 0)
             if pid == child:
@@ -55,6 +64,15 @@ def bootstrap(config_json: str) -> None:
         os.setgroups([])
         os.setgid(config["uid"])
         os.setuid(config["uid"])
+    elif os.getuid() == 0:
+        # Still root, of the user namespace unshare made when we are not root: the candidate
+        # would keep every capability there and could unmount the covers (the host's /tmp and
+        # home behind them). An empty bounding set leaves exec no capability to grant.
+        with open("/proc/sys/kernel/cap_last_cap") as last:
+            for capability in range(int(last.read()) + 1):
+                if libc.prctl(24, capability, 0, 0, 0):  # PR_CAPBSET_DROP
+                    raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+        libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL, where ambient sets exist
     if libc.prctl(38, 1, 0, 0, 0):  # PR_SET_NO_NEW_PRIVS: setuid binaries cannot win root back
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     os.chdir(config["workdir"])

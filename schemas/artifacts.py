@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from schemas.limits import SourceText
+
 ArtifactKind = Literal["program", "prompt", "tool"]
 Operator = Literal["seed", "m_diag", "m_text", "x_div", "i1"]
 
@@ -14,9 +16,10 @@ class Artifact(msgspec.Struct, frozen=True, kw_only=True):
     """An evolvable artifact: a program (the default), a prompt or a tool.
 
     ``entrypoint`` names the function a program must define (``policy`` for control tasks).
+    ``source`` is at most ``MAX_SOURCE_CHARS`` characters (schemas/limits.py).
     """
 
-    source: str
+    source: SourceText
     kind: ArtifactKind = "program"
     language: str = "python"
     entrypoint: str = "policy"

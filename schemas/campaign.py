@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -16,6 +17,7 @@ from schemas.registry import EmbedderSpec
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+_DAY_SECONDS = 86_400
 
 CAMPAIGN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # Second tokens of subjects that are not campaigns (bus/subjects.py): a campaign may not take them.
@@ -140,12 +142,13 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     nor unshare works on the host; off by default, and every result says what it ran under.
     """
 
-    timeout_seconds: PositiveFloat = 30.0
-    cpu_seconds: PositiveInt = 30
-    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
-    max_output_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1_000_000
-    max_open_files: Annotated[int, msgspec.Meta(ge=16)] = 256
-    max_file_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16_000_000
+    # Upper bounds keep every limit a valid rlimit (memory_mb is multiplied by 2**20).
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=_DAY_SECONDS)] = 30.0
+    cpu_seconds: Annotated[int, msgspec.Meta(gt=0, le=_DAY_SECONDS)] = 30
+    memory_mb: Annotated[int, msgspec.Meta(ge=64, le=1 << 20)] = 1024
+    max_output_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1_000_000
+    max_open_files: Annotated[int, msgspec.Meta(ge=16, le=1 << 20)] = 256
+    max_file_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 40)] = 16_000_000
     allow_unisolated: bool = False
 
 
@@ -253,13 +256,81 @@ def _key_of(message: str) -> tuple[str, str]:
     if in_key:
         allowed = _allowed_keys(path)
         reason = f"{reason} as a key" + (f"; expected one of {allowed}" if allowed else "")
-    field = re.search(r"unknown field `([^`]+)`", reason)
+    # Greedy and anchored: a key of the file may itself hold a backtick.
+    field = re.fullmatch(
+        r"Object (?:contains unknown|missing required) field `(.*)`", reason, re.DOTALL
+    )
     if field:
         path = f"{path}.{field.group(1)}" if path else field.group(1)
-    missing = re.search(r"missing required field `([^`]+)`", reason)
-    if missing:
-        path = f"{path}.{missing.group(1)}" if path else missing.group(1)
     return path, reason
+
+
+def _name_entry(raw: dict[str, object], key: str) -> tuple[str, str]:
+    """The key of the table entry msgspec shows as ``[...]`` (``strategy.workers[...]``), found
+    by validating the table's entries one at a time: (``strategy.workers.propose``, reason);
+    ``(key, "")`` when there is no such entry to name."""
+    head, sep, tail = key.partition("[...]")
+    if not sep or "[" in head:
+        return key, ""
+    names = head.split(".")
+    node: object = raw
+    for name in names:
+        if not isinstance(node, dict) or name not in node:
+            return key, ""
+        node = node[name]
+    if not isinstance(node, dict):
+        return key, ""
+    for name, value in node.items():
+        trial = _replaced(raw, names, {name: value})
+        try:
+            msgspec.convert(trial, CampaignSpec)
+        except msgspec.ValidationError as exc:
+            where, reason = _key_of(str(exc))
+            if where == key:
+                return f"{head}.{name}{tail}", reason
+    return key, ""
+
+
+def _replaced(raw: dict[str, object], names: list[str], value: object) -> dict[str, object]:
+    """A copy of ``raw`` with the table at ``names`` replaced by ``value``."""
+    if not names:
+        assert isinstance(value, dict)
+        return value
+    child = raw[names[0]]
+    assert isinstance(child, dict)
+    return {**raw, names[0]: _replaced(child, names[1:], value) if names[1:] else value}
+
+
+# TOML integers are 64-bit; tomllib reads any size, which nothing downstream can carry.
+_INT_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _unrepresentable(raw: dict[str, object]) -> tuple[str, str]:
+    """The first value of ``raw`` that validates but cannot be used: a float that is inf or nan,
+    an integer outside 64 bits: (dotted key, reason), or ("", "") when there is none. Iterative:
+    the nesting is as deep as the file makes it."""
+    stack: list[tuple[str, object]] = [("", raw)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return key, f"Expected a finite number, got {value}"
+        elif isinstance(value, int) and not _INT_RANGE[0] <= value <= _INT_RANGE[1]:
+            return key, "Expected an integer that fits in 64 bits"
+    return "", ""
+
+
+MAX_REASON_CHARS = 500
+
+
+def _clip(reason: str) -> str:
+    """A reason cut to ``MAX_REASON_CHARS`` (msgspec quotes the offending value, any size)."""
+    if len(reason) <= MAX_REASON_CHARS:
+        return reason
+    return reason[: MAX_REASON_CHARS - 1] + "…"
 
 
 def _allowed_keys(key: str) -> str:
@@ -298,18 +369,37 @@ def parse_campaign(data: bytes | str, *, path: str = "<campaign>") -> CampaignSp
     Raises:
         CampaignConfigError: naming the bad key and what is wrong with it.
     """
+    if isinstance(data, str):
+        try:
+            data = data.encode()
+        except UnicodeEncodeError as exc:  # a lone surrogate: no file can hold it
+            raise CampaignConfigError(
+                path, "", f"not valid TOML: {exc.reason} at character {exc.start}"
+            ) from None
+    try:
+        data.decode()
+    except UnicodeDecodeError as exc:
+        raise CampaignConfigError(path, "", f"not valid UTF-8 at byte {exc.start}") from None
     try:
         raw = msgspec.toml.decode(data)
     except msgspec.DecodeError as exc:
-        raise CampaignConfigError(path, "", f"not valid TOML: {exc}") from None
+        raise CampaignConfigError(path, "", _clip(f"not valid TOML: {exc}")) from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise CampaignConfigError(path, "", "not valid TOML: nested too deeply") from None
     try:
-        return msgspec.convert(raw, CampaignSpec)
+        spec = msgspec.convert(raw, CampaignSpec)
     except msgspec.ValidationError as exc:
         key, reason = _key_of(str(exc))
+        key, entry_reason = _name_entry(raw, key)
+        reason = _clip(entry_reason or reason)
         allowed = _allowed_values(key)
         if allowed and "Invalid enum value" in reason:
             reason = f"{reason}; expected one of {', '.join(map(repr, allowed))}"
         raise CampaignConfigError(path, key, reason) from None
+    key, reason = _unrepresentable(raw)
+    if key:
+        raise CampaignConfigError(path, key, reason)
+    return spec
 
 
 def load_campaign(path: str | Path) -> CampaignSpec:

@@ -53,6 +53,7 @@ class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candida
     isolation: str
     agent_id: str = ""
     error: str = ""
+    work_id: str = ""  # the evaluation's work item: one event per work id, redeliveries or not
 
 
 class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_accepted"):
@@ -273,6 +274,24 @@ class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"
     seconds_left: float
 
 
+class CampaignResumed(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_resumed"):
+    """An orchestrator took the campaign over from its snapshot (a restart, `evobus resume`).
+
+    ``digest`` fingerprints the stored snapshot and ``restored_digest`` the state rebuilt from
+    it, snapshotted again: equal when nothing was lost. ``in_flight``: work items still out.
+    """
+
+    campaign: str
+    at: float
+    revision: int
+    results_applied: int
+    last_applied: str
+    digest: str
+    restored_digest: str
+    in_flight: int
+    phase: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -293,6 +312,7 @@ Event = (
     | SpeculativeDecided
     | WorkersChanged
     | CampaignProgress
+    | CampaignResumed
 )
 
 

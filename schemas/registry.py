@@ -7,9 +7,11 @@ one of replies (``RegistryReply``); a failed request is answered with an ``Error
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+
+from schemas.limits import MAX_EMBEDDING_DIM, MAX_NGRAM
 
 ResourceKind = Literal["prompt", "agent", "tool", "environment", "skill"]
 ParamValue = int | float | str | bool
@@ -43,8 +45,8 @@ class EmbedderSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """
 
     kind: Literal["hashed", "openai"] = "hashed"
-    dim: int = 256
-    ngram: int = 3
+    dim: Annotated[int, msgspec.Meta(ge=1, le=MAX_EMBEDDING_DIM)] = 256
+    ngram: Annotated[int, msgspec.Meta(ge=1, le=MAX_NGRAM)] = 3
     base_url: str = ""
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"

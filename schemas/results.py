@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from schemas.artifacts import Artifact, Operator
+from schemas.limits import FeedbackText, ProseText
 from schemas.llm import Usage
 from schemas.tools import ToolRecord, ToolRef
 
@@ -25,7 +26,7 @@ class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
 
     instance: str
     score: float
-    feedback: str = ""
+    feedback: FeedbackText = ""
     metrics: dict[str, float] = {}
     error: str = ""
     category: str = ""
@@ -46,7 +47,7 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", ta
     score: float
     instances: tuple[InstanceScore, ...]
     isolation: Isolation
-    feedback: str = ""
+    feedback: FeedbackText = ""
     metrics: dict[str, float] = {}
     error: str = ""
     duration_seconds: float = 0.0
@@ -60,10 +61,10 @@ class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_
     work_id: str
     campaign: str
     candidate_id: str
-    failure_mode: str
-    visual_evidence: str
-    root_cause: str
-    suggested_fix: str
+    failure_mode: ProseText
+    visual_evidence: ProseText
+    root_cause: ProseText
+    suggested_fix: ProseText
     engine: str = "offline-rules"
     usage: Usage = Usage()
 
@@ -76,7 +77,7 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_fi
     operator: Operator
     parent_ids: tuple[str, ...]
     artifact: Artifact
-    rationale: str = ""
+    rationale: ProseText = ""
     engine: str = "offline-ast"
     skills_used: tuple[str, ...] = ()
     tools: tuple[ToolRef, ...] = ()  # registered tools the child imports (requested by the actor)
@@ -124,7 +125,7 @@ class Summary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_fiel
 
     work_id: str
     campaign: str
-    text: str
+    text: ProseText
     engine: str = "offline-statistics"
     usage: Usage = Usage()
 
@@ -152,7 +153,7 @@ class Repaired(msgspec.Struct, frozen=True, kw_only=True, tag="repaired", tag_fi
     campaign: str
     candidate_id: str
     artifact: Artifact | None
-    rationale: str = ""
+    rationale: ProseText = ""
     engine: str = "offline"
     usage: Usage = Usage()
 

@@ -34,6 +34,7 @@ from bus.envelope import MessageContext
 from bus.publisher import Outbound
 from infra.llm import InvalidModelOutput, LLMError, text_message, user_message
 from schemas.artifacts import Artifact
+from schemas.limits import MAX_TEXT_CHARS, source_problem, truncate
 from schemas.llm import ActorDraft, SkillDraft, Usage
 from schemas.registry import Resource
 from schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
@@ -61,6 +62,8 @@ def child_problem(parent: Artifact, code: str) -> str:
     """Why ``code`` cannot be the child of ``parent`` ("" when it can)."""
     if not code.strip():
         return "the code is empty"
+    if too_big := source_problem(code):
+        return too_big
     if parent.kind != "program" or parent.language != "python":
         return ""
     try:
@@ -76,7 +79,7 @@ def child_problem(parent: Artifact, code: str) -> str:
 def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
     """The offline engine's child: prompt artifacts and programs have their own engines."""
     engine = propose_prompt if parent.kind == "prompt" else propose
-    return engine(
+    child = engine(
         parent,
         operator=work.operator,
         rng_seed=work.rng_seed,
@@ -84,6 +87,9 @@ def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
         diagnosis=work.diagnosis,
         intensity=work.intensity,
     )
+    if too_big := source_problem(child.artifact.source):  # a crossover of two large parents
+        raise ProposalError(too_big)
+    return child
 
 
 class Actor:
@@ -139,7 +145,7 @@ class Actor:
             operator=work.operator,
             parent_ids=parent_ids(work),
             artifact=child.artifact,
-            rationale=rationale,
+            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
             engine=child.engine,
             skills_used=used,
         )
@@ -229,7 +235,7 @@ class Actor:
             operator=work.operator,
             parent_ids=parent_ids(work),
             artifact=msgspec.structs.replace(parent, source=code),
-            rationale=rationale,
+            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
             engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
             skills_used=tuple(s.name for s in skills),
             tools=tuple(tools.refs),
@@ -253,6 +259,8 @@ class Actor:
                 )
                 artifact: Artifact | None = child.artifact
                 why = f"crossed with the current best {work.best.id}: {child.rationale}"
+                if too_big := source_problem(child.artifact.source):
+                    raise ProposalError(too_big)
             except ProposalError as exc:
                 artifact, why = work.artifact, f"kept as it is ({exc})"
             result = Repaired(
@@ -260,7 +268,7 @@ class Actor:
                 campaign=work.campaign,
                 candidate_id=work.candidate_id,
                 artifact=artifact,
-                rationale=why,
+                rationale=truncate(why, MAX_TEXT_CHARS, "rationale"),
             )
             return [result_outbound(result, "repair")]
         try:
@@ -289,7 +297,11 @@ class Actor:
             campaign=work.campaign,
             candidate_id=work.candidate_id,
             artifact=None if covered else msgspec.structs.replace(work.artifact, source=code),
-            rationale=(draft.rationale if draft else f"no usable patch: {problem}").strip(),
+            rationale=truncate(
+                (draft.rationale if draft else f"no usable patch: {problem}").strip(),
+                MAX_TEXT_CHARS,
+                "rationale",
+            ),
             engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
             usage=out.usage,
         )

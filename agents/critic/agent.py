@@ -26,6 +26,7 @@ from bus.publisher import Outbound
 from bus.streams import evidence_store
 from infra.llm import ChatMessage, LLMError, text_message, user_message
 from schemas.artifacts import Artifact
+from schemas.limits import MAX_EVIDENCE_BYTES, MAX_TEXT_CHARS, truncate
 from schemas.llm import CriticVerdict, HistorySummary
 from schemas.results import Diagnosis, Summary
 from schemas.work import DiagnoseWork, SummarizeWork, Work
@@ -51,15 +52,29 @@ class Critic:
         self.evidence = evidence
 
     async def image(self, name: str) -> bytes | None:
-        """The evidence PNG called ``name``; None when it is gone (the diagnosis goes on)."""
+        """The evidence PNG called ``name``; None when it is gone or over
+        ``MAX_EVIDENCE_BYTES`` (the diagnosis goes on without it)."""
         if not name:
             return None
         try:
+            info = await self.evidence.get_info(name)
+            if info.size is not None and info.size > MAX_EVIDENCE_BYTES:
+                log.warning(
+                    "evidence %s skipped: %d bytes, over the limit of %d (MAX_EVIDENCE_BYTES)",
+                    name,
+                    info.size,
+                    MAX_EVIDENCE_BYTES,
+                )
+                return None
             result = await self.evidence.get(name)
         except NatsError as exc:
             log.warning("evidence %s not read: %s", name, exc)
             return None
-        return result.data
+        data = result.data or b""
+        if len(data) > MAX_EVIDENCE_BYTES:  # it was replaced after the look at its size
+            log.warning("evidence %s skipped: %d bytes, over the limit", name, len(data))
+            return None
+        return data or None
 
     async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         work = expect(item, DiagnoseWork)
@@ -93,10 +108,10 @@ class Critic:
             work_id=work.work_id,
             campaign=work.campaign,
             candidate_id=work.candidate.id,
-            failure_mode=verdict.failure_mode,
-            visual_evidence=verdict.visual_evidence,
-            root_cause=verdict.root_cause,
-            suggested_fix=verdict.suggested_fix,
+            failure_mode=prose(verdict.failure_mode),
+            visual_evidence=prose(verdict.visual_evidence),
+            root_cause=prose(verdict.root_cause),
+            suggested_fix=prose(verdict.suggested_fix),
             engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
             usage=out.usage,
         )
@@ -121,11 +136,17 @@ class Critic:
         summary = Summary(
             work_id=work.work_id,
             campaign=work.campaign,
-            text=out.values[0].summary,
+            text=prose(out.values[0].summary),
             engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
             usage=out.usage,
         )
         return [result_outbound(summary, "summarize")]
+
+
+def prose(text: str) -> str:
+    """A model's text cut to ``MAX_TEXT_CHARS`` with a marker (a longer one would make the
+    result undecodable for the orchestrator)."""
+    return truncate(text, MAX_TEXT_CHARS)
 
 
 def critic_messages(

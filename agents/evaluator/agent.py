@@ -2,7 +2,9 @@
 
 When the work asks for behavioral evidence (``task_params["evidence"]``) and the task draws it,
 the image the harness leaves in the sandbox comes back with the run and is stored in the
-``EVO_EVIDENCE`` object store; the Evaluation names it for the critic.
+``EVO_EVIDENCE`` object store; the Evaluation names it for the critic. An image over
+``MAX_EVIDENCE_BYTES`` is skipped with a warning, and feedback over the limits of
+schemas/limits.py is cut with a marker (``bounded``): the evaluation itself never fails for size.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from bus.streams import evidence_store
 from infra.errors import SandboxUnavailable
 from infra.llm import LLMUnavailable, user_message
 from infra.sandbox import SandboxRun, run_sandboxed
+from schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
 from schemas.llm import Usage
 from schemas.registry import Resource
 from schemas.results import Evaluation, InstanceScore, PartialEvaluation
@@ -237,13 +240,61 @@ def evidence_name(work: EvaluateWork) -> str:
 
 
 def evidence_image(run: SandboxRun, collected: Sequence[str]) -> bytes | None:
-    """The PNG the harness drew, if it drew one; anything else the candidate left there is not
-    an image of ours and is dropped."""
+    """The PNG the harness drew, if it drew one and it is within ``MAX_EVIDENCE_BYTES``;
+    anything else the candidate left there is not an image of ours and is dropped."""
     for name in collected:
         data = run.files.get(name, b"")
-        if data.startswith(PNG_SIGNATURE):
-            return data
+        if not data.startswith(PNG_SIGNATURE):
+            continue
+        if len(data) > MAX_EVIDENCE_BYTES:
+            log.warning(
+                "evidence image %s skipped: %d bytes, over the limit of %d (MAX_EVIDENCE_BYTES)",
+                name,
+                len(data),
+                MAX_EVIDENCE_BYTES,
+            )
+            continue
+        return data
     return None
+
+
+def _shares(lengths: Sequence[int], budget: int) -> list[int]:
+    """How many characters each of several texts keeps so that together they keep at most
+    ``budget``: the shortest keep all of theirs, the rest an equal share of what is left."""
+    if sum(lengths) <= budget:
+        return list(lengths)
+    kept = [0] * len(lengths)
+    left = budget
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    for done, i in enumerate(order):
+        kept[i] = min(lengths[i], left // (len(lengths) - done))
+        left -= kept[i]
+    return kept
+
+
+def bounded(evaluation: Evaluation) -> Evaluation:
+    """The evaluation within the size limits (schemas/limits.py), cut with a marker rather than
+    failed: its feedback to ``MAX_FEEDBACK_CHARS``, its instances' feedback and their errors to
+    ``MAX_FEEDBACK_CHARS`` each all together, its error to ``MAX_TEXT_CHARS``. A candidate
+    decides what its exceptions say, and the harness quotes them."""
+    scores = evaluation.instances
+    feedback = _shares([len(s.feedback) for s in scores], MAX_FEEDBACK_CHARS)
+    errors = _shares([len(s.error) for s in scores], MAX_FEEDBACK_CHARS)
+    instances = tuple(
+        s
+        if len(s.feedback) <= keep and len(s.error) <= keep_error
+        else msgspec.structs.replace(
+            s,
+            feedback=truncate(s.feedback, keep, "feedback"),
+            error=truncate(s.error, keep_error, "error"),
+        )
+        for s, keep, keep_error in zip(scores, feedback, errors, strict=True)
+    )
+    whole = truncate(evaluation.feedback, MAX_FEEDBACK_CHARS, "feedback")
+    error = truncate(evaluation.error, MAX_TEXT_CHARS, "error")
+    if instances == scores and whole == evaluation.feedback and error == evaluation.error:
+        return evaluation
+    return msgspec.structs.replace(evaluation, instances=instances, feedback=whole, error=error)
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
@@ -276,12 +327,12 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             task, msgspec.structs.replace(work, instances=work.instances[:prefix])
         )
         if first.error:  # the program failed as a whole: the rest would fail the same way
-            return [result_outbound(extend_failure(task, work, first), "evaluate")]
+            return [result_outbound(bounded(extend_failure(task, work, first)), "evaluate")]
         await proc.publisher.publish(result_outbound(partial_of(first), "evaluate", "partial"))
         rest = await evaluate(
             task, msgspec.structs.replace(work, instances=work.instances[prefix:])
         )
-        return [result_outbound(combine(work, first, rest), "evaluate")]
+        return [result_outbound(bounded(combine(work, first, rest)), "evaluate")]
 
     async def evaluate(task: Task, work: EvaluateWork) -> Evaluation:
         """One evaluation of ``work``'s instances, as an ``evaluate`` span with one span per
@@ -295,7 +346,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
                 "evobus.work_id": work.work_id,
             },
         ) as span:
-            evaluation = await run(task, work)
+            evaluation = bounded(await run(task, work))
             trace_instances(span, evaluation)
         return evaluation
 
@@ -307,14 +358,18 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         collect = evidence_files(task, work.task_params)
         try:
             run = await run_sandboxed(
-                files, [HARNESS], work.sandbox, collect=(*collect, REPORT_FILE)
+                files,
+                [HARNESS],
+                work.sandbox,
+                collect=(*collect, REPORT_FILE),
+                collect_max_bytes=MAX_EVIDENCE_BYTES,
             )
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
         evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
         image = evidence_image(run, collect)
         if collect and image is None:
-            why = "; ".join(f"{k}: {v}" for k, v in run.files_skipped.items()) or "not a PNG"
+            why = "; ".join(f"{k}: {v}" for k, v in run.files_skipped.items()) or "none usable"
             log.warning("%s: no evidence image (%s)", work.work_id, why)
         if image is not None:
             name = evidence_name(work)

@@ -14,7 +14,16 @@ from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
 from agents.events_view import EVENT_LOG, append_events
+from agents.orchestrator import snapshot
 from agents.orchestrator.effects import Effects
+from agents.orchestrator.persist import (
+    LEASE_RENEW_SECONDS,
+    LEASE_TTL_SECONDS,
+    Lease,
+    SnapshotStore,
+    digest,
+)
+from agents.orchestrator.snapshot import CampaignSnapshot
 from agents.orchestrator.state import CampaignState
 from agents.orchestrator.steps import Step, TaskPlan
 from agents.registry.client import RegistryClient
@@ -25,12 +34,12 @@ from bus.connection import connect
 from bus.consumer import PullConsumer
 from bus.control import send_workers_target
 from bus.envelope import MessageContext
-from bus.publisher import Outbound, Publisher
+from bus.publisher import Outbound, Publisher, event_outbound
 from bus.streams import ensure_results_consumer, ensure_streams, key_value
 from infra.telemetry import SPAN_FILE, add_span_file
 from infra.workspace import CampaignWorkspace
 from schemas.campaign import CampaignRecord, CampaignSummary
-from schemas.events import Event
+from schemas.events import CampaignResumed, Event
 from schemas.results import Result
 
 log = logging.getLogger(__name__)
@@ -43,6 +52,33 @@ _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
 def campaign_dir(out_dir: str | Path, campaign: str) -> Path:
     """``<out>/<cid>``: the campaign's run folder."""
     return Path(out_dir) / campaign
+
+
+def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: float) -> Step:
+    """Restore ``saved`` into a fresh ``state`` and announce it: a ``campaign_resumed`` event
+    whose digests say whether the restored state is the snapshot (they are equal)."""
+    snapshot.restore(state, saved)
+    restored = snapshot.take(state, last_applied=saved.last_applied, now=saved.saved_at)
+    event = CampaignResumed(
+        campaign=state.cid,
+        at=now,
+        revision=revision,
+        results_applied=saved.results_applied,
+        last_applied=saved.last_applied,
+        digest=digest(saved),
+        restored_digest=digest(restored),
+        in_flight=len(state.pending),
+        phase=state.phase,
+    )
+    # Not from the event counter: the dead orchestrator may have published events past the
+    # snapshot, which the redelivered result will publish again under the same ids (and
+    # JetStream drops as duplicates) — only if this event takes none of those ids.
+    step = Step()
+    step.outbound.append(
+        event_outbound(event, f"{state.cid}-resumed-{revision}", state.trace.note(event))
+    )
+    step.controls += state.target_messages(now)
+    return step
 
 
 def write_summary(path: Path, summary: CampaignSummary) -> None:
@@ -84,6 +120,12 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             best_possible=getattr(task, "best_possible", None),
             seed=task.seed_artifact(),
         )
+        # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
+        leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)
+        lease = Lease(leases, campaign, f"{agent.agent_id}@{agent.host}")
+        await lease.acquire()
+        store = SnapshotStore(await key_value(js, subjects.KV_STATE), campaign)
+        saved = await store.load()
         state = CampaignState(
             record,
             plan,
@@ -111,7 +153,17 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 write_summary(run_dir / "summary.json", state.summary(time.time()))
             return out
 
+        applied = [saved.last_applied if saved else ""]  # the last result's work id
+
+        async def persist() -> None:
+            """Snapshot the state (after its messages are published, before the ack)."""
+            await store.save(snapshot.take(state, last_applied=applied[0], now=time.time()))
+
+        async def persist_before_ack(ctx: MessageContext) -> None:
+            await persist()
+
         async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
+            applied[0] = result.work_id
             try:
                 step = state.apply(result, ctx.sender, time.time())
             except Exception as exc:  # the state machine broke: a redelivery would stall
@@ -120,10 +172,16 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             return await effects(step)
 
         async def clock() -> None:
-            logged = time.monotonic()
+            logged = renewed = time.monotonic()
             while state.phase != "finished":
                 await anyio.sleep(TICK_SECONDS)
-                await publisher.publish_all(await effects(state.tick(time.time())))
+                out = await effects(state.tick(time.time()))
+                await publisher.publish_all(out)
+                if out:  # event ids moved on: a restart must not reuse them
+                    await persist()
+                if time.monotonic() - renewed >= LEASE_RENEW_SECONDS:
+                    renewed = time.monotonic()
+                    await lease.renew()
                 if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
                     logged = time.monotonic()
                     stages = Counter(chain.stage for chain in state.live)
@@ -146,12 +204,23 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 durable=durable,
                 decoder=codec.RESULT_DECODER,
                 handler=handle,
+                before_ack=persist_before_ack,
                 concurrency=1,  # the single writer applies results one at a time
             )
         )
         await runner.register_environment(task.description, task.signature)
-        await publisher.publish_all(await effects(state.start(time.time())))
-        await serve(proc, extra=clock)
+        if saved is None:
+            await publisher.publish_all(await effects(state.start(time.time())))
+        else:
+            resumed = resume(state, saved, store.revision or 0, time.time())
+            log.info("campaign %s: resumed from snapshot revision %s", campaign, store.revision)
+            await publisher.publish_all(await effects(resumed))
+        await persist()
+        if state.phase != "finished":
+            await serve(proc, extra=clock)
+            await persist()  # the finished state: `evobus resume` reports it, nothing reruns
+        write_summary(run_dir / "summary.json", state.summary(time.time()))
+        await lease.release()
         state.trace.finish(state.status, state.stop_reason)
         return state.summary(time.time())
     finally:

@@ -209,6 +209,7 @@ def _record_evaluation(
             score=ev.score,
             isolation=ev.isolation,
             error=ev.error,
+            work_id=ev.work_id,
         ),
         chain,  # a parent re-evaluated for a step belongs to that step's trace
     )

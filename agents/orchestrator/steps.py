@@ -109,21 +109,24 @@ class Chain:
     speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
 
 
+PendingKind = Literal[
+    "tool",
+    "seed",
+    "validate",
+    "diagnose",
+    "propose",
+    "evaluate",
+    "extract",
+    "summarize",
+    "repair",
+]
+
+
 @dataclass(frozen=True)
 class Pending:
     """What a work id in flight is for."""
 
-    kind: Literal[
-        "tool",
-        "seed",
-        "validate",
-        "diagnose",
-        "propose",
-        "evaluate",
-        "extract",
-        "summarize",
-        "repair",
-    ]
+    kind: PendingKind
     chain: Chain | None = None
     candidate_id: str = ""
 

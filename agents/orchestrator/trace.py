@@ -80,8 +80,9 @@ class CampaignTrace:
         self._retired: list[Span] = []
 
     # -- a step's life ---------------------------------------------------------------------
-    def open_step(self, chain: Chain, *, rule: str) -> None:
-        """Start a step's trace; its selection is a ``select`` span in it."""
+    def open_step(self, chain: Chain, *, rule: str, resumed: bool = False) -> None:
+        """Start a step's trace; its selection is a ``select`` span in it (``resumed``: a step
+        restored from a snapshot, whose earlier spans are in the trace it started in)."""
         attributes: dict[str, AttributeValue] = {
             "evobus.campaign": self.campaign,
             "evobus.step": chain.key,
@@ -90,6 +91,8 @@ class CampaignTrace:
             "evobus.forced": chain.forced,
             "evobus.pool_version": chain.version,
         }
+        if resumed:
+            attributes["evobus.resumed"] = True
         span = self._tracer.start_span(
             f"evolve step {chain.key}",
             context=Context(),
@@ -157,7 +160,8 @@ class CampaignTrace:
         candidate = getattr(event, "candidate_id", "")
         if kind in CAMPAIGN_KINDS or not candidate:
             return self.root
-        return self._by_candidate.get(candidate, self.root)
+        span = self._by_candidate.get(candidate, self.root)
+        return span if span.is_recording() else self.root  # its step ended: the campaign's
 
     def note(self, event: Event, chain: Chain | None = None) -> Context:
         """Record ``event`` as a span event where it belongs (``chain``'s step, else the step

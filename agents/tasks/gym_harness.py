@@ -8,9 +8,12 @@ an action is and how an episode is summed up; everything else — loading the ca
 seeded episodes, containing a crash to its episode, the result line — is shared.
 
 The harness prints one JSON result line, prefixed with ``EVOBUS-RESULT``, as the last line of its
-stdout. The candidate runs in this process, so the marker is not a security boundary: its stdout
-is redirected to stderr (even at the file-descriptor level), which keeps stray prints from faking
-a result, but a determined candidate can still forge the line. The sandbox bounds what that buys.
+stdout. The candidate never runs in the harness's process: it is loaded in a forked child
+(``CandidateProcess``) that answers each observation with an action over a pipe, with fd 1
+pointing at stderr and no descriptor of the real stdout. The harness makes itself non-dumpable
+before the fork, so the child (the same user) can neither open ``/proc/<harness>/fd/…`` nor
+ptrace it: a candidate cannot write a result line of its own, only choose actions, which the
+harness checks again; one that kills the harness or dies itself fails the whole run.
 
 With ``"evidence": true`` in ``task.json`` the harness also draws the worst episode into
 ``evidence.png`` (``control_evidence.py``, shipped alongside), after the result line is out.
@@ -18,14 +21,18 @@ With ``"evidence": true`` in ``task.json`` the harness also draws the worst epis
 
 from __future__ import annotations
 
-import importlib
+import atexit
+import contextlib
+import ctypes
 import importlib.util
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -365,8 +372,14 @@ def run_episode(
     return record, trace
 
 
+class CandidateFailure(Exception):
+    """The candidate's process failed a call; the message is its description of the error."""
+
+
 def describe_error(exc: BaseException) -> str:
     """One line naming the exception and, when known, the candidate line that raised it."""
+    if isinstance(exc, CandidateFailure):  # described where it happened
+        return str(exc)[:500]
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     frames = traceback.extract_tb(exc.__traceback__)
     in_candidate = [f for f in frames if Path(f.filename).name == CANDIDATE_FILE]
@@ -444,7 +457,11 @@ def evaluate(
 
 
 def render_evidence(
-    control: Control, records: Sequence[Record], traces: Sequence[Trace], workdir: Path
+    control: Control,
+    records: Sequence[Record],
+    traces: Sequence[Trace],
+    workdir: Path,
+    renderer_source: str,
 ) -> None:
     """Draw the worst finished episode into ``evidence.png``; nothing when none finished."""
     if not traces:
@@ -460,44 +477,199 @@ def render_evidence(
     # Matplotlib writes its font cache under MPLCONFIGDIR; HOME is the workdir in the sandbox,
     # but set it explicitly so that it never lands anywhere else.
     os.environ["MPLCONFIGDIR"] = str(workdir / ".matplotlib")
-    renderer = importlib.import_module(EVIDENCE_MODULE)
+    # From the text read before the candidate ran: it may have rewritten the file since.
+    renderer = types.ModuleType(EVIDENCE_MODULE)
+    exec(compile(renderer_source, f"{EVIDENCE_MODULE}.py", "exec"), renderer.__dict__)
     renderer.render(spec, workdir / EVIDENCE_FILE)
+
+
+MAX_REPLY_BYTES = 1 << 16
+PR_SET_DUMPABLE = 4
+
+
+def _set_dumpable(dumpable: bool) -> None:
+    """prctl(PR_SET_DUMPABLE): a non-dumpable process's /proc entries belong to root, and
+    processes without CAP_SYS_PTRACE cannot ptrace it, even under its own uid."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
+
+
+class CandidateProcess:
+    """The candidate, loaded in a forked child and called as ``policy(obs)`` over two pipes.
+
+    The child answers each observation with one JSON line: ``{"action": x}`` (x as the policy
+    returned it, already checked there so that errors read as before) or ``{"error": text}``.
+    The harness trusts none of it: actions are checked again, a malformed reply fails the
+    instance. When the child dies the harness dies the same way, without a result line, so a
+    crash, a limit or ``os._exit`` fails the whole run as when the candidate ran in-process.
+    """
+
+    def __init__(self, pid: int, requests: int, replies: int) -> None:
+        self.pid = pid
+        self.stopped = ""  # why the child was ended while the harness goes on
+        self.requests = os.fdopen(requests, "wb")
+        self.replies = os.fdopen(replies, "rb")
+        try:
+            first = self._receive()
+        except CandidateFailure as exc:
+            first = {"error": f"cannot load candidate: {exc}"}
+        self.load_error = str(first["error"])[:500] if "error" in first else ""
+
+    @classmethod
+    def start(
+        cls, workdir: Path, entrypoint: str, control: Control, hide: Sequence[int]
+    ) -> CandidateProcess:
+        """Fork the candidate's process; ``hide``: descriptors it must not keep (stdout's)."""
+        _set_dumpable(False)  # before the fork: no moment when the child could reach us
+        from_parent, to_child = os.pipe()
+        from_child, to_parent = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the candidate's process: never returns
+            code = 1
+            try:
+                for fd in (*hide, to_child, from_child):
+                    os.close(fd)
+                _set_dumpable(True)  # as any process: its own /proc entries stay its own
+                serve_candidate(workdir, entrypoint, control, from_parent, to_parent)
+                code = 0
+            except BaseException:  # the candidate's own end: say why, then go
+                traceback.print_exc()
+            finally:
+                atexit._run_exitfuncs()  # the ``tools`` package's call report
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        os.close(from_parent)
+        os.close(to_parent)
+        return cls(pid, to_child, from_child)
+
+    def __call__(self, observation: list[float]) -> object:
+        """The candidate's action for ``observation``.
+
+        Raises:
+            CandidateFailure: the candidate raised, returned no action or replied nonsense.
+        """
+        try:
+            self.requests.write(json.dumps(observation).encode() + b"\n")
+            self.requests.flush()
+        except OSError:
+            self._gone()
+        reply = self._receive()
+        if "error" in reply:
+            raise CandidateFailure(str(reply["error"]))
+        if "action" not in reply:
+            raise CandidateFailure("the candidate's process replied without an action")
+        return reply["action"]
+
+    def _receive(self) -> dict[str, Any]:
+        line = self.replies.readline(MAX_REPLY_BYTES)
+        if not line:
+            self._gone()
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not line.endswith(b"\n") or not isinstance(reply, dict):
+            raise CandidateFailure("the candidate's process sent a malformed reply")
+        return reply
+
+    def _gone(self) -> None:
+        """The child closed its end: die as it died, or fail the call if it still runs."""
+        if self.stopped:
+            raise CandidateFailure(self.stopped)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                if os.WIFSIGNALED(status):
+                    number = os.WTERMSIG(status)
+                    signal.signal(number, signal.SIG_DFL)
+                    os.kill(os.getpid(), number)
+                os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+            time.sleep(0.01)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        self.stopped = "the candidate's process stopped answering"
+        raise CandidateFailure(self.stopped)
+
+    def close(self) -> None:
+        """End the child: its input closes, it writes its tool-call report and exits (killed
+        after two seconds)."""
+        with contextlib.suppress(OSError):  # a child that is gone leaves a broken pipe
+            self.requests.close()
+        if self.stopped:
+            return
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.01)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def serve_candidate(
+    workdir: Path, entrypoint: str, control: Control, requests: int, replies: int
+) -> None:
+    """In the candidate's process: load it, then answer each observation line with a reply."""
+    # `python -I` leaves the script's directory off sys.path; candidates import `tools.<name>`.
+    sys.path.insert(0, str(workdir))
+    inbox = os.fdopen(requests, "rb")
+    outbox = os.fdopen(replies, "wb")
+
+    def send(message: Record) -> None:
+        outbox.write(json.dumps(message, allow_nan=False).encode() + b"\n")
+        outbox.flush()
+
+    try:
+        policy = load_entrypoint(workdir / CANDIDATE_FILE, entrypoint)
+    except (Exception, SystemExit) as exc:  # an unloadable candidate fails every instance
+        send({"error": f"cannot load candidate: {describe_error(exc)}"})
+        return
+    send({"ready": True})
+    for line in inbox:
+        try:
+            raw = policy(json.loads(line))
+            control.action(raw)  # the harness checks again; here for the same messages
+            send({"action": _number(raw, "a number")})
+        except (Exception, SystemExit) as exc:  # the candidate's failure: this instance's
+            send({"error": describe_error(exc)})
 
 
 def main(env_id: str) -> int:
     """Read ``task.json``, evaluate the candidate, print the result line; exit status 0."""
     workdir = Path(__file__).resolve().parent
-    # `python -I` leaves the script's directory off sys.path; candidates import `tools.<name>`.
-    sys.path.insert(0, str(workdir))
     config = json.loads((workdir / CONFIG_FILE).read_text())
     control = CONTROLS[env_id]
+    evidence = config.get("evidence") is True
+    renderer_source = (workdir / f"{EVIDENCE_MODULE}.py").read_text() if evidence else ""
     # Keep the real stdout for the result line and send everything else written to fd 1
     # (the candidate's prints included) to stderr.
     result_out = os.fdopen(os.dup(1), "w")
     sys.stdout.flush()
     os.dup2(2, 1)
-    policy: Policy | None = None
-    load_error = ""
-    try:
-        policy = load_entrypoint(workdir / CANDIDATE_FILE, str(config.get("entrypoint", "policy")))
-    except (Exception, SystemExit) as exc:  # an unloadable candidate fails every instance
-        load_error = f"cannot load candidate: {describe_error(exc)}"
+    entrypoint = str(config.get("entrypoint", "policy"))
+    candidate = CandidateProcess.start(workdir, entrypoint, control, [result_out.fileno()])
     records, traces = evaluate(
         control,
-        policy,
-        load_error,
+        None if candidate.load_error else candidate,
+        candidate.load_error,
         [str(i) for i in config["instances"]],
         int(config["max_steps"]),
         float(config["failure_score"]),
     )
+    candidate.close()
     sys.stdout.flush()
     sys.stderr.flush()
     result_out.write(RESULT_MARKER + json.dumps({"instances": records}, allow_nan=False) + "\n")
-    result_out.flush()
-    if config.get("evidence") is True:
+    result_out.close()  # nothing after this line can write another
+    if evidence:
         # After the result line: a drawing that fails costs the picture, never the scores.
         try:
-            render_evidence(control, records, traces, workdir)
+            render_evidence(control, records, traces, workdir, renderer_source)
         except Exception as exc:
             print(f"evidence not drawn: {describe_error(exc)}", file=sys.stderr)
     return 0

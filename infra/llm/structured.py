@@ -73,6 +73,8 @@ def decode_answer(text: str, output: type[T]) -> T:
             return decoder.decode(candidate)
         except msgspec.DecodeError as exc:
             first_error = first_error or exc
+        except RecursionError:  # JSON nested deeper than msgspec's decoder can go
+            first_error = first_error or msgspec.DecodeError("JSON nested too deeply")
     assert first_error is not None  # json_candidates always yields at least one text
     raise first_error
 

@@ -1,0 +1,193 @@
+"""Chaos: kill -9 agents and the orchestrator, restart nats-server — the campaign completes, and
+an independent EVO_EVENTS subscriber sees every evaluation counted exactly once.
+
+Each test runs a small pendulum campaign with ``evobus run`` as a real process tree on a real
+nats-server, with a short ack wait (``EVOBUS_ACK_WAIT_SECONDS``) so that the work a killed
+process held is redelivered within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+
+from bus import codec, subjects
+from bus.connection import connect
+from bus.streams import ensure_streams
+from infra.nats_server import NatsServer
+from schemas.campaign import CampaignSummary
+from schemas.events import (
+    CampaignFinished,
+    CampaignProgress,
+    CampaignResumed,
+    CandidateEvaluated,
+    Event,
+)
+from tests.processes import start_evobus
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+CAMPAIGN = f"""
+[campaign]
+task = "pendulum"
+seed_artifact = "{SEED}"
+[campaign.budget]
+proposals = {{proposals}}
+wall_seconds = 120
+[task]
+validation_episodes = 3
+[strategy]
+in_flight = 3
+minibatch = 2
+min_evaluations = 2
+rng_seed = 4
+"""
+ENV = {"EVOBUS_ACK_WAIT_SECONDS": "3"}
+
+
+def agent_pids(nats_url: str, role: str) -> list[int]:
+    """Pids of this test's ``evobus agent ROLE`` processes (by command line and bus URL)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        words = [a.decode(errors="replace") for a in argv]
+        if "agent" in words and role in words and nats_url in words:
+            pids.append(int(entry.name))
+    return pids
+
+
+async def run_with_chaos(
+    nats: NatsServer,
+    tmp_path: Path,
+    campaign: str,
+    proposals: int,
+    chaos: Callable[[list[Event]], None],
+) -> tuple[CampaignSummary, list[Event], str]:
+    """``evobus run`` on ``nats``; ``chaos(events so far)`` is called on every event an
+    independent subscriber sees. Returns the summary, the events and the run's output."""
+    path = tmp_path / "campaign.toml"
+    path.write_text(CAMPAIGN.format(proposals=proposals))
+    nc = await connect(nats.url, name="chaos-observer")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    events: list[Event] = []
+    sub = await js.subscribe(subjects.events_filter(campaign), ordered_consumer=True)
+    out = tmp_path / "runs"
+    run = start_evobus(
+        "run", str(path), "--nats", nats.url, "--id", campaign, "--out", str(out),
+        log=tmp_path / "run.log", env=ENV,
+    )  # fmt: skip
+    try:
+        with anyio.fail_after(150):
+            async for msg in sub.messages:
+                event = codec.EVENT_DECODER.decode(msg.data)
+                events.append(event)
+                chaos(events)
+                if isinstance(event, CampaignFinished):
+                    break
+        await anyio.to_thread.run_sync(run.wait, 60)
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(20)
+        await sub.unsubscribe()
+        await nc.drain()
+    output = (tmp_path / "run.log").read_text()
+    assert run.returncode == 0, output
+    summary = msgspec.json.decode(
+        (out / campaign / "summary.json").read_bytes(), type=CampaignSummary
+    )
+    return summary, events, output
+
+
+def assert_each_evaluation_counted_once(summary: CampaignSummary, events: list[Event]) -> None:
+    assert summary.status == "completed", summary.stop_reason
+    evaluated = [e for e in events if isinstance(e, CandidateEvaluated)]
+    counts = Counter(e.work_id for e in evaluated)
+    assert all(counts.values()) and max(counts.values()) == 1, counts.most_common(3)
+    assert "" not in counts
+    assert len(evaluated) == summary.evaluations  # none lost between the state and the log
+    (finished,) = [e for e in events if isinstance(e, CampaignFinished)]
+    assert finished.summary.evaluations == summary.evaluations
+
+
+@pytest.mark.timeout(200)
+async def test_agents_killed_every_few_seconds(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    rng = random.Random(7)
+    killed: list[tuple[str, int]] = []
+    last = [0.0]
+
+    def chaos(events: list[Event]) -> None:
+        # kill -9 a random worker on every progress tick at least 2 s after the last kill
+        event = events[-1]
+        if not isinstance(event, CampaignProgress) or event.elapsed - last[0] < 2.0:
+            return
+        role = rng.choice(["critic", "actor", "evaluator"])
+        pids = agent_pids(nats_server.url, role)
+        if pids:
+            os.kill(rng.choice(pids), signal.SIGKILL)
+            killed.append((role, event.proposals))
+            last[0] = event.elapsed
+
+    summary, events, output = await run_with_chaos(nats_server, tmp_path, campaign_id, 14, chaos)
+    assert len(killed) >= 3, killed
+    assert output.count("restarting it") >= len(killed) - 1, output
+    assert_each_evaluation_counted_once(summary, events)
+
+
+@pytest.mark.timeout(200)
+async def test_the_orchestrator_killed_mid_campaign_resumes_from_its_snapshot(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    killed: list[int] = []
+
+    def chaos(events: list[Event]) -> None:
+        evaluations = sum(isinstance(e, CandidateEvaluated) for e in events)
+        if not killed and evaluations >= 12:
+            (pid,) = agent_pids(nats_server.url, "orchestrator")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    summary, events, output = await run_with_chaos(nats_server, tmp_path, campaign_id, 16, chaos)
+    assert killed and "restarting it (it resumes from its snapshot)" in output, output
+    (resumed,) = [e for e in events if isinstance(e, CampaignResumed)]
+    # The state rebuilt from the snapshot is the snapshot.
+    assert resumed.restored_digest == resumed.digest
+    assert resumed.results_applied > 0 and resumed.phase == "evolving"
+    assert_each_evaluation_counted_once(summary, events)
+    # The orchestrator's items count the results of both processes, none twice.
+    orchestrator = next(a for a in summary.agents if a.role == "orchestrator")
+    assert orchestrator.pid not in killed
+
+
+@pytest.mark.timeout(200)
+async def test_nats_server_restarted_mid_campaign(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    restarted: list[int] = []
+
+    def chaos(events: list[Event]) -> None:
+        evaluations = sum(isinstance(e, CandidateEvaluated) for e in events)
+        if not restarted and evaluations >= 10:
+            restarted.append(evaluations)
+            nats_server.restart()  # JetStream on disk: streams, consumers and KV survive
+
+    summary, events, _ = await run_with_chaos(nats_server, tmp_path, campaign_id, 14, chaos)
+    assert restarted
+    assert_each_evaluation_counted_once(summary, events)

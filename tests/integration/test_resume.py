@@ -1,0 +1,80 @@
+"""Leases and snapshots on a real JetStream KV, and `evobus resume` of a finished campaign."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agents.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
+from agents.orchestrator.snapshot import take
+from bus import subjects
+from bus.connection import connect
+from bus.streams import key_value
+from infra.nats_server import NatsServer
+from tests.processes import start_evobus
+from tests.unit.test_orchestrator_pipeline import ASYNC
+from tests.unit.test_orchestrator_state import make_state
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+
+
+async def test_one_lease_holder_and_compare_and_set_snapshots(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    nc = await connect(nats_session.url, name="test-lease")
+    try:
+        js = nc.jetstream()
+        leases = await key_value(js, subjects.KV_LEASES, ttl=6.0)
+        first = Lease(leases, campaign_id, "first@h")
+        await first.acquire()
+        second = Lease(leases, campaign_id, "second@h")
+        with pytest.raises(LeaseHeld, match="first@h"):
+            await second.acquire(wait=0.5)
+        await first.renew()
+        await first.release()
+        await second.acquire(wait=0.5)
+        with pytest.raises(LeaseLost):
+            await first.renew()  # it was given up and taken: the old holder must stop
+
+        states = await key_value(js, subjects.KV_STATE)
+        snap = take(make_state(**ASYNC), last_applied="", now=1.0)
+        old = SnapshotStore(states, campaign_id)
+        assert await old.load() is None
+        await old.save(snap)
+        new = SnapshotStore(states, campaign_id)
+        assert await new.load() == snap
+        await new.save(snap)
+        with pytest.raises(LeaseLost):
+            await old.save(snap)  # written meanwhile by another orchestrator: never overwritten
+    finally:
+        await nc.drain()
+
+
+@pytest.mark.timeout(120)
+async def test_resume_of_a_finished_campaign_reports_it_again(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
+        "[campaign.budget]\nproposals = 4\n[task]\nvalidation_episodes = 2\n"
+        "[strategy]\nin_flight = 2\nminibatch = 2\nmin_evaluations = 2\n"
+    )
+    out = tmp_path / "runs"
+    common = ("--nats", nats_server.url, "--out", str(out))
+    run = start_evobus("run", str(path), "--id", campaign_id, *common, log=tmp_path / "run.log")
+    assert await anyio.to_thread.run_sync(run.wait, 90) == 0, (tmp_path / "run.log").read_text()
+    first = (out / campaign_id / "summary.json").read_text()
+    again = start_evobus("resume", campaign_id, *common, log=tmp_path / "resume.log")
+    assert await anyio.to_thread.run_sync(again.wait, 60) == 0
+    log = (tmp_path / "resume.log").read_text()
+    assert f"resuming campaign {campaign_id}" in log and "completed" in log, log
+    assert "4 proposals" in log
+    assert (out / campaign_id / "summary.json").read_text().count('"proposals": 4') == 1
+    assert '"proposals": 4' in first
+    missing = start_evobus("resume", "nosuchcampaign", *common, log=tmp_path / "missing.log")
+    assert await anyio.to_thread.run_sync(missing.wait, 30) == 1
+    assert "no campaign 'nosuchcampaign' on this bus" in (tmp_path / "missing.log").read_text()
