@@ -111,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     nats_config.add_argument(
         "--store-dir", default="/data", help="JetStream's store_dir in the config"
     )
+    nats_config.add_argument(
+        "--passwords",
+        action="store_true",
+        help="print fresh EVOBUS_<USER>_PASSWORD=... lines (an env file) instead",
+    )
     llm_sim = sub.add_parser(
         "llm-sim", help="serve an OpenAI-compatible vLLM SIMULATOR (not a language model)"
     )
@@ -346,18 +351,23 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _nats_config(args: argparse.Namespace) -> int:
-    from bus.permissions import USERS, nats_config, password_variable
+    from bus.permissions import USERS, nats_config, new_password, password_variable
 
-    text = nats_config(store_dir=args.store_dir)
+    if args.passwords:
+        text = "".join(f"{password_variable(user)}={new_password()}\n" for user in USERS)
+    else:
+        text = nats_config(store_dir=args.store_dir)
     if args.out is None:
         print(text, end="")
         return 0
     try:
+        args.out.touch(mode=0o600)  # passwords, or where they are named: not for every reader
         args.out.write_text(text)
     except OSError as exc:
         raise AgentError(f"cannot write {args.out}: {exc.strerror}") from None
-    needed = " ".join(password_variable(user) for user in USERS)
-    print(f"{args.out}: nats-server needs these variables set: {needed}", file=sys.stderr)
+    if not args.passwords:
+        needed = " ".join(password_variable(user) for user in USERS)
+        print(f"{args.out}: nats-server needs these variables set: {needed}", file=sys.stderr)
     return 0
 
 

@@ -4,8 +4,12 @@ One user per agent role, plus ``supervisor`` (``evobus run``'s own connection) a
 (``evobus events``, read-only). Each may publish only what its role sends — its stages'
 results, dead letters and ``dead_lettered`` events, its heartbeats, the registry operations it
 asks for — and call only the JetStream API its client library needs for its own consumers,
-acks, KV reads and object-store use. Everything else is denied by the server ("Permissions
-Violation" in its log; a JetStream publish or API request that is denied is never answered).
+acks, KV reads and object-store use. Its replies come to ``_INBOX.<user>.…`` (bus/connection.py
+sets that inbox prefix), which no other user may subscribe to. Everything else is denied by the
+server ("Publish Violation" / "Subscription Violation" in its log, "permissions violation" to
+the client; a JetStream publish or API request that is denied is never answered).
+The lists were checked against what nats-py 2.16 sends (a campaign run with the server's
+protocol trace on); tests/integration/test_nats_permissions.py runs a campaign with them.
 
 ``nats_authorization()`` writes the ``authorization { users = [...] }`` block of a nats-server
 config, with each password a ``$EVOBUS_<ROLE>_PASSWORD`` reference that nats-server takes from
@@ -45,7 +49,7 @@ REGISTRY_OPS: Mapping[str, tuple[str, ...]] = {
     "actor": ("get", "register", "search"),  # prompts, skills and tools found; skills learned
     "tool-generator": ("get", "register", "search"),
     "evaluator": ("get",),  # the tools a candidate calls; prompts of model tasks
-    SUPERVISOR: ("list",),  # "is a registry already serving this bus?"
+    SUPERVISOR: ("list", "get", "register"),  # "is a registry serving?"; `evobus prompts`
 }
 """The registry operations (``evo.registry.<op>``) each user sends requests for."""
 

@@ -103,7 +103,7 @@ async def _changing(name: str, verb: str, request: Awaitable[object]) -> None:
     except NatsTimeoutError:
         raise BusError(
             f"stream {name}: no answer to {verb} (is this NATS user allowed to {verb} it? "
-            "start `evobus run`, or an orchestrator, first)"
+            "start `evobus run` first, which makes the streams)"
         ) from None
 
 
