@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span
 from opentelemetry.util.types import AttributeValue
 
+from bus.publisher import event_kind
 from schemas.events import Event
 
 if TYPE_CHECKING:
@@ -53,12 +54,6 @@ def event_attributes(event: Event) -> dict[str, AttributeValue]:
         elif isinstance(value, tuple | list) and all(isinstance(v, str) for v in value):
             attributes[name] = tuple(value)
     return attributes
-
-
-def event_kind(event: Event) -> str:
-    tag = type(event).__struct_config__.tag
-    assert isinstance(tag, str)
-    return tag
 
 
 class CampaignTrace:
@@ -167,10 +162,9 @@ class CampaignTrace:
         """Record ``event`` as a span event where it belongs (``chain``'s step, else the step
         of the candidate it names, else the campaign); the context to publish it in."""
         span = self._span_of(event, chain)
-        if event_kind(event) not in QUIET_KINDS:
-            span.add_event(
-                event_kind(event), event_attributes(event), timestamp=int(event.at * 1e9)
-            )
+        kind = event_kind(event)
+        if kind not in QUIET_KINDS:
+            span.add_event(kind, event_attributes(event), timestamp=int(event.at * 1e9))
         return trace.set_span_in_context(span)
 
     @contextmanager
