@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+import anyio
 import msgspec
+from nats.errors import ConnectionReconnectingError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError
@@ -31,6 +34,9 @@ class Outbound:
     msg_id: str
     campaign: str
     context: Context | None = None
+
+
+PATIENCE_SECONDS = 30.0  # how long a publish waits for a bus that does not answer
 
 
 class PublishError(BusError):
@@ -80,31 +86,45 @@ def event_outbound(event: Event, msg_id: str, context: Context | None = None) ->
 class Publisher:
     """Publishes Structs to JetStream and waits for each PubAck."""
 
-    def __init__(self, js: JetStreamContext, sender: AgentRef | None, *, attempts: int = 3):
+    def __init__(
+        self, js: JetStreamContext, sender: AgentRef | None, *, patience: float = PATIENCE_SECONDS
+    ):
         self._js = js
         self._sender = sender
-        self._attempts = attempts
+        self._patience = patience
 
     async def publish(self, out: Outbound) -> None:
         """Publish one message; a duplicate id inside the window is dropped by the server.
 
+        A bus that does not answer (a server restart, a reconnect) is tried again with backoff
+        for ``patience`` seconds: a handler's input stays unacked meanwhile, and giving up early
+        would leave what the handler did unpublished.
+
         Raises:
             PayloadTooLarge: the message is over ``MAX_MESSAGE_BYTES``.
-            PublishError: no PubAck after the configured attempts.
+            PublishError: no PubAck within ``patience``.
         """
         payload = codec.encode(out.message)
         if len(payload) > MAX_MESSAGE_BYTES:
             raise PayloadTooLarge(out.subject, len(payload))
-        last = ""
-        for _ in range(self._attempts):
+        deadline = time.monotonic() + self._patience
+        delay = 0.1
+        while True:
             with tracing.producer_span(out.subject, out.msg_id, parent=out.context):
                 headers = envelope.outgoing_headers(out.msg_id, out.campaign, self._sender)
                 try:
                     await self._js.publish(out.subject, payload, headers=headers)
                     return
-                except (NatsTimeoutError, NoStreamResponseError) as exc:
+                except (
+                    NatsTimeoutError,
+                    NoStreamResponseError,
+                    ConnectionReconnectingError,
+                ) as exc:
                     last = type(exc).__name__
-        raise PublishError(out.subject, last)
+            if time.monotonic() + delay > deadline:
+                raise PublishError(out.subject, last)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def publish_all(self, outs: list[Outbound]) -> None:
         """Publish messages in order."""
