@@ -6,7 +6,15 @@ Delivery rules (DESIGN.md "Delivery"):
 - ``Retry`` (or an unexpected exception) naks with a delay; a message that can never succeed —
   undecodable, ``Reject``-ed, out of deliveries, or with an output too large to publish — is
   terminated, copied with its error to EVO_DLQ (the copy cut to fit, see ``fitted``), and
-  announced with a ``dead_lettered`` event.
+  announced with a ``dead_lettered`` event;
+- a message whose handlers never answer — each agent that took it died or froze (kill -9, OOM,
+  a native crash) — comes back once more than ``MAX_DELIVER`` (the consumers allow one delivery
+  extra, see bus/streams.py); that last delivery only dead-letters it, so a poison item cannot
+  kill agents one after another, and its requester hears of it (``on_dead``);
+- a *stateful* consumer's handler (the orchestrator's) changes the process's state before its
+  outputs are published: an unexpected handler error, or an output the bus will not take, stops
+  the consumer with the error instead of a nak, so the process exits and a restart resumes from
+  its last snapshot (a nak would apply the redelivered input on top of a half-applied one).
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ class PullConsumer(Generic[T]):
         handler: Handler[T],
         on_dead: OnDead[T] | None = None,
         before_ack: BeforeAck | None = None,
+        stateful: bool = False,
         concurrency: int = 1,
         ack_wait: float = ACK_WAIT_SECONDS,
         max_deliver: int = MAX_DELIVER,
@@ -84,6 +93,7 @@ class PullConsumer(Generic[T]):
         self._handler = handler
         self._on_dead = on_dead
         self._before_ack = before_ack
+        self._stateful = stateful
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._running = 0
         self._ack_wait = ack_wait
@@ -197,6 +207,14 @@ class PullConsumer(Generic[T]):
             except codec.DecodeError as exc:
                 await self._dead_letter(msg, ctx, f"undecodable message: {exc}", None)
                 return
+            if ctx.attempt > self._max_deliver:
+                # Every earlier delivery ended with no ack, nak or term: its agent is gone.
+                error = (
+                    f"no answer after {ctx.attempt - 1} deliveries: each agent that took it "
+                    "died or stopped responding"
+                )
+                await self._dead_letter(msg, ctx, error, item)
+                return
             outs: Sequence[Outbound] = ()
             failure: Exception | None = None
             async with anyio.create_task_group() as tg:
@@ -215,6 +233,8 @@ class PullConsumer(Generic[T]):
                 case Retry():
                     await self._retry(msg, ctx, item, failure.reason, failure.delay)
                     return
+                case _ if self._stateful:
+                    raise failure  # unacked: a restart applies it again from its snapshot
                 case _:
                     log.error(
                         "%s: handler failed on %s",
@@ -232,6 +252,8 @@ class PullConsumer(Generic[T]):
                 await self._dead_letter(msg, ctx, f"output not publishable: {exc}", item)
                 return
             except PublishError as exc:
+                if self._stateful:
+                    raise  # unacked: the restarted process applies it again from its snapshot
                 log.warning("%s: %s; redelivering", self.durable, exc)
                 await msg.nak(delay=1.0)
                 return

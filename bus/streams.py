@@ -33,7 +33,11 @@ that run longer send in_progress every third of it; ``EVOBUS_ACK_WAIT_SECONDS`` 
 consumers a process creates (the chaos tests use a few seconds)."""
 
 MAX_DELIVER = 5
-"""Deliveries of one work item before it is dead-lettered."""
+"""Deliveries of one work item to its handler before it is dead-lettered. The consumers allow
+one more (``SERVER_MAX_DELIVER``): that delivery only dead-letters an item whose handlers never
+answered because their agents died (bus/consumer.py)."""
+
+SERVER_MAX_DELIVER = MAX_DELIVER + 1
 
 _DAY = 24 * 3600.0
 
@@ -150,24 +154,28 @@ async def _ensure_durable(
     ack_wait: float,
     max_deliver: int,
 ) -> None:
-    """Create a durable pull consumer with explicit acks unless it exists already."""
+    """Create a durable pull consumer with explicit acks unless it exists already (one made
+    by an older evobus with another delivery limit is brought to this one's)."""
+    config = ConsumerConfig(
+        durable_name=durable,
+        filter_subject=filter_subject,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=ack_wait,
+        max_deliver=max_deliver + 1,  # the extra delivery dead-letters (SERVER_MAX_DELIVER)
+        max_ack_pending=1000,
+    )
     try:
-        await js.consumer_info(stream, durable)
+        info = await js.consumer_info(stream, durable)
     except NotFoundError:
-        config = ConsumerConfig(
-            durable_name=durable,
-            filter_subject=filter_subject,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=ack_wait,
-            max_deliver=max_deliver,
-            max_ack_pending=1000,
-        )
         try:
             await js.add_consumer(stream, config)
         except BadRequestError:
             # Another process created it between our look and our create.
             await js.consumer_info(stream, durable)
+    else:
+        if info.config.max_deliver != config.max_deliver:
+            await js.add_consumer(stream, config)  # same name: an update of the mutable fields
 
 
 async def key_value(

@@ -205,6 +205,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 decoder=codec.RESULT_DECODER,
                 handler=handle,
                 before_ack=persist_before_ack,
+                stateful=True,  # an unpublishable result: exit, resume from the snapshot
                 concurrency=1,  # the single writer applies results one at a time
             )
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -12,10 +13,10 @@ from nats.js import JetStreamContext
 
 from bus import codec, subjects
 from bus.connection import connect
-from bus.consumer import PullConsumer
+from bus.consumer import Handler, PullConsumer
 from bus.envelope import MessageContext
 from bus.errors import Retry
-from bus.publisher import Outbound, Publisher
+from bus.publisher import Outbound, Publisher, PublishError
 from bus.streams import ensure_streams, ensure_work_consumer
 from infra.nats_server import NatsServer
 from schemas.agents import AgentRef
@@ -60,6 +61,22 @@ async def publish_items(js: JetStreamContext, campaign: str, count: int) -> None
         )
 
 
+def work_consumer(
+    js: JetStreamContext, durable: str, handler: Handler[Work], **options: Any
+) -> PullConsumer[Work]:
+    """A PullConsumer of work items on ``durable`` publishing as SENDER."""
+    publisher = options.pop("publisher", None) or Publisher(js, SENDER)
+    return PullConsumer(
+        js,
+        publisher,
+        stream=subjects.STREAM_WORK,
+        durable=durable,
+        decoder=codec.WORK_DECODER,
+        handler=handler,
+        **options,
+    )
+
+
 async def run_until(consumer: PullConsumer[Work], done: anyio.Event, limit: float = 20) -> None:
     with anyio.fail_after(limit):
         async with anyio.create_task_group() as tg:
@@ -96,15 +113,7 @@ async def test_handler_output_published_then_acked(
                 Outbound(subjects.result(campaign_id, "evaluate"), out, item.work_id, campaign_id)
             ]
 
-        consumer = PullConsumer(
-            js,
-            Publisher(js, SENDER),
-            stream=subjects.STREAM_WORK,
-            durable=durable,
-            decoder=codec.WORK_DECODER,
-            handler=handle,
-            concurrency=2,
-        )
+        consumer = work_consumer(js, durable, handle, concurrency=2)
         await run_until(consumer, done)
         assert sorted(seen) == ["w0", "w1", "w2"]
         info = await js.stream_info(subjects.STREAM_WORK)
@@ -127,14 +136,7 @@ async def test_retry_naks_and_redelivers(nats_server: NatsServer, campaign_id: s
             done.set()
             return []
 
-        consumer = PullConsumer(
-            js,
-            Publisher(js, SENDER),
-            stream=subjects.STREAM_WORK,
-            durable=durable,
-            decoder=codec.WORK_DECODER,
-            handler=handle,
-        )
+        consumer = work_consumer(js, durable, handle)
         await run_until(consumer, done)
         assert attempts == [1, 2, 3]
         assert consumer.dead_lettered == 0
@@ -168,16 +170,7 @@ async def test_undecodable_and_exhausted_messages_are_dead_lettered(
                 )
             ]
 
-        consumer = PullConsumer(
-            js,
-            Publisher(js, SENDER),
-            stream=subjects.STREAM_WORK,
-            durable=durable,
-            decoder=codec.WORK_DECODER,
-            handler=handle,
-            on_dead=on_dead,
-            max_deliver=2,
-        )
+        consumer = work_consumer(js, durable, handle, on_dead=on_dead, max_deliver=2)
         # retry_delay(1) is 1 s: the second delivery comes after it.
         await run_until(consumer, done)
         assert calls == [1, 2]
@@ -206,6 +199,78 @@ async def test_undecodable_and_exhausted_messages_are_dead_lettered(
         assert isinstance(failed, WorkFailed) and failed.work_id == "w0"
         assert (await js.stream_info(subjects.STREAM_WORK)).state.messages == 0
         assert nc.is_connected
+
+
+async def test_an_item_whose_agents_die_is_dead_lettered_on_its_extra_delivery(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with jetstream(nats_server) as (_, js):
+        await publish_items(js, campaign_id, 1)
+        durable = await ensure_work_consumer(js, "evaluate", ack_wait=1.0, max_deliver=2)
+        # Two agents take the item and die with it: no ack, nak or term, only ack_wait expiry.
+        psub = await js.pull_subscribe_bind(durable=durable, stream=subjects.STREAM_WORK)
+        for delivery in (1, 2):
+            (msg,) = await psub.fetch(1, timeout=10)
+            assert msg.metadata.num_delivered == delivery
+        await psub.unsubscribe()
+        done = anyio.Event()
+        handled: list[int] = []
+        answered: list[str] = []
+
+        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            handled.append(ctx.attempt)
+            return []
+
+        def on_dead(item: Work, ctx: MessageContext, error: str) -> Sequence[Outbound]:
+            answered.append(item.work_id)
+            done.set()
+            return []
+
+        consumer = work_consumer(js, durable, handle, on_dead=on_dead, max_deliver=2)
+        await run_until(consumer, done)
+        assert handled == [] and answered == ["w0"]  # never handed to a third victim
+        letter = codec.DEAD_LETTER_DECODER.decode(
+            await last_message(
+                js, subjects.STREAM_DLQ, subjects.dead_letter(campaign_id, "evaluate")
+            )
+        )
+        assert isinstance(letter, DeadLetter) and letter.deliveries == 3
+        assert "no answer after 2 deliveries" in letter.error
+        info = await js.consumer_info(subjects.STREAM_WORK, durable)
+        assert info.num_pending == 0 and info.num_ack_pending == 0
+
+
+async def test_a_stateful_consumer_stops_unacked_when_its_output_cannot_be_published(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    async with jetstream(nats_server) as (_, js):
+        await publish_items(js, campaign_id, 1)
+        durable = await ensure_work_consumer(js, "evaluate", ack_wait=1.0)
+        applied: list[int] = []
+
+        async def apply(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            applied.append(ctx.attempt)
+            # No stream takes this subject: the publish is never acknowledged.
+            return [Outbound("evobus-test.nowhere", item, f"{item.work_id}-x", item.campaign)]
+
+        stateful = work_consumer(
+            js, durable, apply, publisher=Publisher(js, SENDER, patience=0.3), stateful=True
+        )
+        with anyio.fail_after(20), pytest.raises(ExceptionGroup) as raised:
+            await stateful.run()
+        assert raised.group_contains(PublishError)
+        assert applied == [1] and stateful.processed == 0
+        # Not acked and not nak'ed: the item comes back to whoever resumes, after ack_wait.
+        done = anyio.Event()
+
+        async def resumed(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+            applied.append(ctx.attempt)
+            done.set()
+            return []
+
+        consumer = work_consumer(js, durable, resumed)
+        await run_until(consumer, done)
+        assert applied == [1, 2]
 
 
 async def test_a_consumer_with_free_slots_survives_empty_top_ups_and_takes_later_work(
