@@ -186,11 +186,16 @@ class ForgetRequest(msgspec.Struct, frozen=True, kw_only=True, tag="forget"):
 
 
 class SkillUseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="skill_use"):
-    """A skill was used for a child whose fitness changed by ``delta``: update its utility."""
+    """A skill was used for a child whose fitness changed by ``delta``: update its utility.
+
+    ``use_id`` names the use (the orchestrator's ``<campaign>/<candidate>``): a request repeated
+    with the same id — a resumed orchestrator applying a result again — changes nothing.
+    """
 
     name: str
     delta: float
     delta_max: float
+    use_id: str = ""
 
 
 RegistryRequest = (

@@ -26,6 +26,7 @@ from agents.orchestrator.steps import (
     Chain,
     Commit,
     Pending,
+    SkillUse,
     Step,
 )
 from schemas.artifacts import LineageRecord
@@ -55,7 +56,8 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     if state.strategy.bandit:
         state.bandit.update(chain.operator, delta, delta_max=state.strategy.delta_max)
     for name in chain.skills_used:
-        step.skill_uses.append((name, delta))
+        use = SkillUse(use_id=f"{state.cid}/{cid}", name=name, delta=delta)
+        state.skill_uses.append(use)
     improved_parent = not child.error and delta > 0
     improved_best = improved_parent and child.score > best_before
     if not child.error and state.pool.add(cid):  # a crashing program is no candidate

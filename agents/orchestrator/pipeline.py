@@ -47,13 +47,12 @@ def refill(state: CampaignState, step: Step, now: float) -> None:
     else:
         _refill_async(state, step, now)
     if state.phase == "evolving" and not state.pending and not state.admitting and not state.live:
-        spent = "evaluation" if _evaluations_spent(state) else "proposal"
-        state.finish(step, now, "completed", f"{spent} budget spent")
+        state.finish(step, now, "completed", "proposal budget spent")
 
 
 def _can_start(state: CampaignState) -> bool:
     budget = state.spec.campaign.budget
-    return state.proposals < budget.proposals and not _evaluations_spent(state)
+    return state.proposals < budget.proposals
 
 
 def _count(state: CampaignState, *stages: ChainStage) -> int:
@@ -123,11 +122,6 @@ def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
             decide(state, step, chain, now)
         if not state.live and state.phase == "evolving":
             _refill_sync(state, step, now)  # the next generation
-
-
-def _evaluations_spent(state: CampaignState) -> bool:
-    limit = state.spec.campaign.budget.evaluations
-    return limit > 0 and state.evaluations >= limit
 
 
 def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) -> None:

@@ -97,18 +97,27 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
                 )
         case _:
             state.finish(step, now, "failed", f"unexpected {type(result).__name__} result")
-    _check_tokens(state, step, now)
+    _check_budgets(state, step, now)
     refill(state, step, now)
     return step
 
 
-def _check_tokens(state: CampaignState, step: Step, now: float) -> None:
-    """The token budget is a hard stop: what is in flight is dropped (the shell purges the
-    campaign's queued work when it finishes)."""
-    limit = state.spec.campaign.budget.tokens
-    if state.phase != "finished" and limit > 0 and state.usage.total_tokens >= limit:
-        status: Status = "completed" if state.best_id else "failed"
-        state.finish(step, now, status, "token budget spent")
+def _check_budgets(state: CampaignState, step: Step, now: float) -> None:
+    """The token and evaluation budgets are hard stops, checked after every applied result:
+    what is in flight is dropped (the shell purges the campaign's queued work when it finishes,
+    and snapshots the finished state). Proposals stop new steps in ``refill``; wall time on the
+    clock's tick."""
+    budget = state.spec.campaign.budget
+    if state.phase == "finished":
+        return
+    if budget.tokens and state.usage.total_tokens >= budget.tokens:
+        spent = "token"
+    elif budget.evaluations and state.evaluations >= budget.evaluations:
+        spent = "evaluation"
+    else:
+        return
+    status: Status = "completed" if state.best_id else "failed"
+    state.finish(step, now, status, f"{spent} budget spent")
 
 
 def _simulated(engine: str) -> str:

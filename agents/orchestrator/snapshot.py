@@ -29,7 +29,15 @@ from agents.evolution.history import EvolutionHistory, HistoryEntry
 from agents.evolution.pool import CandidatePool, PoolSnapshot
 from agents.evolution.stagnation import StagnationDetector
 from agents.evolution.staleness import PoolChange
-from agents.orchestrator.steps import Chain, ChainStage, Pending, PendingKind, Phase, Status
+from agents.orchestrator.steps import (
+    Chain,
+    ChainStage,
+    Pending,
+    PendingKind,
+    Phase,
+    SkillUse,
+    Status,
+)
 from schemas.agents import AgentRef
 from schemas.artifacts import Candidate, LineageRecord, Operator
 from schemas.llm import Usage
@@ -134,6 +142,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     admitting: dict[str, int]
     work_by_agent: tuple[tuple[AgentRef, int], ...]
     counters: dict[str, int]
+    skill_uses: tuple[SkillUse, ...] = ()
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -242,6 +251,7 @@ def take(state: CampaignState, *, last_applied: str, now: float) -> CampaignSnap
         admitting={cid: chain.key for cid, chain in state.admitting.items()},
         work_by_agent=tuple(state.work_by_agent.values()),
         counters=dict(state._counters),
+        skill_uses=tuple(state.skill_uses),
     )
 
 
@@ -346,6 +356,7 @@ def restore(state: CampaignState, snap: CampaignSnapshot) -> None:
     state.admitting = {cid: chains[key] for cid, key in snap.admitting.items()}
     state.work_by_agent = {ref.agent_id: (ref, n) for ref, n in snap.work_by_agent}
     state._counters = dict(snap.counters)
+    state.skill_uses = list(snap.skill_uses)
     for chain in state.live:  # the steps in flight go on in traces of their own
         state.trace.open_step(chain, rule=strategy.selection, resumed=True)
         if chain.candidate_id is not None:

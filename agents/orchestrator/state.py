@@ -47,6 +47,7 @@ from agents.orchestrator.steps import (
     Chain,
     Pending,
     Phase,
+    SkillUse,
     Status,
     Step,
     TaskPlan,
@@ -119,6 +120,7 @@ class CampaignState:
         self.tools: dict[str, ToolRef] = {}
         self.candidate_tools: dict[str, tuple[ToolRef, ...]] = {}  # tools a child asked for
         self.usage = Usage()  # model calls of every applied result (the token budget)
+        self.skill_uses: list[SkillUse] = []  # decided, not yet credited in the registry
         self.engines: set[str] = set()  # what made the diagnoses and proposals
         self.run_summary = ""  # POLCA's c_history, from the summarizer
         self.live: list[Chain] = []  # every step between its start and its decision

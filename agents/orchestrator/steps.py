@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 from agents.evolution.skills import SkillDraft
 from agents.evolution.staleness import StaleAction
 from bus.publisher import Outbound
@@ -152,6 +154,15 @@ class AdmissionRequest:
     text: str
 
 
+class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
+    """A skill's utility to credit in the registry (REFLEX §3.4): kept in the campaign state —
+    and its snapshot — until the registry has it; ``use_id`` makes a repeat a no-op."""
+
+    use_id: str
+    name: str
+    delta: float
+
+
 @dataclass
 class Step:
     """What applying one result (or one tick) asks the shell to do."""
@@ -159,7 +170,6 @@ class Step:
     outbound: list[Outbound] = field(default_factory=list)
     commits: list[Commit] = field(default_factory=list)
     admissions: list[AdmissionRequest] = field(default_factory=list)
-    skill_uses: list[tuple[str, float]] = field(default_factory=list)
     skill_seeds: list[SkillDraft] = field(default_factory=list)
     rollbacks: list[str] = field(default_factory=list)
     controls: list[WorkersTarget] = field(default_factory=list)

@@ -207,9 +207,12 @@ class RegistryClient:
         request = ForgetRequest(campaign=campaign, candidate_ids=tuple(candidate_ids))
         return (await self._call(request, ForgetReply)).removed
 
-    async def record_skill_use(self, name: str, delta: float, delta_max: float) -> Resource:
-        """Credit a skill for a child whose fitness changed by ``delta`` (clipped to Δmax)."""
-        request = SkillUseRequest(name=name, delta=delta, delta_max=delta_max)
+    async def record_skill_use(
+        self, name: str, delta: float, delta_max: float, use_id: str = ""
+    ) -> Resource:
+        """Credit a skill for a child whose fitness changed by ``delta`` (clipped to Δmax); a
+        repeated ``use_id`` is credited once."""
+        request = SkillUseRequest(name=name, delta=delta, delta_max=delta_max, use_id=use_id)
         return (await self._call(request, ResourceReply)).resource
 
     async def list(

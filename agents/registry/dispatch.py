@@ -99,5 +99,6 @@ async def dispatch(registry: Registry, request: RegistryRequest) -> RegistryRepl
             return AdmissionReply(admission=admission)
         case ForgetRequest(campaign=campaign, candidate_ids=ids):
             return ForgetReply(removed=await registry.forget(campaign, ids))
-        case SkillUseRequest(name=name, delta=delta, delta_max=delta_max):
-            return ResourceReply(resource=await registry.record_skill_use(name, delta, delta_max))
+        case SkillUseRequest(name=name, delta=delta, delta_max=delta_max, use_id=use_id):
+            skill = await registry.record_skill_use(name, delta, delta_max, use_id)
+            return ResourceReply(resource=skill)

@@ -22,6 +22,11 @@ Next = tuple[Resource, str] | None
 SKILL_BOOKKEEPING = ("utility", "uses")
 """A skill's params that only ``skill_use`` changes once the skill exists (REFLEX §3.4)."""
 
+RECENT_USES = "recent_uses"
+"""The metadata key of a skill's last ``RECENT_USES_KEPT`` use ids, space-separated: what makes
+a repeated ``skill_use`` a no-op."""
+RECENT_USES_KEPT = 256
+
 
 def same_content(a: Resource, b: Resource) -> bool:
     """Whether two versions hold the same record apart from version number and time."""
@@ -46,9 +51,12 @@ def register(current: Resource | None, request: RegisterRequest, now: float) -> 
     same skill again (an actor extracting the same snippet twice) keeps them, not resets them.
     """
     params = request.params
+    metadata = request.metadata
     if current is not None and request.kind == "skill":
         kept = {k: current.params[k] for k in SKILL_BOOKKEEPING if k in current.params}
         params = {**params, **kept}
+        if RECENT_USES in current.metadata:
+            metadata = {**metadata, RECENT_USES: current.metadata[RECENT_USES]}
     draft = Resource(
         name=request.name,
         kind=request.kind,
@@ -57,7 +65,7 @@ def register(current: Resource | None, request: RegisterRequest, now: float) -> 
         source=request.source,
         params=params,
         trainable=request.trainable,
-        metadata=request.metadata,
+        metadata=metadata,
         updated_at=now,
     )
     new = msgspec.structs.replace(draft, contract=request.contract or generate_contract(draft))
@@ -131,12 +139,19 @@ def _number(params: dict[str, int | float | str | bool], key: str, default: floa
 
 
 def skill_use(
-    current: Resource | None, delta: float, delta_max: float, now: float, *, name: str
+    current: Resource | None,
+    delta: float,
+    delta_max: float,
+    now: float,
+    *,
+    name: str,
+    use_id: str = "",
 ) -> Next:
     """The next version of a skill with its utility credited for one use (REFLEX §3.4).
 
     The rule is ``agents.evolution.skills.update_utility``: the fitness delta clipped to
-    [0, Δmax] and divided by Δmax is added to ``utility``; ``uses`` counts the uses.
+    [0, Δmax] and divided by Δmax is added to ``utility``; ``uses`` counts the uses. A use whose
+    ``use_id`` is among the skill's recent ones was credited already: nothing changes.
 
     Raises:
         ResourceNotFound: no such skill.
@@ -148,6 +163,14 @@ def skill_use(
         raise InvalidRequest(f"skill use needs finite Δ and Δmax > 0, got {delta}, {delta_max}")
     if current.retired:
         raise InvalidRequest(f"skill {name!r} is retired")
+    if any(char.isspace() for char in use_id):
+        raise InvalidRequest(f"skill use id {use_id!r} holds whitespace")
+    recent = current.metadata.get(RECENT_USES, "").split()
+    if use_id and use_id in recent:
+        return None
+    metadata = current.metadata
+    if use_id:
+        metadata = {**metadata, RECENT_USES: " ".join([*recent, use_id][-RECENT_USES_KEPT:])}
     utility, uses = update_utility(
         _number(current.params, "utility", 0.0),
         int(_number(current.params, "uses", 0)),
@@ -156,6 +179,6 @@ def skill_use(
     )
     params = {**current.params, "utility": utility, "uses": uses}
     new = msgspec.structs.replace(
-        current, params=params, version=current.version + 1, updated_at=now
+        current, params=params, metadata=metadata, version=current.version + 1, updated_at=now
     )
     return new, f"skill use {_label(new)}: Δ {delta:+.4g}, utility {utility:.4g} over {uses} uses"

@@ -205,13 +205,18 @@ class Registry:
             kind, name, lambda current: lifecycle.retire(current, now, kind=kind, name=name)
         )
 
-    async def record_skill_use(self, name: str, delta: float, delta_max: float) -> Resource:
-        """Credit a skill for one use with a child whose fitness changed by ``delta``."""
+    async def record_skill_use(
+        self, name: str, delta: float, delta_max: float, use_id: str = ""
+    ) -> Resource:
+        """Credit a skill for one use with a child whose fitness changed by ``delta`` (once per
+        ``use_id``: a repeat returns the skill unchanged)."""
         now = time.time()
         return await self._transact(
             "skill",
             name,
-            lambda current: lifecycle.skill_use(current, delta, delta_max, now, name=name),
+            lambda current: lifecycle.skill_use(
+                current, delta, delta_max, now, name=name, use_id=use_id
+            ),
         )
 
     # ---- reading ----

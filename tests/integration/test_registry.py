@@ -199,6 +199,10 @@ async def test_skill_use_updates_its_utility(nats_server: NatsServer, tmp_path: 
         assert used.params == {"utility": 0.5, "uses": 1} and used.version == 2
         used = await client.record_skill_use("energy-pump", delta=-3.0, delta_max=10.0)
         assert used.params == {"utility": 0.5, "uses": 2}
+        # A use with an id is credited once, however often it is sent.
+        for _ in range(2):
+            used = await client.record_skill_use("energy-pump", 10.0, 10.0, use_id="cmp/c0005")
+            assert used.params == {"utility": 1.5, "uses": 3} and used.version == 4
         with pytest.raises(ResourceNotFound):
             await client.record_skill_use("no-such-skill", delta=1.0, delta_max=1.0)
         with pytest.raises(InvalidRequest):

@@ -61,6 +61,8 @@ async def run_campaign(url: str, tmp: Path, cid: str, proposals: int, rng: int) 
                 event = codec.EVENT_DECODER.decode(msg.data)
                 events.append(event)
                 if isinstance(event, CampaignFinished):
+                    # Ended by its proposals: a campaign that stalls runs into wall_seconds.
+                    assert event.summary.stop_reason == "proposal budget spent", event.summary
                     break
         assert await anyio.to_thread.run_sync(run.wait, 60) == 0, (tmp / f"{cid}.log").read_text()
         await sub.unsubscribe()

@@ -6,8 +6,9 @@ from typing import TypeVar
 
 import msgspec
 
+from agents.orchestrator import snapshot
 from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, Step, TaskPlan
+from agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
 from schemas.agents import AgentRef
 from schemas.artifacts import Artifact
 from schemas.campaign import (
@@ -75,11 +76,14 @@ def make_state(**strategy: object) -> CampaignState:
     } | strategy
     proposals = int(str(settings.pop("proposals", 3)))
     tokens = int(str(settings.pop("tokens", 0)))
+    evaluations = int(str(settings.pop("evaluations", 0)))
     llm = LLMSection(provider="openai") if settings.pop("models", False) else LLMSection()
     spec = CampaignSpec(
         campaign=CampaignSection(
             task="pendulum",
-            budget=Budget(proposals=proposals, wall_seconds=100.0, tokens=tokens),
+            budget=Budget(
+                proposals=proposals, wall_seconds=100.0, tokens=tokens, evaluations=evaluations
+            ),
         ),
         strategy=msgspec.convert(settings, StrategySection),
         llm=llm,
@@ -184,7 +188,10 @@ def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
     (accepted,) = of_type(decided, CandidateAccepted)
     assert accepted.previous_best == -900.0 and accepted.tag == "accept/1"
     assert [c.record.tag for c in decided.commits] == ["accept/1"]
-    assert decided.skill_uses == [("raise-gain", 500.0)]
+    child_id = accepted.candidate_id
+    assert state.skill_uses == [
+        SkillUse(use_id=f"{state.cid}/{child_id}", name="raise-gain", delta=500.0)
+    ]
     assert of_type(decided, ExtractWork)[0].delta == 500.0
     (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
     confirmed = state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
@@ -310,6 +317,22 @@ def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
             break
     assert rolled and rolled[0].candidate_id == SEED_ID and rolled[0].to_tag == "seed"
     assert step.rollbacks == ["seed"] and child_id != SEED_ID
+
+
+def test_the_evaluation_budget_is_a_hard_stop_that_leaves_a_finished_snapshot() -> None:
+    state = make_state(proposals=10, evaluations=4)
+    step = seeded(state)
+    assert state.evaluations == 2 and not of_type(step, CampaignFinished)
+    decided = one_step(state, step, child=-400.0, parent=-900.0)
+    (finished,) = of_type(decided, CampaignFinished)
+    assert finished.summary.stop_reason == "evaluation budget spent"
+    assert finished.summary.evaluations == 4 and state.phase == "finished"
+    assert not of_type(decided, DiagnoseWork) and not of_type(decided, EvaluateWork)
+    # What a resume would load is the finished campaign: nothing reruns.
+    resumed = make_state(proposals=10, evaluations=4)
+    snapshot.restore(resumed, snapshot.take(state, last_applied="", now=8.0))
+    assert resumed.phase == "finished" and resumed.evaluations == 4
+    assert not resumed.tick(9.0).outbound
 
 
 def test_model_tokens_are_charged_once_and_the_token_budget_is_a_hard_stop() -> None:

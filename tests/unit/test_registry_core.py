@@ -120,6 +120,37 @@ def test_skill_use_credits_clipped_normalised_gains() -> None:
         lifecycle.skill_use(bad, 1.0, 1.0, 2.0, name="pump")
 
 
+def test_a_skill_use_is_credited_once_per_use_id() -> None:
+    skill = Resource(name="pump", kind="skill", version=1, params={"utility": 0.0, "uses": 0})
+    first = lifecycle.skill_use(skill, 5.0, 10.0, 2.0, name="pump", use_id="cmp/c0007")
+    assert first is not None
+    used = first[0]
+    assert used.params == {"utility": 0.5, "uses": 1}
+    # The same use again (a resumed orchestrator) changes nothing; another use counts.
+    assert lifecycle.skill_use(used, 5.0, 10.0, 3.0, name="pump", use_id="cmp/c0007") is None
+    second = lifecycle.skill_use(used, 10.0, 10.0, 3.0, name="pump", use_id="cmp/c0009")
+    assert second is not None and second[0].params == {"utility": 1.5, "uses": 2}
+    # Registering the skill again keeps what was credited, and which uses.
+    again = RegisterRequest(kind="skill", name="pump", description="a new trigger")
+    registered = lifecycle.register(second[0], again, now=4.0)
+    assert registered is not None
+    assert (
+        lifecycle.skill_use(registered[0], 5.0, 10.0, 5.0, name="pump", use_id="cmp/c0007") is None
+    )
+    with pytest.raises(InvalidRequest, match="whitespace"):
+        lifecycle.skill_use(used, 5.0, 10.0, 3.0, name="pump", use_id="a b")
+
+
+def test_a_skill_remembers_only_its_latest_use_ids() -> None:
+    skill = Resource(name="pump", kind="skill", version=1, params={"utility": 0.0, "uses": 0})
+    for n in range(lifecycle.RECENT_USES_KEPT + 1):
+        outcome = lifecycle.skill_use(skill, 0.0, 1.0, 2.0, name="pump", use_id=f"u{n}")
+        assert outcome is not None
+        skill = outcome[0]
+    kept = skill.metadata[lifecycle.RECENT_USES].split()
+    assert len(kept) == lifecycle.RECENT_USES_KEPT and kept[0] == "u1" and kept[-1] == f"u{n}"
+
+
 def test_contracts_by_kind() -> None:
     tool = Resource(name="clip", kind="tool", version=1, description="clamp", source=TOOL)
     assert generate_contract(tool) == (

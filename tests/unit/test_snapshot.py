@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from agents.orchestrator import snapshot
 from agents.orchestrator.state import CampaignState
+from agents.orchestrator.steps import SkillUse
 from schemas.work import DiagnoseWork
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals
 from tests.unit.test_orchestrator_state import diagnosis, make_state
 
 
 def midway() -> CampaignState:
-    """A decided step, steps in flight at several stages, a queued proposal, a spent rng."""
+    """A decided step, steps in flight at several stages, a queued proposal, a spent rng, a
+    skill use the registry has not credited yet."""
     state = make_state(**ASYNC)
     _, evaluations = two_proposals(state)
     decide_first(state, evaluations, child=-900.0)
+    state.skill_uses.append(SkillUse(use_id="cid/c0003", name="raise-gain", delta=100.0))
     return state
 
 
@@ -23,7 +26,7 @@ def test_restore_then_take_is_the_snapshot() -> None:
     assert state.pending and len(state.live) >= 2 and state.accepted == 1
     taken = snapshot.take(state, last_applied="w9", now=6.0)
     decoded = snapshot.decode(snapshot.encode(taken))
-    assert decoded == taken
+    assert decoded == taken and decoded.skill_uses
     fresh = make_state(**ASYNC)
     snapshot.restore(fresh, decoded)
     assert snapshot.take(fresh, last_applied="w9", now=6.0) == taken
