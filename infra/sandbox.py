@@ -27,7 +27,7 @@ from pathlib import PurePosixPath
 
 import anyio
 import msgspec
-from anyio.abc import ByteReceiveStream
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from infra.errors import SandboxUnavailable
 from infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
@@ -123,6 +123,7 @@ async def run_sandboxed(
     isolation: Isolation | None = None,
     collect: Sequence[str] = (),
     collect_max_bytes: int = COLLECT_MAX_BYTES,
+    stdin: bytes = b"",
 ) -> SandboxRun:
     """Write ``files`` into a fresh directory and run ``[python, "-I", *argv]`` there.
 
@@ -139,6 +140,8 @@ async def run_sandboxed(
             is missing, not a regular file, reached through a symlink, hard-linked, or larger
             than ``collect_max_bytes`` is left out and named in ``files_skipped``.
         collect_max_bytes: the cap on each collected file.
+        stdin: what the run reads on its standard input, which is closed after it (without
+            it, the input is /dev/null). Unlike the files, it is never in the directory.
 
     Raises:
         SandboxUnavailable: that isolation does not work here, or none does and
@@ -159,7 +162,7 @@ async def run_sandboxed(
         interpreter = python or sys.executable
         prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir, files)
         command = await anyio.to_thread.run_sync(prepare)
-        run = await _execute(command, workdir, limits, chosen)
+        run = await _execute(command, workdir, limits, chosen, stdin)
         if not collect:
             return run
         read = functools.partial(_collect, workdir, collect, collect_max_bytes)
@@ -392,14 +395,21 @@ async def _drain(stream: ByteReceiveStream, kept: bytearray, cap: int) -> None:
         kept += chunk[: cap + 1 - len(kept)]
 
 
+async def _feed(stream: ByteSendStream, data: bytes) -> None:
+    """Write ``data`` to the run's input and close it; a run that exits first reads none."""
+    with contextlib.suppress(anyio.BrokenResourceError):
+        await stream.send(data)
+    await stream.aclose()
+
+
 async def _execute(
-    command: list[str], workdir: str, limits: SandboxSection, isolation: Isolation
+    command: list[str], workdir: str, limits: SandboxSection, isolation: Isolation, stdin: bytes
 ) -> SandboxRun:
     stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
     started = time.monotonic()
     process = await anyio.open_process(
         command,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         cwd=workdir,
         env={**_ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
@@ -410,6 +420,8 @@ async def _execute(
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_drain, process.stdout, stdout, cap)
             tasks.start_soon(_drain, process.stderr, stderr, cap)
+            if process.stdin is not None:
+                tasks.start_soon(_feed, process.stdin, stdin)
             with anyio.move_on_after(limits.timeout_seconds) as deadline:
                 async with anyio.create_task_group() as running:
                     budget = limits.memory_mb * _MIB

@@ -3,8 +3,9 @@
 A task gives proposers a description and a function signature, gives the orchestrator a seed
 artifact and instances, and gives the evaluator the files of a sandboxed run: ``harness.py``,
 which imports the candidate, runs it on every instance, and prints one result line, and the
-parser of that line. The harness runs untrusted code in its own process, so everything it needs
-travels as files; nothing of evobus is importable there.
+parser of that line. The harness runs untrusted code in the sandbox (in a child process of its
+own, ``candidate_process.py``), so everything it needs travels as files; nothing of evobus is
+importable there.
 
 A ``ModelTask`` (``prompt_qa``) evolves artifacts that a model runs, not Python: the evaluator
 asks the model through an ``Ask`` and the task scores the answers; its sandbox methods refuse.
@@ -31,6 +32,9 @@ RESULT_MARKER = "EVOBUS-RESULT "
 # Files every harness gets next to ``candidate.py`` and the ``tools`` package.
 HARNESS_FILE = "harness.py"
 CONFIG_FILE = "task.json"
+# The module a harness runs the candidate with, in a process of its own (one without the
+# harness's result channel): shipped next to ``harness.py`` as it is in this package.
+CANDIDATE_PROCESS_FILE = "candidate_process.py"
 # The behavioral-evidence image a harness draws into its workdir when the work asks for it
 # (``EVIDENCE_PARAM`` set to true in ``EvaluateWork.task_params``); REFLEX §3.3.
 EVIDENCE_FILE = "evidence.png"
@@ -144,9 +148,10 @@ def harness_files(
     params: Mapping[str, int | float | str | bool],
     evidence_module: str,
 ) -> dict[str, str]:
-    """The sandbox files of a standard harness: ``harness.py``, its ``task.json`` and, when the
-    evaluation asks for evidence, the module that draws it."""
-    files = {HARNESS_FILE: harness}
+    """The sandbox files of a standard harness: ``harness.py``, the module it runs the
+    candidate with, its ``task.json`` and, when the evaluation asks for evidence, the module
+    that draws it."""
+    files = {HARNESS_FILE: harness, CANDIDATE_PROCESS_FILE: package_source(CANDIDATE_PROCESS_FILE)}
     settings = dict(config)
     if wants_evidence(params):
         settings["evidence"] = True

@@ -1,12 +1,14 @@
 """Harness of the ``ccaa`` task: scores a concentric circular antenna array design in the sandbox.
 
-Written into the sandbox's working directory as ``harness.py`` next to ``candidate.py`` and
-``task.json``; ``python -I harness.py`` calls the candidate's ``design()`` once, checks the 36
-numbers it returns, and scores the array at every instance (a relative frequency f/f0) with
-numpy alone. It prints one JSON result line, prefixed with ``EVOBUS-RESULT``, as the last line
-of its stdout; the candidate's own prints go to stderr (see ``gym_harness`` for why that is
-hygiene, not a security boundary). With ``"evidence": true`` in ``task.json`` it then draws the
-worst instance into ``evidence.png`` with ``ccaa_evidence.py``.
+Written into the sandbox's working directory as ``harness.py`` next to ``candidate.py``,
+``task.json`` and ``candidate_process.py``; ``python -I harness.py`` has the candidate's
+``design()`` called once, checks the 36 numbers it returns, and scores the array at every
+instance (a relative frequency f/f0) with numpy alone. It prints one JSON result line, prefixed
+with ``EVOBUS-RESULT``, as the last line of its stdout. The candidate never runs in the
+harness's process: ``design()`` is called in a forked child (``candidate_process``) that sends
+back only the numbers, over a pipe, and has no way to the real stdout; its prints go to stderr.
+With ``"evidence": true`` in ``task.json`` the harness then draws the worst instance into
+``evidence.png`` with ``ccaa_evidence.py``, from the text it read before the candidate ran.
 
 The array (REFLEX §4.3; Dib and Sharaqa 2014): rings of 5, 7, 9 and 11 isotropic elements in
 the xy-plane, ring m of radius r_m (in wavelengths at f0), element n of ring m at azimuth
@@ -34,23 +36,27 @@ every valid design scores above -120.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import math
 import os
 import sys
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-RESULT_MARKER = "EVOBUS-RESULT "
+if TYPE_CHECKING or __package__:  # agents.tasks.ccaa_harness: imported by evobus and its tests
+    from agents.tasks import candidate_process
+else:  # harness.py in the sandbox, run by `python -I`: the module was shipped beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import candidate_process
+
+    del sys.path[0]
+
+RESULT_MARKER = candidate_process.RESULT_MARKER
 CONFIG_FILE = "task.json"
-CANDIDATE_FILE = "candidate.py"
 EVIDENCE_FILE = "evidence.png"
 EVIDENCE_MODULE = "ccaa_evidence"
 
@@ -214,49 +220,26 @@ def score_instance(amplitudes: Floats, radii: Floats, instance: str) -> Record:
     }
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line naming the exception and, when known, the candidate line that raised it."""
-    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    frames = traceback.extract_tb(exc.__traceback__)
-    in_candidate = [f for f in frames if Path(f.filename).name == CANDIDATE_FILE]
-    if in_candidate:
-        text += f" (line {in_candidate[-1].lineno} of {CANDIDATE_FILE})"
-    return text[:500]
-
-
-def load_entrypoint(path: Path, entrypoint: str) -> Callable[..., object]:
-    """Import the candidate module and return its entrypoint function.
-
-    Raises:
-        Exception: whatever importing the candidate raises; LookupError/TypeError when the
-            entrypoint is missing or not callable.
-    """
-    spec = importlib.util.spec_from_file_location("candidate", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["candidate"] = module
-    spec.loader.exec_module(module)
-    function = getattr(module, entrypoint, None)
-    if function is None:
-        raise LookupError(f"{CANDIDATE_FILE} defines no function {entrypoint!r}")
-    if not callable(function):
-        raise TypeError(f"{entrypoint!r} in {CANDIDATE_FILE} is not callable")
-    return function  # type: ignore[no-any-return]
+def answer_design(design: Callable[..., object], request: object) -> list[float]:
+    """In the candidate's process: the design it returns, checked there as well, so that errors
+    read as when it ran in the harness's process (amplitudes scaled to a peak of 1)."""
+    amplitudes, radii = parse_design(design())
+    return [*amplitudes.tolist(), *radii.tolist()]
 
 
 def evaluate(
-    workdir: Path, entrypoint: str, instances: Sequence[str], failure_score: float
+    candidate: candidate_process.CandidateProcess, instances: Sequence[str], failure_score: float
 ) -> tuple[list[Record], tuple[Floats, Floats] | None]:
     """Score the candidate's design at every instance; any error fails every instance.
 
     Returns the records and the design, or None when there was no valid design.
     """
     try:
-        design = load_entrypoint(workdir / CANDIDATE_FILE, entrypoint)()
-        amplitudes, radii = parse_design(design)
-    except (Exception, SystemExit) as exc:  # the candidate's failure is every instance's score
-        error = describe_error(exc)
+        if candidate.load_error:
+            raise candidate_process.CandidateFailure(candidate.load_error)
+        amplitudes, radii = parse_design(candidate.call(None))  # its reply is checked anew
+    except Exception as exc:  # the candidate's failure, or a reply that is no design
+        error = candidate_process.describe_error(exc)
         return [
             {
                 "instance": i,
@@ -279,7 +262,11 @@ def cut_db(db: Floats, phi_index: int) -> tuple[list[float], list[float]]:
 
 
 def render_evidence(
-    records: Sequence[Record], amplitudes: Floats, radii: Floats, workdir: Path
+    records: Sequence[Record],
+    amplitudes: Floats,
+    radii: Floats,
+    workdir: Path,
+    renderer_source: str,
 ) -> None:
     """Draw the layout, the taper and pattern cuts at the worst instance into evidence.png."""
     worst = min(records, key=lambda r: r["score"])
@@ -310,34 +297,31 @@ def render_evidence(
         "floor_db": -60.0,
     }
     os.environ["MPLCONFIGDIR"] = str(workdir / ".matplotlib")  # never outside the workdir
-    renderer = importlib.import_module(EVIDENCE_MODULE)
+    renderer = candidate_process.module_from_source(EVIDENCE_MODULE, renderer_source)
     renderer.render(spec, workdir / EVIDENCE_FILE)
 
 
 def main() -> int:
     """Read ``task.json``, score the candidate, print the result line; exit status 0."""
     workdir = Path(__file__).resolve().parent
-    sys.path.insert(0, str(workdir))  # `python -I` leaves it off; candidates import `tools`
     config = json.loads((workdir / CONFIG_FILE).read_text())
-    # Keep the real stdout for the result line; everything else written to fd 1 goes to stderr.
-    result_out = os.fdopen(os.dup(1), "w")
-    sys.stdout.flush()
-    os.dup2(2, 1)
-    records, design = evaluate(
-        workdir,
-        str(config.get("entrypoint", "design")),
-        [str(i) for i in config["instances"]],
-        float(config["failure_score"]),
+    evidence = config.get("evidence") is True
+    renderer_source = (workdir / f"{EVIDENCE_MODULE}.py").read_text() if evidence else ""
+    result_out = candidate_process.keep_result_channel()
+    entrypoint = str(config.get("entrypoint", "design"))
+    candidate = candidate_process.CandidateProcess.start(
+        workdir, entrypoint, answer_design, [result_out.fileno()]
     )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    result_out.write(RESULT_MARKER + json.dumps({"instances": records}, allow_nan=False) + "\n")
-    result_out.flush()
-    if config.get("evidence") is True and design is not None:
+    records, design = evaluate(
+        candidate, [str(i) for i in config["instances"]], float(config["failure_score"])
+    )
+    candidate.close()
+    candidate_process.write_result(result_out, records)
+    if evidence and design is not None:
         try:  # after the result line: a drawing that fails costs the picture, not the scores
-            render_evidence(records, *design, workdir)
+            render_evidence(records, *design, workdir, renderer_source)
         except Exception as exc:
-            print(f"evidence not drawn: {describe_error(exc)}", file=sys.stderr)
+            print(f"evidence not drawn: {candidate_process.describe_error(exc)}", file=sys.stderr)
     return 0
 
 

@@ -97,7 +97,8 @@ class ControlTask:
     def sandbox_files(
         self, instances: Sequence[str], params: Mapping[str, int | float | str | bool]
     ) -> dict[str, str]:
-        """``harness.py`` and its ``task.json``; with ``evidence`` set, the evidence renderer.
+        """``harness.py``, the module it runs the candidate with and its ``task.json``; with
+        ``evidence`` set, the evidence renderer.
 
         Raises:
             InvalidInstanceError: an instance is not an episode seed.

@@ -2,17 +2,16 @@
 
 The text of this module, followed by a launcher naming the environment (``control.launcher``),
 is written into the sandbox's working directory as ``harness.py``, next to ``candidate.py``,
-``task.json`` and the ``tools`` package; ``python -I harness.py`` then runs it. It imports only the
-standard library, numpy and gymnasium, never evobus. One ``Control`` per environment says what
-an action is and how an episode is summed up; everything else — loading the candidate, running
-seeded episodes, containing a crash to its episode, the result line — is shared.
+``task.json``, ``candidate_process.py`` and the ``tools`` package; ``python -I harness.py`` then
+runs it. There it imports only the standard library, numpy, gymnasium and ``candidate_process``,
+never evobus. One ``Control`` per environment says what an action is and how an episode is
+summed up; everything else — loading the candidate, running seeded episodes, containing a crash
+to its episode, the result line — is shared.
 
 The harness prints one JSON result line, prefixed with ``EVOBUS-RESULT``, as the last line of its
 stdout. The candidate never runs in the harness's process: it is loaded in a forked child
-(``CandidateProcess``) that answers each observation with an action over a pipe, with fd 1
-pointing at stderr and no descriptor of the real stdout. The harness makes itself non-dumpable
-before the fork, so the child (the same user) can neither open ``/proc/<harness>/fd/…`` nor
-ptrace it: a candidate cannot write a result line of its own, only choose actions, which the
+(``candidate_process``) that answers each observation with an action over a pipe and has no way
+to the real stdout: it cannot write a result line of its own, only choose actions, which the
 harness checks again; one that kills the harness or dies itself fails the whole run.
 
 With ``"evidence": true`` in ``task.json`` the harness also draws the worst episode into
@@ -21,29 +20,31 @@ With ``"evidence": true`` in ``task.json`` the harness also draws the worst epis
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import ctypes
-import importlib.util
+import functools
 import json
 import math
 import os
-import signal
 import sys
 import time
-import traceback
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 
-RESULT_MARKER = "EVOBUS-RESULT "
+if TYPE_CHECKING or __package__:  # agents.tasks.gym_harness: imported by evobus and its tests
+    from agents.tasks import candidate_process
+else:  # harness.py in the sandbox, run by `python -I`: the module was shipped beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import candidate_process
+
+    del sys.path[0]
+
+RESULT_MARKER = candidate_process.RESULT_MARKER
+CANDIDATE_FILE = candidate_process.CANDIDATE_FILE
 CONFIG_FILE = "task.json"
-CANDIDATE_FILE = "candidate.py"
 EVIDENCE_FILE = "evidence.png"
 EVIDENCE_MODULE = "control_evidence"
 
@@ -372,22 +373,6 @@ def run_episode(
     return record, trace
 
 
-class CandidateFailure(Exception):
-    """The candidate's process failed a call; the message is its description of the error."""
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line naming the exception and, when known, the candidate line that raised it."""
-    if isinstance(exc, CandidateFailure):  # described where it happened
-        return str(exc)[:500]
-    text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
-    frames = traceback.extract_tb(exc.__traceback__)
-    in_candidate = [f for f in frames if Path(f.filename).name == CANDIDATE_FILE]
-    if in_candidate:
-        text += f" (line {in_candidate[-1].lineno} of {CANDIDATE_FILE})"
-    return text[:500]
-
-
 def failed(instance: str, error: str, failure_score: float) -> Record:
     """The record of an instance whose episode could not run to the end."""
     return {
@@ -397,27 +382,6 @@ def failed(instance: str, error: str, failure_score: float) -> Record:
         "metrics": {},
         "error": error,
     }
-
-
-def load_entrypoint(path: Path, entrypoint: str) -> Callable[..., object]:
-    """Import the candidate module and return its entrypoint function.
-
-    Raises:
-        Exception: whatever importing the candidate raises; LookupError/TypeError when the
-            entrypoint is missing or not callable.
-    """
-    spec = importlib.util.spec_from_file_location("candidate", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["candidate"] = module
-    spec.loader.exec_module(module)
-    function = getattr(module, entrypoint, None)
-    if function is None:
-        raise LookupError(f"{CANDIDATE_FILE} defines no function {entrypoint!r}")
-    if not callable(function):
-        raise TypeError(f"{entrypoint!r} in {CANDIDATE_FILE} is not callable")
-    return function  # type: ignore[no-any-return]
 
 
 def evaluate(
@@ -446,7 +410,8 @@ def evaluate(
                 record, trace = run_episode(control, env, policy, int(instance), max_steps)
             except (Exception, SystemExit) as exc:  # the candidate's failure: this instance's
                 timing["seconds"] = time.perf_counter() - began
-                records.append({**failed(instance, describe_error(exc), failure_score), **timing})
+                error = candidate_process.describe_error(exc)
+                records.append({**failed(instance, error, failure_score), **timing})
                 continue
             timing["seconds"] = time.perf_counter() - began
             records.append({**record, "instance": instance, **timing})
@@ -477,166 +442,16 @@ def render_evidence(
     # Matplotlib writes its font cache under MPLCONFIGDIR; HOME is the workdir in the sandbox,
     # but set it explicitly so that it never lands anywhere else.
     os.environ["MPLCONFIGDIR"] = str(workdir / ".matplotlib")
-    # From the text read before the candidate ran: it may have rewritten the file since.
-    renderer = types.ModuleType(EVIDENCE_MODULE)
-    exec(compile(renderer_source, f"{EVIDENCE_MODULE}.py", "exec"), renderer.__dict__)
+    renderer = candidate_process.module_from_source(EVIDENCE_MODULE, renderer_source)
     renderer.render(spec, workdir / EVIDENCE_FILE)
 
 
-MAX_REPLY_BYTES = 1 << 16
-PR_SET_DUMPABLE = 4
-
-
-def _set_dumpable(dumpable: bool) -> None:
-    """prctl(PR_SET_DUMPABLE): a non-dumpable process's /proc entries belong to root, and
-    processes without CAP_SYS_PTRACE cannot ptrace it, even under its own uid."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
-
-
-class CandidateProcess:
-    """The candidate, loaded in a forked child and called as ``policy(obs)`` over two pipes.
-
-    The child answers each observation with one JSON line: ``{"action": x}`` (x as the policy
-    returned it, already checked there so that errors read as before) or ``{"error": text}``.
-    The harness trusts none of it: actions are checked again, a malformed reply fails the
-    instance. When the child dies the harness dies the same way, without a result line, so a
-    crash, a limit or ``os._exit`` fails the whole run as when the candidate ran in-process.
-    """
-
-    def __init__(self, pid: int, requests: int, replies: int) -> None:
-        self.pid = pid
-        self.stopped = ""  # why the child was ended while the harness goes on
-        self.requests = os.fdopen(requests, "wb")
-        self.replies = os.fdopen(replies, "rb")
-        try:
-            first = self._receive()
-        except CandidateFailure as exc:
-            first = {"error": f"cannot load candidate: {exc}"}
-        self.load_error = str(first["error"])[:500] if "error" in first else ""
-
-    @classmethod
-    def start(
-        cls, workdir: Path, entrypoint: str, control: Control, hide: Sequence[int]
-    ) -> CandidateProcess:
-        """Fork the candidate's process; ``hide``: descriptors it must not keep (stdout's)."""
-        _set_dumpable(False)  # before the fork: no moment when the child could reach us
-        from_parent, to_child = os.pipe()
-        from_child, to_parent = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the candidate's process: never returns
-            code = 1
-            try:
-                for fd in (*hide, to_child, from_child):
-                    os.close(fd)
-                _set_dumpable(True)  # as any process: its own /proc entries stay its own
-                serve_candidate(workdir, entrypoint, control, from_parent, to_parent)
-                code = 0
-            except BaseException:  # the candidate's own end: say why, then go
-                traceback.print_exc()
-            finally:
-                atexit._run_exitfuncs()  # the ``tools`` package's call report
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        os.close(from_parent)
-        os.close(to_parent)
-        return cls(pid, to_child, from_child)
-
-    def __call__(self, observation: list[float]) -> object:
-        """The candidate's action for ``observation``.
-
-        Raises:
-            CandidateFailure: the candidate raised, returned no action or replied nonsense.
-        """
-        try:
-            self.requests.write(json.dumps(observation).encode() + b"\n")
-            self.requests.flush()
-        except OSError:
-            self._gone()
-        reply = self._receive()
-        if "error" in reply:
-            raise CandidateFailure(str(reply["error"]))
-        if "action" not in reply:
-            raise CandidateFailure("the candidate's process replied without an action")
-        return reply["action"]
-
-    def _receive(self) -> dict[str, Any]:
-        line = self.replies.readline(MAX_REPLY_BYTES)
-        if not line:
-            self._gone()
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            reply = None
-        if not line.endswith(b"\n") or not isinstance(reply, dict):
-            raise CandidateFailure("the candidate's process sent a malformed reply")
-        return reply
-
-    def _gone(self) -> None:
-        """The child closed its end: die as it died, or fail the call if it still runs."""
-        if self.stopped:
-            raise CandidateFailure(self.stopped)
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                if os.WIFSIGNALED(status):
-                    number = os.WTERMSIG(status)
-                    signal.signal(number, signal.SIG_DFL)
-                    os.kill(os.getpid(), number)
-                os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
-            time.sleep(0.01)
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-        self.stopped = "the candidate's process stopped answering"
-        raise CandidateFailure(self.stopped)
-
-    def close(self) -> None:
-        """End the child: its input closes, it writes its tool-call report and exits (killed
-        after two seconds)."""
-        with contextlib.suppress(OSError):  # a child that is gone leaves a broken pipe
-            self.requests.close()
-        if self.stopped:
-            return
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:
-            if os.waitpid(self.pid, os.WNOHANG)[0]:
-                return
-            time.sleep(0.01)
-        os.kill(self.pid, signal.SIGKILL)
-        os.waitpid(self.pid, 0)
-
-
-def serve_candidate(
-    workdir: Path, entrypoint: str, control: Control, requests: int, replies: int
-) -> None:
-    """In the candidate's process: load it, then answer each observation line with a reply."""
-    # `python -I` leaves the script's directory off sys.path; candidates import `tools.<name>`.
-    sys.path.insert(0, str(workdir))
-    inbox = os.fdopen(requests, "rb")
-    outbox = os.fdopen(replies, "wb")
-
-    def send(message: Record) -> None:
-        outbox.write(json.dumps(message, allow_nan=False).encode() + b"\n")
-        outbox.flush()
-
-    try:
-        policy = load_entrypoint(workdir / CANDIDATE_FILE, entrypoint)
-    except (Exception, SystemExit) as exc:  # an unloadable candidate fails every instance
-        send({"error": f"cannot load candidate: {describe_error(exc)}"})
-        return
-    send({"ready": True})
-    for line in inbox:
-        try:
-            raw = policy(json.loads(line))
-            control.action(raw)  # the harness checks again; here for the same messages
-            send({"action": _number(raw, "a number")})
-        except (Exception, SystemExit) as exc:  # the candidate's failure: this instance's
-            send({"error": describe_error(exc)})
+def answer_action(control: Control, policy: Callable[..., object], observation: object) -> float:
+    """In the candidate's process: its action for ``observation``, checked there as well, so
+    that errors read as when it ran in the harness's process."""
+    raw = policy(observation)
+    control.action(raw)
+    return _number(raw, "a number")
 
 
 def main(env_id: str) -> int:
@@ -646,30 +461,27 @@ def main(env_id: str) -> int:
     control = CONTROLS[env_id]
     evidence = config.get("evidence") is True
     renderer_source = (workdir / f"{EVIDENCE_MODULE}.py").read_text() if evidence else ""
-    # Keep the real stdout for the result line and send everything else written to fd 1
-    # (the candidate's prints included) to stderr.
-    result_out = os.fdopen(os.dup(1), "w")
-    sys.stdout.flush()
-    os.dup2(2, 1)
+    result_out = candidate_process.keep_result_channel()
     entrypoint = str(config.get("entrypoint", "policy"))
-    candidate = CandidateProcess.start(workdir, entrypoint, control, [result_out.fileno()])
+    answer = functools.partial(answer_action, control)
+    candidate = candidate_process.CandidateProcess.start(
+        workdir, entrypoint, answer, [result_out.fileno()]
+    )
+    load_error = f"cannot load candidate: {candidate.load_error}" if candidate.load_error else ""
     records, traces = evaluate(
         control,
-        None if candidate.load_error else candidate,
-        candidate.load_error,
+        None if load_error else candidate.call,
+        load_error,
         [str(i) for i in config["instances"]],
         int(config["max_steps"]),
         float(config["failure_score"]),
     )
     candidate.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    result_out.write(RESULT_MARKER + json.dumps({"instances": records}, allow_nan=False) + "\n")
-    result_out.close()  # nothing after this line can write another
+    candidate_process.write_result(result_out, records)
     if evidence:
         # After the result line: a drawing that fails costs the picture, never the scores.
         try:
             render_evidence(control, records, traces, workdir, renderer_source)
         except Exception as exc:
-            print(f"evidence not drawn: {describe_error(exc)}", file=sys.stderr)
+            print(f"evidence not drawn: {candidate_process.describe_error(exc)}", file=sys.stderr)
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import keyword
 import logging
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -39,35 +40,62 @@ from schemas.work import ToolWork, Work
 
 log = logging.getLogger(__name__)
 
-PASSED = "EVOBUS-TOOL-TESTS-PASSED"
 SEARCH_HITS = 3
+TESTS_MODULE = "tool_tests"
+# Run by ``python -I check_tool.py``: it reads the pass marker from stdin before the tool is
+# imported, keeps it in a local, imports the tests (which import the tool) and prints the marker
+# only when they ran to the end. ``python -I`` keeps the working directory off sys.path: put it
+# back for ``tools`` and the tests.
+CHECK_TOOL = f"""\
+import os, sys
+
+
+def check():
+    marker = sys.stdin.readline().strip()
+    sys.path.insert(0, os.getcwd())
+    import {TESTS_MODULE}
+    print(marker, flush=True)
+
+
+check()
+"""
 
 
 def validation_files(spec: ToolSpec) -> dict[str, str]:
-    """The sandbox files that import the tool and run its tests."""
+    """The sandbox files that import the tool and run its tests (the pass marker is not one)."""
     return {
         "tools/__init__.py": "",
         f"tools/{spec.name}.py": spec.source,
-        # ``python -I`` keeps the working directory off sys.path: put it back for ``tools``.
-        "check_tool.py": (
-            "import os, sys\nsys.path.insert(0, os.getcwd())\n"
-            f"from tools.{spec.name} import *\n{spec.tests}\nprint({PASSED!r})\n"
-        ),
+        f"{TESTS_MODULE}.py": f"from tools.{spec.name} import *\n{spec.tests}\n",
+        "check_tool.py": CHECK_TOOL,
     }
 
 
 async def validate(spec: ToolSpec, limits: SandboxSection) -> str:
-    """Run the tool's tests in the sandbox; "" when they pass, else why not."""
+    """Run the tool's tests in the sandbox; "" when they pass, else why not.
+
+    They pass when the run exits with status 0 and prints this validation's marker: a random
+    nonce given on stdin, in no file of the sandbox, read before the tool is imported and kept
+    in a local of ``check_tool.py``. That stops the trivial forge, a tool that prints a known
+    marker at import and exits before its tests run. It is no proof against a tool written to
+    defeat its tests: running in the same process, it can find the marker (frame inspection)
+    or replace what the tests call. A validated tool stays untrusted code: it only ever runs in
+    the sandbox, and candidates that use it are scored by the evaluator's harness, out of the
+    tool's reach.
+    """
     if not spec.name.isidentifier() or keyword.iskeyword(spec.name):
         return f"tool name {spec.name!r} is not a Python identifier"
     try:
         compile(spec.source, f"tools/{spec.name}.py", "exec")
     except SyntaxError as exc:
         return f"tool source does not parse: {exc}"
-    run = await run_sandboxed(validation_files(spec), ["check_tool.py"], limits)
-    if run.failure():
+    marker = f"EVOBUS-TOOL-TESTS-PASSED-{secrets.token_hex(16)}"
+    run = await run_sandboxed(
+        validation_files(spec), ["check_tool.py"], limits, stdin=f"{marker}\n".encode()
+    )
+    if run.failure():  # the timeout, a limit, a signal or an exit status other than 0
         return f"tests failed ({run.isolation}): {run.failure()}"
-    if PASSED.encode() not in run.stdout:
+    if marker.encode() not in run.stdout:
         return "tests did not run to the end"
     return ""
 

@@ -1,5 +1,5 @@
-"""Hostile pendulum candidates and tools, run the way the evaluator and the tool generator run
-them, under the default isolation (bwrap when installed) and under forced unshare.
+"""Hostile pendulum and ccaa candidates and tools, run the way the evaluator and the tool
+generator run them, under the default isolation (bwrap when installed) and under forced unshare.
 
 Each candidate goes through the evaluator's own functions: the task's sandbox files with the
 ``tools`` package (``sandbox_files``), ``run_sandboxed`` with the tool-call report collected,
@@ -38,9 +38,12 @@ import pytest
 from agents.evaluator.agent import HARNESS, sandbox_files, setup, to_evaluation, with_tool_calls
 from agents.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
 from agents.runtime import AgentProcess, AgentSettings, make_agent_ref
+from agents.tasks import ccaa_harness
+from agents.tasks.base import Task, TaskParams
+from agents.tasks.ccaa import CcaaTask
 from agents.tasks.gym_harness import CONTROLS, RESULT_MARKER, run_episode
 from agents.tasks.pendulum import PendulumTask
-from agents.toolgen.agent import PASSED, validate
+from agents.toolgen.agent import validate
 from bus import subjects
 from bus.connection import connect
 from bus.envelope import MessageContext
@@ -139,22 +142,27 @@ async def evaluate(
     isolation: Isolation | None,
     limits: SandboxSection = LIMITS,
     tools: Sequence[Resource] = (ENERGY,),
+    *,
+    task: Task = TASK,
+    instances: Sequence[str] = INSTANCES,
+    params: TaskParams | None = None,
 ) -> Outcome:
-    """Evaluate ``source`` on the pendulum as the evaluator does (agents/evaluator/agent.py)."""
+    """Evaluate ``source`` as the evaluator does (agents/evaluator/agent.py): on the pendulum
+    unless another task, its instances and params are given."""
     work = EvaluateWork(
         work_id=f"w-{uuid.uuid4().hex[:8]}",
         campaign="hostile",
         pool_version=0,
-        task="pendulum",
+        task=task.name,
         candidate=Candidate(id="c-hostile", artifact=Artifact(source=source)),
-        instances=INSTANCES,
-        task_params={"max_steps": MAX_STEPS},
+        instances=tuple(instances),
+        task_params={"max_steps": MAX_STEPS} if params is None else params,
         sandbox=limits,
     )
-    files = sandbox_files(TASK, work, tools)
+    files = sandbox_files(task, work, tools)
     started = time.monotonic()
     run = await run_sandboxed(files, [HARNESS], limits, isolation=isolation, collect=(REPORT_FILE,))
-    evaluation = with_tool_calls(to_evaluation(TASK, work, run), read_report(run.files))
+    evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
     return Outcome(evaluation, run, time.monotonic() - started)
 
 
@@ -780,6 +788,211 @@ async def test_a_candidate_past_its_timeout_is_killed_promptly(
     assert outcome.seconds < limits.timeout_seconds + MARGIN_SECONDS
 
 
+# 9. ccaa: a result line of its own, or the harness's scorer rewritten, from inside design().
+
+CCAA = CcaaTask()
+CCAA_INSTANCES = ("0.9500", "1.0500")
+PERFECT_LINE = RESULT_MARKER + json.dumps(
+    {"instances": [{"instance": i, "score": 1000.0, "feedback": "FORGED"} for i in CCAA_INSTANCES]}
+)
+# Each writes the line where it hopes the evaluator reads it, then ends the process at once, so
+# that the harness never writes its own line after it; with the error the run now fails with.
+# Before design() ran in a child of the harness, "descriptor", "gc" and "frame" scored 1000 on
+# every instance; so did "proc" where the evaluator is not root (as root, the pipe of the run's
+# stdout belongs to root and refused "nobody" then too).
+MALFORMED = "the candidate's process sent a malformed reply"  # the pipe to the harness, reached
+GONE = "the harness printed no result line"  # the child ended; the harness ended the same way
+WRITE_ROUTES = {
+    # The harness's saved stdout is a descriptor of the process: try them all.
+    "descriptor": (
+        """\
+    for fd in range(3, 256):
+        try:
+            os.write(fd, LINE)
+        except OSError:
+            pass
+""",
+        MALFORMED,
+    ),
+    # Reopened through /proc, its own descriptors and its parent's.
+    "proc": (
+        """\
+    for pid in ("self", str(os.getppid())):
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            try:
+                os.write(os.open(f"/proc/{pid}/fd/{name}", os.O_WRONLY | os.O_NONBLOCK), LINE)
+            except OSError:
+                pass
+""",
+        MALFORMED,
+    ),
+    # The file object itself, found among the garbage collector's objects...
+    "gc": (
+        """\
+    for found in gc.get_objects():
+        if isinstance(found, io.TextIOWrapper) and found.writable():
+            try:
+                found.write(LINE.decode())
+                found.flush()
+            except (OSError, ValueError):
+                pass
+""",
+        GONE,
+    ),
+    # ...or in the locals of the harness's frames above design().
+    "frame": (
+        """\
+    frame = sys._getframe()
+    while frame is not None:
+        found = frame.f_locals.get("result_out")
+        if found is not None:
+            try:
+                found.write(LINE.decode())
+                found.flush()
+            except (OSError, ValueError):
+                pass
+        frame = frame.f_back
+""",
+        GONE,
+    ),
+}
+WRITE_AND_EXIT = """\
+import gc, io, os, sys
+
+LINE = (FORGED + "\\n").encode()
+
+
+def design():
+{route}    os._exit(0)  # before the harness writes its own line: the forged one is the last
+"""
+# The harness's scoring function, replaced through sys.modules["__main__"]; the design is honest.
+PATCH_SCORER = """\
+import sys
+
+harness = sys.modules["__main__"]
+harness.score_instance = lambda amplitudes, radii, instance: {
+    "instance": instance, "score": 1000.0, "feedback": "FORGED"
+}
+"""
+# The evidence renderer, rewritten for the harness to import after its result line, when its
+# saved stdout was still open: a later line is the one that counts.
+REWRITE_RENDERER = """\
+RENDERER = '''
+import gc, io
+
+
+def render(spec, path):
+    for found in gc.get_objects():
+        if isinstance(found, io.TextIOWrapper) and found.writable():
+            try:
+                found.write(FORGED + "\\\\n")
+                found.flush()
+            except (OSError, ValueError):
+                pass
+'''
+with open("ccaa_evidence.py", "w") as f:
+    f.write(f"FORGED = {FORGED!r}\\n" + RENDERER)
+"""
+
+
+async def evaluate_ccaa(
+    source: str,
+    isolation: Isolation | None,
+    limits: SandboxSection = LIMITS,
+    params: TaskParams | None = None,
+) -> Outcome:
+    """Evaluate ``source`` on the ccaa task as the evaluator does, without tools."""
+    return await evaluate(
+        source, isolation, limits, (), task=CCAA, instances=CCAA_INSTANCES, params=params or {}
+    )
+
+
+@functools.cache
+def honest_design_score() -> float:
+    """The mean score of the ccaa seed's design on the instances, computed here, unsandboxed."""
+    namespace: dict[str, Any] = {}
+    exec(CCAA.seed_artifact().source, namespace)
+    amplitudes, radii = ccaa_harness.parse_design(namespace["design"]())
+    scores = [ccaa_harness.score_instance(amplitudes, radii, i)["score"] for i in CCAA_INSTANCES]
+    return float(sum(scores) / len(scores))
+
+
+def assert_no_forgery(outcome: Outcome) -> None:
+    """The forged line is nowhere the evaluator reads results, nor in any feedback."""
+    assert PERFECT_LINE.encode() not in outcome.run.stdout
+    assert outcome.run.stdout.count(RESULT_MARKER.encode()) <= 1  # the harness's, if any
+    assert "FORGED" not in outcome.evaluation.feedback
+    assert all("FORGED" not in i.feedback for i in outcome.evaluation.instances)
+
+
+def assert_ccaa_failed(outcome: Outcome, error: str) -> None:
+    """Every instance failed, with an error that starts with ``error``."""
+    instances = outcome.evaluation.instances
+    assert [i.score for i in instances] == [CCAA.failure_score] * len(CCAA_INSTANCES)
+    assert outcome.evaluation.score == CCAA.failure_score
+    assert all(i.error.startswith(error) for i in instances), [i.error for i in instances]
+
+
+@pytest.mark.parametrize("route", sorted(WRITE_ROUTES))
+async def test_a_ccaa_design_cannot_write_its_own_result_line(
+    isolation: Isolation | None, route: str
+) -> None:
+    attack, error = WRITE_ROUTES[route]
+    outcome = await evaluate_ccaa(
+        program(WRITE_AND_EXIT.format(route=attack), FORGED=PERFECT_LINE), isolation
+    )
+    assert_no_forgery(outcome)
+    # design() never returned a design: every instance fails, and says why.
+    assert_ccaa_failed(outcome, error)
+    assert outcome.evaluation.error == ("" if error == MALFORMED else error)
+
+
+@pytest.mark.parametrize(
+    ("attack", "params"),
+    [(PATCH_SCORER, {}), (REWRITE_RENDERER, {"evidence": True})],
+    ids=["patch-scorer", "rewrite-renderer"],
+)
+async def test_a_ccaa_design_cannot_rewrite_how_the_harness_scores(
+    isolation: Isolation | None, attack: str, params: TaskParams
+) -> None:
+    source = program(attack, FORGED=PERFECT_LINE) + CCAA.seed_artifact().source
+    outcome = await evaluate_ccaa(source, isolation, params=params)
+    assert_no_forgery(outcome)
+    # The harness scored the seed's design with its own code: exactly the honest score.
+    assert not outcome.evaluation.error, outcome.evaluation.error
+    assert outcome.evaluation.score == pytest.approx(honest_design_score(), abs=1e-9)
+    assert outcome.run.stdout.count(RESULT_MARKER.encode()) == 1
+
+
+# "sigkill" is also how the memory limit ends a run: the harness used to fail on it with an
+# error of its own ("exit code 1: ChildProcessError") instead of dying the same way.
+ENDINGS = {
+    "sleep": ("import time\n\n\ndef design():\n    time.sleep(10**6)\n", "timed out after 2."),
+    "sigkill": (
+        "import os, signal\n\n\ndef design():\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+        "killed by signal SIGKILL",
+    ),
+    "exit": ("import os\n\n\ndef design():\n    os._exit(3)\n", "exit code 3"),
+}
+
+
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+async def test_a_ccaa_design_that_hangs_or_dies_fails_the_run(
+    isolation: Isolation | None, ending: str
+) -> None:
+    source, error = ENDINGS[ending]
+    limits = SandboxSection(timeout_seconds=2.0, cpu_seconds=30)
+    outcome = await evaluate_ccaa(source, isolation, limits)
+    assert outcome.evaluation.error.startswith(error), outcome.evaluation.error
+    assert_ccaa_failed(outcome, error)
+    assert outcome.run.timed_out == (ending == "sleep")
+    assert outcome.seconds < limits.timeout_seconds + MARGIN_SECONDS
+
+
 # Generated tools: validated by the tool generator in the same sandbox.
 
 HOSTILE_TOOL = """\
@@ -826,7 +1039,7 @@ async def test_a_hostile_tool_is_contained_and_refused(secret: str, tmp_path: Pa
         OUTSIDE=str(outside / "pwned"),
         SLEEPER=SLEEPER,
         MARKER=marker,
-        PASSED=PASSED,
+        PASSED=OLD_MARKER,
     )
     spec = ToolSpec(name="helpful", source=source, tests="assert answer() == 42")
     error = await validate(spec, LIMITS)
@@ -835,6 +1048,62 @@ async def test_a_hostile_tool_is_contained_and_refused(secret: str, tmp_path: Pa
     assert secret not in error
     assert not (outside / "pwned").exists()
     await no_process_left(marker)
+
+
+# What a tool's tests printed to pass before the marker was a nonce: a constant any tool knew.
+OLD_MARKER = "EVOBUS-TOOL-TESTS-PASSED"
+# Tools that claim at import that their tests passed, and exit before any test ran; with why each
+# is refused. "constant" and "files" passed validation when the marker was OLD_MARKER.
+FORGED_PASSES = {
+    # (flushed: os._exit drops what print buffered for the pipe)
+    "constant": (
+        f"print({OLD_MARKER!r}, flush=True); import os; os._exit(0)\n",
+        "tests did not run to the end",
+    ),
+    # The nonce is read before the tool is imported: its stdin is empty by then...
+    "stdin": (
+        "import os, sys\nprint(sys.stdin.read(), flush=True)\nos._exit(0)\n",
+        "tests did not run to the end",
+    ),
+    # ...and it is in no file of the sandbox.
+    "files": (
+        """\
+import os
+
+for directory, _, names in os.walk("."):
+    for name in names:
+        with open(os.path.join(directory, name), errors="replace") as f:
+            print(f.read())
+print(flush=True)
+os._exit(0)
+""",
+        "tests did not run to the end",
+    ),
+    # Not a forge: the tests pass and the marker is printed, but the run exits with status 3.
+    "exit-status": (
+        "import atexit, os\natexit.register(os._exit, 3)\n",
+        "tests failed",
+    ),
+}
+HONEST_TOOL = "def answer():\n    return 42\n"
+
+
+@pytest.mark.parametrize("forge", sorted(FORGED_PASSES))
+async def test_a_tool_that_forges_its_pass_is_refused(forge: str) -> None:
+    if available_isolation() == "none":
+        pytest.skip("no sandbox isolation works on this host")
+    source, error = FORGED_PASSES[forge]
+    spec = ToolSpec(name="helpful", source=source + HONEST_TOOL, tests="assert answer() == 42")
+    assert (await validate(spec, LIMITS)).startswith(error)
+
+
+async def test_a_tool_passes_by_its_tests_alone() -> None:
+    if available_isolation() == "none":
+        pytest.skip("no sandbox isolation works on this host")
+    spec = ToolSpec(name="helpful", source=HONEST_TOOL, tests="assert answer() == 42")
+    assert await validate(spec, LIMITS) == ""
+    failing = msgspec.structs.replace(spec, tests="assert answer() == 41")
+    assert (await validate(failing, LIMITS)).startswith("tests failed")
 
 
 # Without root: the evaluator as an unprivileged user, where the candidate shares its uid.

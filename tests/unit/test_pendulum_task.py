@@ -117,7 +117,7 @@ def test_instances_are_consecutive_episode_seeds() -> None:
 
 def test_sandbox_files_hold_the_harness_and_its_config() -> None:
     files = TASK.sandbox_files(["3", "4"], {"max_steps": 17})
-    assert set(files) == {"harness.py", "task.json"}
+    assert set(files) == {"harness.py", "candidate_process.py", "task.json"}
     config = json.loads(files["task.json"])
     assert config == {
         "instances": ["3", "4"],

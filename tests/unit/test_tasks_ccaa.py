@@ -56,7 +56,7 @@ def test_sandbox_files_refuse_what_is_not_a_relative_frequency(instance: str) ->
 
 def test_sandbox_files_hold_the_harness_and_its_config() -> None:
     files = TASK.sandbox_files(list(BAND), {})
-    assert set(files) == {"harness.py", "task.json"}
+    assert set(files) == {"harness.py", "candidate_process.py", "task.json"}
     config = json.loads(files["task.json"])
     assert config == {"instances": list(BAND), "failure_score": -200.0, "entrypoint": "design"}
 

@@ -111,10 +111,10 @@ def test_harness_and_task_sides_agree_on_file_names() -> None:
 def test_the_renderer_ships_only_when_the_work_asks_for_evidence() -> None:
     task = AcrobotTask()
     plain = task.sandbox_files(["0"], {"max_steps": 10})
-    assert set(plain) == {"harness.py", "task.json"}
+    assert set(plain) == {"harness.py", "candidate_process.py", "task.json"}
     assert "evidence" not in json.loads(plain["task.json"])
     drawn = task.sandbox_files(["0"], {"max_steps": 10, "evidence": True})
-    assert set(drawn) == {"harness.py", "task.json", "control_evidence.py"}
+    assert set(drawn) == {"harness.py", "candidate_process.py", "task.json", "control_evidence.py"}
     assert json.loads(drawn["task.json"])["evidence"] is True
     assert drawn["harness.py"].endswith("sys.exit(main('Acrobot-v1'))\n")
     compile(drawn["harness.py"], "harness.py", "exec")
