@@ -296,6 +296,11 @@ async def test_a_candidates_life_is_one_trace_across_the_agents(
     span_file = (run_dir / "spans.jsonl").read_text()
     assert API_KEY not in span_file
     assert all(API_KEY.encode() not in body for body in received.raw)
+    # Nor in any log, event or other file the run wrote (every agent's log, events.jsonl, …).
+    written = [tmp_path / "run.log", *(p for p in run_dir.rglob("*") if p.is_file())]
+    assert {"events.jsonl", "summary.json"} <= {p.name for p in written}
+    assert len([p for p in written if p.suffix == ".log"]) >= 5, written
+    assert [p for p in written if API_KEY.encode() in p.read_bytes()] == []
     assert root.trace_id in span_file
 
     # `evobus trace` prints that trace from the span file as a tree.
