@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import httpx
 import msgspec
+import nkeys
 import pytest
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -73,6 +74,34 @@ def test_the_generated_config_is_valid_for_nats_server(tmp_path: Path) -> None:
         [find_binary(), "-c", str(conf), "-t"], capture_output=True, text=True, env=env
     )
     assert missing.returncode != 0 and "EVOBUS_EVALUATOR_PASSWORD" in missing.stderr
+
+
+async def test_an_nkey_seed_named_by_the_environment_logs_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    seeds = {}
+    for name in ("actor", "stranger"):
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        path = tmp_path / f"{name}.nk"
+        path.write_bytes(seed)
+        path.chmod(0o600)
+        seeds[name] = (path, seed.decode())
+    public = nkeys.from_seed(seeds["actor"][1].encode()).public_key.decode()
+    config = f'authorization {{\n  users = [ {{ nkey: "{public}" }} ]\n}}\n'
+    with NatsServer(tmp_path / "nats", config=config) as server:
+        monkeypatch.setenv("NATS_NKEY_SEED", str(seeds["actor"][0]))
+        nc = await connect(server.url, name="nkey-user")
+        assert nc.is_connected
+        await nc.drain()
+        monkeypatch.setenv("NATS_NKEY_SEED", str(seeds["stranger"][0]))
+        with pytest.raises(ConnectError, match="Authorization Violation") as refused:
+            await connect(server.url, name="stranger")
+        assert str(seeds["stranger"][0]) in str(refused.value)  # names the file, not the seed
+        monkeypatch.delenv("NATS_NKEY_SEED")
+        with pytest.raises(ConnectError, match="Authorization Violation"):
+            await connect(server.url, name="nobody")
+    for _, seed in seeds.values():
+        assert seed not in caplog.text and seed not in str(refused.value)
 
 
 def _certificates(folder: Path) -> None:
