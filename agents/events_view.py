@@ -21,7 +21,11 @@ from schemas.events import (
     BurstStarted,
     CampaignFinished,
     CampaignProgress,
+    AdmittedUnfiltered,
+    AgentExited,
+    AgentRestarted,
     CampaignResumed,
+    StoreRecovered,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
@@ -140,10 +144,39 @@ def describe(event: Event) -> str:
                 f"-> {event.dlq_subject}: {event.error}"
             )
         case CandidateFiltered():
+            late = " (late: it went on unfiltered while the registry was away)" * event.late
             return (
                 f"{head} filtered {event.candidate_id}: {event.distance:.3f} from "
-                f"{event.nearest_id} (< ε {event.epsilon:g})"
+                f"{event.nearest_id} (< ε {event.epsilon:g}){late}"
             )
+        case AdmittedUnfiltered():
+            return f"{head} UNFILTERED {event.candidate_id}: {event.reason}"
+        case AgentExited():
+            then = (
+                f"restart in {event.restart_in:.1f} s" if event.restart_in >= 0 else "not restarted"
+            )
+            return (
+                f"{head} {event.role} (pid {event.pid}) EXITED with {event.exit_code}; {then} "
+                f"({event.restarts} restarts before)"
+            )
+        case AgentRestarted():
+            return (
+                f"{head} {event.role} back (pid {event.pid}) after {event.down_seconds:.1f} s "
+                f"down (restart {event.restarts})"
+            )
+        case StoreRecovered():
+            parts = [
+                f"{label} {', '.join(names)}"
+                for label, names in (
+                    ("stale locks removed:", event.stale_locks),
+                    ("rolled back (uncommitted):", event.rolled_back),
+                    ("restored to HEAD:", event.restored),
+                    ("re-indexed:", event.reindexed),
+                    ("removed from the index:", event.removed),
+                )
+                if names
+            ]
+            return f"{head} RECOVERED {event.store} {event.path}: {'; '.join(parts)}"
         case BestConfirmed():
             verdict = "new best" if event.is_best else "not better"
             return (

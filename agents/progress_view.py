@@ -25,7 +25,11 @@ from schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignProgress,
+    AdmittedUnfiltered,
+    AgentExited,
+    AgentRestarted,
     CampaignResumed,
+    StoreRecovered,
     CampaignStarted,
     CandidateEvaluated,
     DeadLettered,
@@ -118,6 +122,10 @@ class _Narrator:
             case (
                 ToolRegistered()
                 | CampaignResumed()
+                | AgentExited()
+                | AgentRestarted()
+                | StoreRecovered()
+                | AdmittedUnfiltered()
                 | DeadLettered()
                 | WorkAbandoned()
                 | RolledBack()

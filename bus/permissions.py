@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from bus import subjects
 from bus.connection import CREDENTIAL_VARIABLES, PASSWORD_ENV, USER_ENV, Credentials
 from schemas.agents import ROLES, Role
-from schemas.events import DeadLettered
+from schemas.events import AgentExited, AgentRestarted, DeadLettered
 from schemas.work import Stage
 
 SUPERVISOR = "supervisor"
@@ -54,6 +54,8 @@ REGISTRY_OPS: Mapping[str, tuple[str, ...]] = {
 """The registry operations (``evo.registry.<op>``) each user sends requests for."""
 
 DEAD_LETTERED = str(DeadLettered.__struct_config__.tag)
+SUPERVISOR_EVENTS = tuple(str(e.__struct_config__.tag) for e in (AgentExited, AgentRestarted))
+"""The event kinds ``evobus run`` publishes into its campaign: the agents it restarts."""
 """The only event kind a worker publishes (bus/consumer.py); the orchestrator sends the rest."""
 
 TOOL_STAGE: Stage = "tool"
@@ -189,6 +191,7 @@ def _orchestrator() -> Permissions:
 def _registry() -> Permissions:
     b = _Builder()
     b.pub(subjects.heartbeats_of("registry"))
+    b.pub(subjects.events_filter(subjects.REGISTRY_EVENTS))  # store_recovered on open
     b.sub(subjects.all_registry_ops())
     return b.done("registry", allow_responses=True)
 
@@ -204,7 +207,9 @@ def _supervisor() -> Permissions:
     b.api("STREAM", "CREATE", _EVIDENCE)
     b.ordered(subjects.STREAM_EVENTS)  # follows the campaign's events
     b.registry_requests(SUPERVISOR)
-    b.sub(subjects.heartbeats_of("registry"))  # waits for the registry it starts
+    for kind in SUPERVISOR_EVENTS:  # the agents it restarts (agent_exited, agent_restarted)
+        b.pub(subjects.events_filter(None, kind))
+    b.sub(subjects.all_heartbeats())  # waits for the registry, sees restarted agents answer
     return b.done(SUPERVISOR)
 
 

@@ -90,6 +90,9 @@ def all_control() -> str:
 
 
 REGISTRY_QUEUE = "registry"
+REGISTRY_EVENTS = "registry"
+"""The reserved campaign id of the registry's own events (``evo.registry.event.<kind>``): it
+serves every campaign on the bus, so what it recovers on open belongs to none of them."""
 """Queue group of the registry processes: each request goes to one of them."""
 
 

@@ -89,6 +89,7 @@ class CandidateFiltered(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     nearest_id: str
     distance: float
     epsilon: float
+    late: bool = False  # admitted unfiltered while the registry was away, filtered once back
 
 
 class BestConfirmed(msgspec.Struct, frozen=True, kw_only=True, tag="best_confirmed"):
@@ -292,6 +293,69 @@ class CampaignResumed(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_r
     phase: str
 
 
+class AdmittedUnfiltered(msgspec.Struct, frozen=True, kw_only=True, tag="admitted_unfiltered"):
+    """The ε-net could not be asked (no registry answered): the proposal went on unfiltered and
+    is filtered once the registry is back (``candidate_filtered`` with ``late``, or kept)."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    reason: str
+
+
+class AgentExited(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exited"):
+    """An agent process of the campaign's supervisor exited unexpectedly.
+
+    ``restart_in``: seconds until it is started again (backoff for one that keeps crashing);
+    -1 when it is not restarted. ``restarts``: how often this role was restarted before.
+    """
+
+    campaign: str
+    at: float
+    role: str
+    pid: int
+    exit_code: int
+    restart_in: float
+    restarts: int
+
+
+class AgentRestarted(msgspec.Struct, frozen=True, kw_only=True, tag="agent_restarted"):
+    """A restarted agent process answers again (its first heartbeat); ``down_seconds``: since
+    the one it replaces exited."""
+
+    campaign: str
+    at: float
+    role: str
+    pid: int
+    down_seconds: float
+    restarts: int
+
+
+class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recovered"):
+    """A store was found as a killed writer left it and put right on open.
+
+    ``store``: ``library`` (the registry's git repo), ``workspace`` (a campaign's git repo) or
+    ``index`` (the registry's Qdrant index of the library). The git rule: HEAD is the record.
+    ``stale_locks``: lock files of a dead writer, removed; ``rolled_back``: files staged by a
+    write killed before its commit, set back to HEAD (the version never existed; its requester
+    had no answer and asks again); ``restored``: files of a committed version that the killed
+    writer had not yet written out, brought to HEAD. ``reindexed``/``removed``: resources
+    (``kind/name``) whose index points were missing or stale, or had no library record.
+    Published on the campaign whose process recovered the store; the registry's on the
+    reserved id ``registry`` (``evobus events --campaign registry``).
+    """
+
+    campaign: str
+    at: float
+    store: str
+    path: str
+    stale_locks: tuple[str, ...] = ()
+    rolled_back: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
+    reindexed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -313,6 +377,10 @@ Event = (
     | WorkersChanged
     | CampaignProgress
     | CampaignResumed
+    | AdmittedUnfiltered
+    | AgentExited
+    | AgentRestarted
+    | StoreRecovered
 )
 
 
