@@ -2,33 +2,30 @@
 
 Layout: ``<kind>/<name>.json`` holds the msgspec JSON of the resource's latest version; its git
 history holds every earlier one (register, update, restore, retire and skill-use are each one
-commit), so ``history`` and restore read old versions back from git. Writes take an exclusive
-``flock`` on ``.git/evobus-library.lock``, so processes on one host never race for a version
-number; within a process a lock keeps gitpython (not thread-safe) on one thread at a time.
+commit), so ``history`` and restore read old versions back from git. The repository is an
+``infra.gitstore.GitStore``: HEAD is the record, every read comes from a commit, a write is
+one ref update under a ``flock`` (processes on one host never race for a version number), and
+opening it recovers what a writer killed at any instruction left (``Library.recovery``).
 """
 
 from __future__ import annotations
 
-import fcntl
-import logging
-import os
 import re
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import git
 import msgspec
 
 from infra.errors import InfraError
+from infra.gitstore import GitStore, GitStoreError, Recovery
 from schemas.registry import Resource
-
-log = logging.getLogger(__name__)
 
 _AUTHOR = git.Actor("evobus registry", "registry@evobus.invalid")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_FILE = re.compile(r"[a-z]+/[^/]+\.json")
 _decoder = msgspec.json.Decoder(Resource)
+_CACHED = 4096  # decoded versions kept
 
 Change = Callable[[Resource | None], tuple[Resource, str] | None]
 """Given the latest version (or None), the next version and its commit message, or None."""
@@ -44,26 +41,30 @@ def valid_name(name: str) -> bool:
 
 
 class Library:
-    """The library repo at ``path`` (created, with branch ``main``, when missing)."""
+    """The library repo at ``path`` (created, with branch ``main``, when missing).
+
+    Raises:
+        LibraryError: it cannot be opened or recovered.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._mutex = threading.RLock()  # transact's change may read history
+        self._cache: dict[bytes, Resource] = {}  # by blob sha: a version never changes
         try:
-            if (self.path / ".git").exists():
-                self._repo = git.Repo(self.path)
-            else:
-                self.path.mkdir(parents=True, exist_ok=True)
-                self._repo = git.Repo.init(self.path, initial_branch="main")
-            with self._write_lock():
-                self._commit_leftovers()
-        except (git.GitError, OSError, ValueError) as exc:
+            self._store = GitStore(
+                self.path, author=_AUTHOR, managed=lambda p: bool(_FILE.fullmatch(p))
+            )
+        except GitStoreError as exc:
             raise LibraryError(f"cannot open the library at {self.path}: {exc}") from exc
+
+    @property
+    def recovery(self) -> Recovery:
+        """What opening the library put right after a killed writer."""
+        return self._store.recovery
 
     def close(self) -> None:
         """Stop gitpython's helper processes; safe to call twice."""
-        with self._mutex:
-            self._repo.close()
+        self._store.close()
 
     @staticmethod
     def relative(kind: str, name: str) -> str:
@@ -71,43 +72,51 @@ class Library:
         return f"{kind}/{name}.json"
 
     def latest(self, kind: str, name: str) -> Resource | None:
-        """The latest version of a resource, None when it was never registered."""
-        file = self.path / self.relative(kind, name)
+        """The latest committed version of a resource, None when it was never registered."""
+        relative = self.relative(kind, name)
         try:
-            data = file.read_bytes()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise LibraryError(f"cannot read {file}: {exc}") from exc
-        return self._decode(data, str(file))
+            binsha = self._store.blob_id(relative)
+        except GitStoreError as exc:
+            raise LibraryError(str(exc)) from exc
+        return None if binsha is None else self._resource(binsha, relative)
 
     def all_latest(self, kind: str | None = None) -> list[Resource]:
-        """The latest version of every resource (of ``kind``), sorted by kind and name."""
-        pattern = f"{kind}/*.json" if kind is not None else "*/*.json"
-        found = []
-        for file in sorted(self.path.glob(pattern)):
-            if file.parent.name.startswith("."):
-                continue
+        """The latest committed version of every resource (of ``kind``), by kind and name."""
+        try:
+            files = self._store.files()
+        except GitStoreError as exc:
+            raise LibraryError(str(exc)) from exc
+        return [
+            self._resource(binsha, path)
+            for path, binsha in sorted(files.items())
+            if _FILE.fullmatch(path) and (kind is None or path.startswith(f"{kind}/"))
+        ]
+
+    def _resource(self, binsha: bytes, where: str) -> Resource:
+        if binsha not in self._cache:
+            if len(self._cache) >= _CACHED:
+                self._cache.clear()
             try:
-                found.append(self._decode(file.read_bytes(), str(file)))
-            except OSError as exc:
-                raise LibraryError(f"cannot read {file}: {exc}") from exc
-        return found
+                data = self._store.blob(binsha)
+            except GitStoreError as exc:
+                raise LibraryError(str(exc)) from exc
+            self._cache[binsha] = self._decode(data, where)
+        return self._cache[binsha]
 
     def history(self, kind: str, name: str) -> list[Resource]:
         """Every committed version of a resource, oldest first; [] when it has none."""
         relative = self.relative(kind, name)
         versions: dict[int, Resource] = {}
-        with self._mutex:
+        with self._store.reading() as repo:
             try:
-                if not self._repo.head.is_valid():
+                if not repo.head.is_valid():
                     return []
-                for commit in self._repo.iter_commits("HEAD", paths=relative):
+                for commit in repo.iter_commits("HEAD", paths=relative):
                     try:
                         blob = commit.tree / relative
                     except KeyError:
                         continue
-                    resource = self._decode(blob.data_stream.read(), f"{relative}@{commit}")
+                    resource = self._resource(blob.binsha, f"{relative}@{commit}")
                     versions.setdefault(resource.version, resource)
             except (git.GitError, ValueError) as exc:
                 raise LibraryError(f"cannot read the history of {relative}: {exc}") from exc
@@ -130,12 +139,12 @@ class Library:
             the latest version afterwards, and whether a commit was made.
 
         Raises:
-            LibraryError: git or the file system refused; the file is put back as it was.
+            LibraryError: git or the file system refused; nothing was committed.
         """
         if not valid_name(name):
             raise LibraryError(f"{name!r} cannot be a resource name")
         relative = self.relative(kind, name)
-        with self._write_lock():
+        with self._store.locked():
             current = self.latest(kind, name)
             outcome = change(current)
             if outcome is None:
@@ -147,53 +156,12 @@ class Library:
                     f"{relative}: refusing to write {new.kind}/{new.name} v{new.version}, "
                     f"expected v{expected}"
                 )
-            self._write(relative, new, message, current is None)
+            data = msgspec.json.format(msgspec.json.encode(new), indent=2) + b"\n"
+            try:
+                self._store.commit({relative: data}, message)
+            except GitStoreError as exc:
+                raise LibraryError(f"cannot commit {relative}: {exc}") from exc
             return new, True
-
-    def _write(self, relative: str, resource: Resource, message: str, is_new: bool) -> None:
-        file = self.path / relative
-        tmp = self.path / ".git" / "evobus-library.tmp"
-        try:
-            file.parent.mkdir(exist_ok=True)
-            tmp.write_bytes(msgspec.json.format(msgspec.json.encode(resource), indent=2) + b"\n")
-            os.replace(tmp, file)  # readers of the working tree never see half a file
-            self._repo.index.add([relative])
-            self._repo.index.commit(message, author=_AUTHOR, committer=_AUTHOR)
-        except (git.GitError, OSError, ValueError) as exc:
-            self._undo(relative, is_new)
-            raise LibraryError(f"cannot commit {relative}: {exc}") from exc
-
-    def _undo(self, relative: str, is_new: bool) -> None:
-        # Put the file and the index back as HEAD has them, so a failed write leaves no trace.
-        try:
-            if is_new:
-                (self.path / relative).unlink(missing_ok=True)
-                self._repo.git.rm("--cached", "--ignore-unmatch", "--quiet", relative)
-            else:
-                self._repo.git.checkout("HEAD", "--", relative)
-        except (git.GitError, OSError) as exc:
-            log.error("library: cannot undo the failed write of %s: %s", relative, exc)
-
-    def _commit_leftovers(self) -> None:
-        # A process killed between writing a file and committing it leaves a whole file (it is
-        # written by rename) in the working tree: commit it so every version stays in history.
-        dirty = (
-            {d.a_path for d in self._repo.index.diff(None)} if self._repo.head.is_valid() else set()
-        )
-        dirty |= set(self._repo.untracked_files)
-        leftovers = sorted(
-            p for p in dirty if p is not None and re.fullmatch(r"[a-z]+/[^/]+\.json", p)
-        )
-        if leftovers:
-            self._repo.index.add(leftovers)
-            message = "recover versions left uncommitted by an interrupted write"
-            self._repo.index.commit(message, author=_AUTHOR, committer=_AUTHOR)
-
-    @contextmanager
-    def _write_lock(self) -> Iterator[None]:
-        with self._mutex, open(self.path / ".git" / "evobus-library.lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
-            yield
 
     @staticmethod
     def _decode(data: bytes, where: str) -> Resource:

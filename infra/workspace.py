@@ -2,7 +2,9 @@
 
 Layout: ``best.<ext>`` (the best artifact; the ``best`` tag follows it), ``plan.md`` (the plan
 and current state), ``candidates/<id>.<ext>`` and ``candidates/<id>.json`` (its lineage record).
-A-Evolve's tagged workspace; DESIGN.md "State, versions, resume".
+A-Evolve's tagged workspace; DESIGN.md "State, versions, resume". The repository is an
+``infra.gitstore.GitStore``: a commit (with its tags) is one ref update, and opening the
+workspace recovers what an orchestrator killed mid-commit left (``CampaignWorkspace.recovery``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 import git
 
 from infra.errors import WorkspaceError
+from infra.gitstore import GitStore, GitStoreError, Recovery
 
 _AUTHOR = git.Actor("evobus orchestrator", "orchestrator@evobus.invalid")
 BEST_TAG = "best"
@@ -23,16 +26,21 @@ class CampaignWorkspace:
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
         self.path = Path(path)
+        if not create and not (self.path / ".git").exists():
+            raise WorkspaceError(f"no campaign workspace at {self.path}")
         try:
-            if (self.path / ".git").exists():
-                self._repo = git.Repo(self.path)
-            elif create:
-                self.path.mkdir(parents=True, exist_ok=True)
-                self._repo = git.Repo.init(self.path, initial_branch="main")
-            else:
-                raise WorkspaceError(f"no campaign workspace at {self.path}")
-        except (git.GitError, OSError) as exc:
+            self._store = GitStore(self.path, author=_AUTHOR, create=create)
+        except GitStoreError as exc:
             raise WorkspaceError(f"cannot open workspace {self.path}: {exc}") from exc
+
+    @property
+    def recovery(self) -> Recovery:
+        """What opening the workspace put right after a killed writer."""
+        return self._store.recovery
+
+    def close(self) -> None:
+        """Stop gitpython's helper processes; safe to call twice."""
+        self._store.close()
 
     def best_path(self, suffix: str = ".py") -> Path:
         """Where the best artifact is kept."""
@@ -40,41 +48,37 @@ class CampaignWorkspace:
 
     def commit(self, files: Mapping[str, str], message: str, *, tag: str | None = None) -> str:
         """Write ``files`` (paths relative to the workspace), commit, optionally tag; the sha.
+        Committing what HEAD already holds makes no commit (a replayed commit is a no-op).
 
         Raises:
             WorkspaceError: git refused.
         """
+        encoded = {relative: content.encode() for relative, content in files.items()}
         try:
-            for relative, content in files.items():
-                target = self.path / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(content)
-            self._repo.index.add(list(files))
-            commit = self._repo.index.commit(message, author=_AUTHOR, committer=_AUTHOR)
-            if tag is not None:
-                self._repo.create_tag(tag, ref=commit, message=message)
-        except (git.GitError, OSError, ValueError) as exc:
-            raise WorkspaceError(f"cannot commit in {self.path}: {exc}") from exc
-        return str(commit.hexsha)
+            return self._store.commit(encoded, message, tags=(tag,) if tag else ())
+        except GitStoreError as exc:
+            raise WorkspaceError(str(exc)) from exc
 
     def move_tag(self, tag: str, ref: str) -> None:
         """Point ``tag`` at ``ref`` (a tag or sha), creating it if needed."""
         try:
-            self._repo.create_tag(tag, ref=self._repo.commit(ref), force=True)
-        except (git.GitError, git.BadName, ValueError) as exc:
-            raise WorkspaceError(f"cannot move {tag} to {ref}: {exc}") from exc
+            self._store.move_tag(tag, ref)
+        except GitStoreError as exc:
+            raise WorkspaceError(str(exc)) from exc
 
     def tags(self) -> list[str]:
         """Every tag name, sorted."""
-        return sorted(t.name for t in self._repo.tags)
+        with self._store.reading() as repo:
+            return sorted(t.name for t in repo.tags)
 
     def has(self, ref: str) -> bool:
         """Whether ``ref`` names a commit here."""
-        try:
-            self._repo.commit(ref)
-        except (git.GitError, git.BadName, ValueError):
-            return False
-        return True
+        with self._store.reading() as repo:
+            try:
+                repo.commit(ref)
+            except (git.GitError, git.BadName, ValueError):
+                return False
+            return True
 
     def show(self, ref: str, relative: str) -> str:
         """The content of ``relative`` at ``ref`` (a tag or sha).
@@ -83,12 +87,14 @@ class CampaignWorkspace:
             WorkspaceError: no such ref or file.
         """
         try:
-            blob = self._repo.commit(ref).tree / relative
-            data: bytes = blob.data_stream.read()
-        except (git.GitError, git.BadName, KeyError, ValueError) as exc:
-            raise WorkspaceError(f"{relative} at {ref}: {exc}") from exc
+            data = self._store.read(relative, ref)
+        except GitStoreError as exc:
+            raise WorkspaceError(str(exc)) from exc
+        if data is None:
+            raise WorkspaceError(f"{relative} at {ref}: no such file")
         return data.decode()
 
     def log(self, limit: int = 50) -> list[str]:
         """The latest commit subjects, newest first."""
-        return [str(c.summary) for c in self._repo.iter_commits(max_count=limit)]
+        with self._store.reading() as repo:
+            return [str(c.summary) for c in repo.iter_commits(max_count=limit)]
