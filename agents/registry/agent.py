@@ -11,6 +11,7 @@ one fails at start with ``StoreInUse``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +21,23 @@ import anyio
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
 
+from agents.events_view import describe
 from agents.registry.dispatch import answer
 from agents.registry.errors import RegistryError
 from agents.registry.service import Registry
 from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
 from bus import codec, subjects, tracing
 from bus.connection import connect
-from bus.publisher import Publisher
-from schemas.agents import Heartbeat
+from bus.publisher import Publisher, PublishError
+from schemas.agents import AgentRef, Heartbeat
+from schemas.events import StoreRecovered
 from schemas.registry import EmbedderSpec, ErrorReply, RegistryReply
 
 log = logging.getLogger(__name__)
+
+RECOVERY_PUBLISH_SECONDS = 3.0
 
 
 @dataclass
@@ -80,6 +86,7 @@ async def run_registry(
         try:
             js = nc.jetstream()
             proc = RegistryProcess(settings, agent, nc, js, Publisher(js, agent))
+            await announce_recovery(js, agent, recovery_events(registry, root, time.time()))
             sub = await nc.subscribe(subjects.all_registry_ops(), queue=subjects.REGISTRY_QUEUE)
             await nc.flush()  # the subscription is known to the server before anyone is told
             task_status.started(proc)
@@ -87,6 +94,53 @@ async def run_registry(
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
+
+
+def recovery_events(registry: Registry, root: Path, now: float) -> list[StoreRecovered]:
+    """``store_recovered`` events for what opening the registry put right: the library (git)
+    and the index (Qdrant), on the reserved campaign id ``registry``."""
+    events = []
+    library = registry.library_recovery
+    if library.changed:
+        events.append(
+            StoreRecovered(
+                campaign=subjects.REGISTRY_EVENTS,
+                at=now,
+                store="library",
+                path=str(root / "library"),
+                stale_locks=library.stale_locks,
+                rolled_back=library.rolled_back,
+                restored=library.restored,
+            )
+        )
+    index = registry.index_repair
+    if index.changed:
+        events.append(
+            StoreRecovered(
+                campaign=subjects.REGISTRY_EVENTS,
+                at=now,
+                store="index",
+                path=str(root / "qdrant"),
+                reindexed=index.reindexed,
+                removed=index.removed,
+            )
+        )
+    return events
+
+
+async def announce_recovery(
+    js: JetStreamContext, agent: AgentRef, events: list[StoreRecovered]
+) -> None:
+    """Publish ``events`` before serving, so whoever follows the registry's events learns what a
+    killed predecessor left. Without EVO_EVENTS (a registry started before any supervisor made
+    the streams; the registry may not make them) they are only logged."""
+    publisher = Publisher(js, agent, patience=RECOVERY_PUBLISH_SECONDS)
+    for event in events:
+        log.warning("registry: %s", describe(event))
+        try:
+            await publisher.event(event, f"{agent.agent_id}-{event.store}")
+        except PublishError as exc:
+            log.warning("registry: recovery event not published: %s", exc)
 
 
 def _answering(

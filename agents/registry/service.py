@@ -20,12 +20,14 @@ from typing import TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from agents.evolution.epsilon_net import admit_to_epsilon_net
 from agents.registry import lifecycle
 from agents.registry.contracts import consolidated
 from agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from infra.embedders import Embedder, EmbedderError, make_embedder
+from infra.gitstore import Recovery
 from infra.library import Change, Library, valid_name
 from infra.qdrant_store import QdrantStore
 from schemas.registry import (
@@ -45,6 +47,19 @@ _CAMPAIGN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_SEARCH_K = 100
 
 
+class IndexRepair(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``Registry.reindex`` changed: ``kind/name`` of the resources (re-)indexed because
+    their point was missing or held another version, and of the points removed."""
+
+    reindexed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the index had to change."""
+        return bool(self.reindexed or self.removed)
+
+
 def index_text(resource: Resource) -> str:
     """What search matches a resource by: its name, description (a skill's trigger), contract."""
     return f"{resource.name}\n{resource.description}\n{resource.contract}"
@@ -60,6 +75,10 @@ class Registry:
     def __init__(self, store: QdrantStore, library: Library, embedder: Embedder | None) -> None:
         self._store = store
         self._library = library
+        self.library_recovery: Recovery = library.recovery
+        """What opening the library put right after a killed writer."""
+        self.index_repair = IndexRepair()
+        """What opening the registry re-indexed (``reindex`` on open)."""
         self._embedder = embedder
         self._write_lock = anyio.Lock()
         self._pool_locks: dict[str, anyio.Lock] = {}
@@ -95,7 +114,7 @@ class Registry:
             raise
         registry = cls(store, library, dense)
         try:
-            await registry.reindex()
+            registry.index_repair = await registry.reindex()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await registry.close()
@@ -134,8 +153,9 @@ class Registry:
 
     # ---- the index ----
 
-    async def reindex(self) -> int:
-        """Bring the search index in line with the library; returns how many points changed."""
+    async def reindex(self) -> IndexRepair:
+        """Bring the search index in line with the library's latest versions: index what is
+        missing or stale, remove what the library does not hold; returns what changed."""
         fresh = await self._store.ensure_resources(
             self._embedder.dim if self._embedder is not None else None
         )
@@ -149,7 +169,14 @@ class Registry:
             await self._store.remove_resource(kind, name)
         if stale or gone:
             log.info("registry: re-indexed %d resources, removed %d", len(stale), len(gone))
-        return len(stale) + len(gone)
+        return IndexRepair(
+            reindexed=tuple(f"{r.kind}/{r.name}" for r in stale),
+            removed=tuple(sorted(f"{kind}/{name}" for kind, name in gone)),
+        )
+
+    async def indexed_versions(self) -> dict[tuple[str, str], int]:
+        """The version the index holds of each resource, by (kind, name)."""
+        return await self._store.indexed_versions()
 
     async def _index(self, resource: Resource) -> None:
         text = index_text(resource)

@@ -19,9 +19,11 @@ from agents.registry.service import Registry
 from agents.runtime import AgentSettings
 from bus import codec, subjects
 from bus.connection import connect
+from bus.streams import ensure_streams
 from infra.nats_server import NatsServer
 from infra.qdrant_store import StoreInUse
 from schemas.agents import Heartbeat
+from schemas.events import StoreRecovered
 from schemas.registry import EmbedderSpec, ErrorReply, GetRequest, ListRequest, ResourcesReply
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -267,3 +269,47 @@ async def test_local_mode_lets_one_registry_open_a_root(tmp_path: Path) -> None:
             await Registry.open(tmp_path)
     async with await Registry.open(tmp_path) as reopened:  # free again once closed
         assert await reopened.list_latest() == []
+
+
+@pytest.mark.timeout(60)
+async def test_a_registry_opening_what_a_killed_one_left_repairs_it_and_says_so(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        await register_skills(client)
+        await client.update("skill", "pd-balance", description="balance near the top, gently")
+    # An index that lost a resource (a kill between the library commit and Qdrant)…
+    async with await Registry.open(tmp_path) as registry:
+        await registry._store.remove_resource("skill", "torque-clip")
+    library = tmp_path / "library"
+    # …and what a writer killed at its commit point leaves: both git locks, and working copies of
+    # the committed version not yet written out (the file and the index still hold v1).
+    (library / ".git" / "index.lock").write_bytes(b"half an index")
+    (library / ".git" / "refs" / "heads" / "main.lock").write_text("0" * 40 + "\n")
+    repo = git.Repo(library)
+    previous = repo.commit("HEAD~1").tree / "skill/pd-balance.json"
+    (library / "skill" / "pd-balance.json").write_bytes(previous.data_stream.read())
+    repo.close()
+
+    nc = await connect(nats_server.url, name="registry-recovery-test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        sub = await js.subscribe(subjects.events_filter(subjects.REGISTRY_EVENTS))
+        async with registry_service(nats_server.url, tmp_path) as (client, _):
+            seen = [codec.EVENT_DECODER.decode((await sub.next_msg(timeout=10)).data)]
+            seen.append(codec.EVENT_DECODER.decode((await sub.next_msg(timeout=10)).data))
+            skill = await client.get("skill", "pd-balance")
+            assert (skill.version, skill.description) == (2, "balance near the top, gently")
+            hits = await client.search("skill", "actuator limits torque", k=1)
+            assert [r.name for r, _ in hits] == ["torque-clip"]
+            await client.update("skill", "torque-clip", description="clip the torque")  # writes
+    finally:
+        await nc.drain()
+    library_event, index_event = sorted(seen, key=lambda e: e.store != "library")
+    assert isinstance(library_event, StoreRecovered) and isinstance(index_event, StoreRecovered)
+    assert library_event.stale_locks == (".git/index.lock", ".git/refs/heads/main.lock")
+    assert library_event.restored == ("skill/pd-balance.json",)
+    assert library_event.rolled_back == ()
+    assert index_event.reindexed == ("skill/torque-clip",)
+    assert not list((library / ".git").rglob("index.lock"))
