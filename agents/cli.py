@@ -313,6 +313,7 @@ async def _events(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     from agents.events_view import score
+    from agents.restarts import describe_outage
     from agents.supervisor import RunOptions, resume_campaign, run_campaign
 
     resuming = args.command == "resume"
@@ -344,7 +345,12 @@ async def _run(args: argparse.Namespace) -> int:
         f"  best artifact: {summary.best_artifact}\n"
         f"  summary: {args.out / summary.campaign / 'summary.json'}\n"
         "  agents: "
-        + ", ".join(f"{a.role}[pid {a.pid}: {a.items_processed}]" for a in summary.agents),
+        + ", ".join(f"{a.role}[pid {a.pid}: {a.items_processed}]" for a in summary.agents)
+        + (
+            "\n  outages: " + "; ".join(describe_outage(o) for o in summary.outages)
+            if summary.outages
+            else ""
+        ),
         flush=True,
     )
     return 0

@@ -17,15 +17,14 @@ from nats.js.api import DeliverPolicy
 from bus import codec, subjects
 from bus.streams import ensure_streams
 from schemas.events import (
+    AdmittedUnfiltered,
+    AgentExited,
+    AgentRestarted,
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
     CampaignProgress,
-    AdmittedUnfiltered,
-    AgentExited,
-    AgentRestarted,
     CampaignResumed,
-    StoreRecovered,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
@@ -39,6 +38,7 @@ from schemas.events import (
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
+    StoreRecovered,
     ToolRegistered,
     WorkAbandoned,
     WorkersChanged,

@@ -1,15 +1,15 @@
 """``evobus run``: the supervisor that starts the bus (if needed) and the agent processes.
 
 It submits the campaign to EVO_CAMPAIGNS, spawns one OS process per role (more with
-``--workers``), restarts a worker agent that dies, prints progress from EVO_EVENTS, and stops
+``--workers``), restarts a worker agent that dies (with backoff when it keeps dying, announced
+by ``agent_exited``/``agent_restarted`` events), prints progress from EVO_EVENTS, and stops
 everything cleanly when the campaign finishes.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,22 +19,24 @@ from pathlib import Path
 import anyio
 import httpx
 import msgspec
+from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from agents.errors import AgentError, CampaignFailed
-from agents.events_view import event_stream
+from agents.events_view import EVENT_LOG, append_events, event_stream
 from agents.orchestrator.agent import campaign_dir, write_summary
 from agents.progress_view import make_progress
 from agents.registry.client import RegistryClient
 from agents.registry.errors import RegistryUnavailable
+from agents.restarts import NOT_RESTARTED, AgentChild, Restarts
 from agents.tasks import ModelTask, TaskError, get_task
-from bus import subjects
+from bus import codec, subjects
 from bus.connection import connect, redact_url
-from bus.permissions import SUPERVISOR, role_credentials, role_environment
+from bus.permissions import SUPERVISOR, role_credentials
+from bus.publisher import Publisher, PublishError, event_kind, event_outbound
 from bus.streams import ensure_streams, evidence_store, key_value
 from infra.nats_server import NatsServer, default_store_dir
 from infra.telemetry import SPAN_FILE
@@ -48,13 +50,13 @@ from schemas.campaign import (
     validate_campaign_id,
 )
 from schemas.errors import CampaignConfigError
-from schemas.events import CampaignFinished
+from schemas.events import AgentExited, AgentRestarted, CampaignFinished, Event
 from schemas.limits import source_problem
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 FINISH_GRACE_SECONDS = 60.0
 REGISTRY_READY_SECONDS = 60.0
-STOP_TIMEOUT_SECONDS = 10.0
+FLUSH_SECONDS = 5.0  # how long the last agent events may take to publish as the run ends
 ORCHESTRATOR_RESTARTS = 3  # a crashed orchestrator is started again this often (it resumes)
 
 
@@ -93,45 +95,6 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
             str(campaign_file), "campaign.seed_artifact", f"{path}: {too_big}"
         )
     return source
-
-
-@dataclass
-class AgentChild:
-    """One spawned agent process and how to start it again."""
-
-    role: Role
-    argv: list[str]
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    restarts: int = 0
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
-                env=role_environment(self.role),  # its own NATS user, when passwords are set
-            )
-
-    def stop(self) -> None:
-        """SIGTERM (the agent finishes in-flight work), then SIGKILL after a timeout."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(STOP_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -335,9 +298,11 @@ async def _supervise(
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
             )
+            restarts = Restarts(cid, children)
             finished = await _follow(
-                js, cid, spec, children, echo, live=options.live, summary=run_dir / "summary.json"
+                nc, spec, restarts, echo, live=options.live, summary=run_dir / "summary.json"
             )
+            outages = restarts.outages(time.monotonic())  # a role still down: up to now
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
@@ -348,10 +313,13 @@ async def _supervise(
             server.stop()
     summary = finished.summary
     summary_path = run_dir / "summary.json"
-    if not summary_path.exists():
-        write_summary(summary_path, summary)
-    else:
+    written = summary_path.exists()  # the orchestrator's, written as it stopped
+    if written:
         summary = msgspec.json.decode(summary_path.read_bytes(), type=CampaignSummary)
+    if outages:  # only the supervisor saw them: the orchestrator cannot count its own restarts
+        summary = msgspec.structs.replace(summary, outages=outages)
+    if outages or not written:
+        write_summary(summary_path, summary)
     if summary.status != "completed":
         raise CampaignFailed(cid, summary.stop_reason)
     return summary
@@ -414,10 +382,9 @@ def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> li
 
 
 async def _follow(
-    js: JetStreamContext,
-    cid: str,
+    nc: Client,
     spec: CampaignSpec,
-    children: list[AgentChild],
+    restarts: Restarts,
     echo: Callable[[str], None],
     *,
     live: bool | None = False,
@@ -425,29 +392,70 @@ async def _follow(
 ) -> CampaignFinished:
     """Show progress until the campaign's ``campaign_finished`` event (or, should the event
     subscription have missed it, an orchestrator that exits 0 after writing ``summary``);
-    restart dead workers, and a crashed orchestrator (it resumes)."""
+    restart dead workers (with backoff) and a crashed orchestrator (it resumes), announcing
+    each exit and each return as an event."""
+    cid, children = restarts.campaign, restarts.children
+    js = nc.jetstream()
+    publisher = Publisher(js, None)  # the supervisor is no agent: no Evo-Sender
     progress = make_progress(echo, live=live)
     finished: list[CampaignFinished] = []
     failures: list[str] = []
     limit = spec.campaign.budget.wall_seconds + FINISH_GRACE_SECONDS
+    send, receive = anyio.create_memory_object_stream[AgentExited | AgentRestarted](math.inf)
+    shown: set[Event] = set()  # announced here; not shown again when the stream brings them
+
+    def announce(event: AgentExited | AgentRestarted, line: str | None = None) -> None:
+        """Log ``event`` in the run folder, show it (``line``, else the progress view's line),
+        and queue it for EVO_EVENTS: a slow bus never holds up a restart."""
+        append_events(summary.parent / EVENT_LOG, [event])
+        if line is None:
+            progress.show(event)
+        else:
+            echo(line)
+        shown.add(event)
+        send.send_nowait(event)
 
     async def watch_events(scope: anyio.CancelScope) -> None:
         async with event_stream(js, cid, from_start=True) as events:
             async for event in events:
+                if isinstance(event, AgentExited | AgentRestarted) and event in shown:
+                    shown.discard(event)
+                    continue
                 progress.show(event)
                 if isinstance(event, CampaignFinished):
                     finished.append(event)
                     scope.cancel()
                     return
 
+    async def watch_heartbeats(
+        *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        sub = await nc.subscribe(subjects.all_heartbeats())
+        try:
+            await nc.flush()  # subscribed before any child is restarted
+            task_status.started()
+            async for msg in sub.messages:
+                try:
+                    beat = codec.HEARTBEAT_DECODER.decode(msg.data)
+                except codec.DecodeError:
+                    continue
+                back = restarts.answered(beat, time.monotonic())
+                if back is not None:
+                    announce(back)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sub.unsubscribe()
+
     async def watch_children(scope: anyio.CancelScope) -> None:
         while True:
+            restarts.start_due(time.monotonic())  # those whose backoff is over
             for child in children:
                 assert child.proc is not None
-                code = child.proc.poll()
+                code = None if restarts.waiting(child) else child.proc.poll()
                 if code is None:
                     continue
                 if child.role == "orchestrator":
+                    noticed = time.monotonic()  # its outage starts here, not after the wait
                     await anyio.sleep(1.0)  # its last events may still be on their way
                     if finished:
                         return
@@ -461,30 +469,63 @@ async def _follow(
                         scope.cancel()
                         return
                     if code != 0 and child.restarts < ORCHESTRATOR_RESTARTS:
-                        # It resumes from its last snapshot once the dead one's lease expires.
-                        child.restarts += 1
-                        echo(
-                            f"  orchestrator (pid {child.proc.pid}) exited with {code}; "
-                            "restarting it (it resumes from its snapshot)"
+                        # At once, no backoff: it resumes from its last snapshot once the dead
+                        # one's lease expires.
+                        exited = restarts.exited(child, code, restart_in=0.0, now=noticed)
+                        announce(
+                            exited,
+                            f"  orchestrator (pid {exited.pid}) exited with {code}; "
+                            "restarting it (it resumes from its snapshot)",
                         )
-                        child.start()
+                        restarts.start_due(time.monotonic())
                         continue
+                    announce(restarts.exited(child, code, restart_in=NOT_RESTARTED, now=noticed))
                     failures.append(
                         f"the orchestrator exited with {code}; its log ends:\n{child.log_tail()}"
                     )
                     scope.cancel()
                     return
-                child.restarts += 1
-                echo(f"  {child.role} (pid {child.proc.pid}) exited with {code}; restarting it")
-                child.start()
+                now = time.monotonic()
+                exited = restarts.exited(
+                    child, code, restart_in=restarts.backoff(child, now), now=now
+                )
+                when = f" in {exited.restart_in:.1f} s" if exited.restart_in > 0 else ""
+                announce(
+                    exited,
+                    f"  {child.role} (pid {exited.pid}) exited with {code}; restarting it{when}",
+                )
             await anyio.sleep(0.2)
+
+    async def publish_events() -> None:
+        async for event in receive:
+            await _publish(publisher, event, echo)
 
     with progress, anyio.move_on_after(limit):
         async with anyio.create_task_group() as tg:
+            await tg.start(watch_heartbeats)
+            tg.start_soon(publish_events)
             tg.start_soon(watch_events, tg.cancel_scope)
             tg.start_soon(watch_children, tg.cancel_scope)
+    send.close()
+    with anyio.move_on_after(FLUSH_SECONDS, shield=True):
+        async for event in receive:  # those still queued as the campaign ended
+            await _publish(publisher, event, echo)
     if finished:
         return finished[0]
     if failures:
         raise CampaignFailed(cid, failures[0])
     raise CampaignFailed(cid, f"no campaign_finished event within {limit:.0f} s")
+
+
+async def _publish(
+    publisher: Publisher, event: AgentExited | AgentRestarted, echo: Callable[[str], None]
+) -> None:
+    """Publish one of the supervisor's events; a bus that does not take it is said, not fatal
+    (the run folder's events.jsonl has it)."""
+    kind = event_kind(event)
+    try:  # the id comes from what happened: a repeated publish is dropped by JetStream
+        await publisher.publish(
+            event_outbound(event, f"{event.campaign}-{kind}-{event.role}-{event.pid}")
+        )
+    except PublishError as exc:
+        echo(f"evobus: {kind} of {event.role} (pid {event.pid}) not published: {exc}")

@@ -222,10 +222,26 @@ class AgentWork(msgspec.Struct, frozen=True, kw_only=True):
     items_processed: int
 
 
+class RoleOutage(msgspec.Struct, frozen=True, kw_only=True):
+    """How long the processes of one role were down during a campaign (``evobus run``).
+
+    ``exits``: unexpected exits; ``restarts``: processes started again in their place;
+    ``down_seconds``: from each exit being noticed to the first heartbeat of a process in its
+    place (or to the end of the campaign), summed over the role's processes.
+    """
+
+    role: str
+    exits: int
+    restarts: int
+    down_seconds: float
+
+
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
     ``seed_score`` and ``best_score`` are None when the seed was never evaluated.
+    ``outages``: the roles whose processes exited, added by ``evobus run`` (the orchestrator
+    cannot see its own restarts); roles that never exited are left out.
     """
 
     campaign: str
@@ -244,6 +260,7 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     agents: tuple[AgentWork, ...] = ()
     tokens: int = 0  # prompt + completion tokens of every model call
     model_calls: int = 0
+    outages: tuple[RoleOutage, ...] = ()
 
 
 def _key_of(message: str) -> tuple[str, str]:

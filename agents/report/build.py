@@ -1,10 +1,11 @@
 """Build ``<run_dir>/report/``: an ``index.html`` and its PNG plots, from ``events.jsonl``.
 
 Everything comes from the run folder's event log (one JSON event a line, written by the
-orchestrator); nothing is read from the bus. The page is self-contained — no external CSS,
-scripts or fonts — so that it opens offline. The plots use matplotlib's object-oriented API
-with the Agg canvas only (no pyplot, no display), like ``agents/tasks/control_evidence.py``;
-every one of them draws a note instead of failing when its events are missing.
+orchestrator, and by ``evobus run`` for the agents it restarts); nothing is read from the bus.
+The page is self-contained — no external CSS, scripts or fonts — so that it opens offline.
+The plots use matplotlib's object-oriented API with the Agg canvas only (no pyplot, no
+display), like ``agents/tasks/control_evidence.py``; every one of them draws a note instead of
+failing when its events are missing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from agents.errors import AgentError
 from agents.events_view import EVENT_LOG, read_events
 from schemas.campaign import CampaignSummary
 from schemas.events import (
+    AgentExited,
+    AgentRestarted,
     BestConfirmed,
     CampaignFinished,
     CampaignProgress,
@@ -87,7 +90,9 @@ class Run:
     confirmed: list[BestConfirmed] = field(default_factory=list)
     stale: list[StaleDecided] = field(default_factory=list)
     skills: list[SkillUtilityUpdated] = field(default_factory=list)
+    agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
     kinds: Counter[str] = field(default_factory=Counter)
+    last_at: float = 0.0  # the latest event's time
 
     def t(self, at: float) -> float:
         """Seconds since the campaign started."""
@@ -116,6 +121,7 @@ def collect(events: Sequence[Event], cid: str) -> Run:
     run = Run(cid=events[0].campaign if events else cid, t0=t0, events=len(events))
     for event in events:
         run.kinds[str(type(event).__struct_config__.tag)] += 1
+        run.last_at = max(run.last_at, event.at)
         match event:
             case CampaignStarted() if run.started is None:
                 run.started = event
@@ -135,6 +141,8 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.stale.append(event)
             case SkillUtilityUpdated():
                 run.skills.append(event)
+            case AgentExited() | AgentRestarted():
+                run.agents.append(event)
     return run
 
 
@@ -741,9 +749,64 @@ def _accepted_table(run: Run) -> str:
     return f"<table>\n<tr>{head}</tr>\n" + "\n".join(rows) + "\n</table>"
 
 
+@dataclass
+class RoleRestarts:
+    """One row of the "Agent restarts" table: what ``evobus run`` logged of a role's exits."""
+
+    role: str
+    exits: int = 0
+    restarts: int = 0
+    down_seconds: float = 0.0
+    down_since: float | None = None  # its last exit, while no process answered since
+
+
+def role_restarts(run: Run) -> list[RoleRestarts]:
+    """The roles with ``agent_exited`` events, by name. A role is down from an exit until an
+    ``agent_restarted`` (which says how long); one still down when the log ends counts up to
+    its end. Exact for a role with one process; summary.json's ``outages`` counts each one."""
+    roles: dict[str, RoleRestarts] = {}
+    for event in sorted(run.agents, key=lambda e: e.at):
+        role = roles.setdefault(event.role, RoleRestarts(event.role))
+        match event:
+            case AgentExited():
+                role.exits += 1
+                role.restarts += int(event.restart_in >= 0)  # -1: not restarted
+                if role.down_since is None:
+                    role.down_since = event.at
+            case AgentRestarted():
+                role.down_seconds += event.down_seconds
+                role.down_since = None
+    end = run.finished_at if run.finished_at is not None else run.last_at
+    for role in roles.values():
+        if role.down_since is not None:
+            role.down_seconds += max(0.0, end - role.down_since)
+    return [roles[name] for name in sorted(roles) if roles[name].exits]
+
+
+def _restarts_section(run: Run) -> str:
+    """The "Agent restarts" heading and table; "" when no agent exited."""
+    rows = role_restarts(run)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("role", "exits", "restarts", "down (s)"))
+    cells = [
+        f"<tr><td>{html.escape(r.role)}</td><td class=num>{r.exits}</td>"
+        f"<td class=num>{r.restarts}</td><td class=num>{r.down_seconds:.1f}"
+        f"{' (still down at the end)' if r.down_since is not None else ''}</td></tr>"
+        for r in rows
+    ]
+    return (
+        "<h2>Agent restarts</h2>\n<p>Agent processes that exited and were started again by "
+        "<code>evobus run</code> (<code>agent_exited</code>, <code>agent_restarted</code>); "
+        "down: from the exit to the first heartbeat of the process in its place.</p>\n"
+        f"<table>\n<tr>{head}</tr>\n" + "\n".join(cells) + "\n</table>\n"
+    )
+
+
 def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
     """The report page: the header table, each figure with its caption, the accepted
-    candidates and the event counts; every text from the log is escaped."""
+    candidates, the agent restarts (if any) and the event counts; every text from the log is
+    escaped."""
     title = html.escape(f"evobus report: {run.cid}")
     header = _rows(_header_rows(run), code=frozenset({"engine"}))
     body = "\n".join(
@@ -769,7 +832,7 @@ def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
 {body}
 <h2>Accepted candidates</h2>
 {_accepted_table(run)}
-<h2>Events</h2>
+{_restarts_section(run)}<h2>Events</h2>
 <table>
 {kinds}
 </table>

@@ -14,6 +14,8 @@ from agents.report.build import NoEventLog, build_report, collect, lineage_nodes
 from schemas.artifacts import Operator
 from schemas.campaign import CampaignSummary
 from schemas.events import (
+    AgentExited,
+    AgentRestarted,
     BestConfirmed,
     CampaignFinished,
     CampaignProgress,
@@ -277,6 +279,41 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     assert "<td>c0003</td><td>x_div</td><td>c0001+c0002</td>" in page
     assert "accept/3" in page and "<td>c0004</td>" not in page
     assert "no model calls (offline engine)" in page
+    assert "Agent restarts" not in page  # no agent exited
+
+
+def test_agent_restarts_get_a_table_by_role(tmp_path: Path) -> None:
+    def exited(at: float, role: str, pid: int, restart_in: float, before: int) -> AgentExited:
+        return AgentExited(
+            campaign=CID,
+            at=T0 + at,
+            role=role,
+            pid=pid,
+            exit_code=-9,
+            restart_in=restart_in,
+            restarts=before,
+        )
+
+    def back(at: float, pid: int, down: float, restarts: int) -> AgentRestarted:
+        return AgentRestarted(
+            campaign=CID, at=T0 + at, role="critic", pid=pid, down_seconds=down, restarts=restarts
+        )
+
+    agents: list[Event] = [
+        exited(10.0, "critic", 101, 0.5, 0),
+        back(12.0, 102, 2.0, 1),
+        exited(20.0, "critic", 102, 1.0, 1),
+        exited(21.0, "critic", 103, 2.0, 2),  # died again before its first heartbeat
+        back(24.5, 104, 4.5, 3),
+        exited(35.0, "registry", 201, 0.5, 0),  # never back: down until the log ends (41 s)
+    ]
+    run_dir = _write(tmp_path / CID, sorted(_campaign() + agents, key=lambda e: e.at))
+    page = _assert_pngs(build_report(run_dir), 7)
+    assert "<h2>Agent restarts</h2>" in page
+    num = "<td class=num>"
+    assert f"<tr><td>critic</td>{num}3</td>{num}3</td>{num}6.5</td></tr>" in page
+    assert f"<tr><td>registry</td>{num}1</td>{num}1</td>{num}6.0 (still down" in page
+    assert "<th>agent_exited</th><td>4</td>" in page  # and counted with the other events
 
 
 def test_the_lineage_keeps_the_chains_of_accepted_candidates(tmp_path: Path) -> None:
