@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 
 from schemas.artifacts import Artifact, Operator
-from schemas.limits import FeedbackText, ProseText
+from schemas.limits import FeedbackText, ProseText, SourceText
 from schemas.llm import Usage
 from schemas.tools import ToolRecord, ToolRef
 
@@ -110,7 +110,13 @@ class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", t
 class SkillExtracted(
     msgspec.Struct, frozen=True, kw_only=True, tag="skill_extracted", tag_field="type"
 ):
-    """The outcome of an ExtractWork: the registered skill, or why there is none."""
+    """The outcome of an ExtractWork: the skill's draft, or why there is none (REFLEX §3.4).
+
+    The actor drafts; the orchestrator registers the draft (``name``, ``trigger``, ``snippet``,
+    ``origin``), holding it in the campaign state until the registry has it. ``version`` > 0:
+    an older actor registered the skill itself (that version); 0: not registered yet.
+    ``source_candidate``: the improving child the change was taken from.
+    """
 
     work_id: str
     campaign: str
@@ -118,6 +124,10 @@ class SkillExtracted(
     version: int = 0
     reason: str = ""
     usage: Usage = Usage()
+    trigger: ProseText = ""
+    snippet: SourceText = ""
+    origin: str = ""
+    source_candidate: str = ""
 
 
 class Summary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):

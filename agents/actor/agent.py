@@ -1,4 +1,5 @@
-"""The actor process: proposals (with retrieved skills and tools) and skill extraction.
+"""The actor process: proposals (with retrieved skills and tools) and skill extraction (drafts
+the orchestrator registers).
 
 With ``provider = "openai"`` the campaign's actor model writes the child from the prompt of its
 operator (``actor.m_diag``, ``actor.m_text``, ``actor.x_div``, ``actor.i1``; REFLEX appendix A)
@@ -34,7 +35,7 @@ from bus.envelope import MessageContext
 from bus.publisher import Outbound
 from infra.llm import InvalidModelOutput, LLMError, text_message, user_message
 from schemas.artifacts import Artifact
-from schemas.limits import MAX_TEXT_CHARS, source_problem, truncate
+from schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
 from schemas.llm import ActorDraft, SkillDraft, Usage
 from schemas.registry import Resource
 from schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
@@ -307,7 +308,11 @@ class Actor:
         )
 
     async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-        """Turn an improving parent → child change into a registered skill (REFLEX §3.4)."""
+        """Turn an improving parent → child change into a skill's draft (REFLEX §3.4).
+
+        The draft goes back in the result; the orchestrator registers it, and holds it in the
+        campaign state while the registry is away, so extraction never waits for the registry.
+        """
         work = expect(item, ExtractWork)
         trigger = skill_query(work.diagnosis) if work.diagnosis else ""
         models = await self.models.for_campaign(work.campaign)
@@ -333,20 +338,15 @@ class Actor:
             )
             return [result_outbound(result, "extract")]
         name, trigger, snippet, origin = found
-        skill = await self.registry.register(
-            "skill",
-            name,
-            description=trigger,
-            source=snippet,
-            params={"utility": 0.0, "uses": 0},
-            metadata={"origin": origin, "campaign": work.campaign, "from": work.child.id},
-        )
         result = SkillExtracted(
             work_id=work.work_id,
             campaign=work.campaign,
-            name=skill.name,
-            version=skill.version,
+            name=name,
             usage=usage,
+            trigger=truncate(trigger, MAX_TEXT_CHARS, "trigger"),
+            snippet=truncate(snippet, MAX_SOURCE_CHARS, "snippet"),
+            origin=origin,
+            source_candidate=work.child.id,
         )
         return [result_outbound(result, "extract")]
 

@@ -13,7 +13,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 
 from agents.errors import CampaignNotFound
-from agents.events_view import EVENT_LOG, append_events
+from agents.events_view import EVENT_LOG, append_events, describe
 from agents.orchestrator import snapshot
 from agents.orchestrator.effects import Effects
 from agents.orchestrator.persist import (
@@ -38,8 +38,9 @@ from bus.publisher import Outbound, Publisher, event_outbound
 from bus.streams import ensure_results_consumer, ensure_streams, key_value
 from infra.telemetry import SPAN_FILE, add_span_file
 from infra.workspace import CampaignWorkspace
+from schemas.agents import WorkersTarget
 from schemas.campaign import CampaignRecord, CampaignSummary
-from schemas.events import CampaignResumed, Event
+from schemas.events import CampaignResumed, Event, StoreRecovered
 from schemas.results import Result
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,20 @@ def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: fl
     return step
 
 
+def workspace_recovered(campaign: str, workspace: CampaignWorkspace, now: float) -> StoreRecovered:
+    """The ``store_recovered`` event of what opening the workspace put right."""
+    recovery = workspace.recovery
+    return StoreRecovered(
+        campaign=campaign,
+        at=now,
+        store="workspace",
+        path=str(workspace.path),
+        stale_locks=recovery.stale_locks,
+        rolled_back=recovery.rolled_back,
+        restored=recovery.restored,
+    )
+
+
 def write_summary(path: Path, summary: CampaignSummary) -> None:
     """Write summary.json atomically (readers never see half a file)."""
     tmp = path.with_suffix(".json.tmp")
@@ -108,7 +123,6 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         record = _record_decoder.decode(entry.value)
         run_dir = campaign_dir(record.out_dir, campaign)
         add_span_file(run_dir / SPAN_FILE)  # the audit log on disk, whoever started us
-        workspace = CampaignWorkspace(run_dir / "workspace")
         task = get_task(record.spec.campaign.task)
         plan = TaskPlan(
             name=task.name,
@@ -124,6 +138,8 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)
         lease = Lease(leases, campaign, f"{agent.agent_id}@{agent.host}")
         await lease.acquire()
+        # Opened by the campaign's one writer: what a killed predecessor left is put right.
+        workspace = CampaignWorkspace(run_dir / "workspace")
         store = SnapshotStore(await key_value(js, subjects.KV_STATE), campaign)
         saved = await store.load()
         state = CampaignState(
@@ -137,11 +153,19 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         )
         publisher = Publisher(js, agent)
         proc = AgentProcess(settings, agent, nc, js, publisher)
+        if workspace.recovery.changed:
+            recovered = workspace_recovered(campaign, workspace, time.time())
+            log.warning("campaign %s: %s", campaign, describe(recovered))
+            append_events(run_dir / EVENT_LOG, [recovered])
+            await publisher.event(recovered, f"{agent.agent_id}-workspace")
 
         runner = Effects(state, RegistryClient(nc), workspace)
 
         async def effects(step: Step) -> list[Outbound]:
-            out, controls = await runner.run(step)
+            return await carried_out(*await runner.run(step))
+
+        async def carried_out(out: list[Outbound], controls: list[WorkersTarget]) -> list[Outbound]:
+            """What effects lead to, recorded and sent; the messages left to publish."""
             state.trace.end_retired()
             # The run folder keeps the campaign's events too: `evobus report` reads them there.
             append_events(
@@ -195,6 +219,22 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             # What is still queued for this campaign will never be used.
             await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
 
+        async def backlog() -> None:
+            """What waits for the registry, worked off beside the clock: a registry that is
+            away, or hangs, holds up neither the results nor the clock (budgets, the lease)."""
+            while True:
+                await anyio.sleep(TICK_SECONDS)
+                out = await carried_out(*await runner.work_backlog())
+                if out:
+                    await publisher.publish_all(out)
+                    await persist()
+
+        async def clock_and_backlog() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(backlog)
+                await clock()
+                tg.cancel_scope.cancel()
+
         durable = await ensure_results_consumer(js, campaign)
         proc.consumers.append(
             PullConsumer(
@@ -218,7 +258,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             await publisher.publish_all(await effects(resumed))
         await persist()
         if state.phase != "finished":
-            await serve(proc, extra=clock)
+            await serve(proc, extra=clock_and_backlog)
             await persist()  # the finished state: `evobus resume` reports it, nothing reruns
         write_summary(run_dir / "summary.json", state.summary(time.time()))
         await lease.release()

@@ -26,6 +26,7 @@ from agents.orchestrator.steps import (
     Chain,
     Commit,
     Pending,
+    SkillRegistration,
     SkillUse,
     Step,
 )
@@ -122,7 +123,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     )
     if state.burst.observe(improved=improved_best):
         _burst(state, step, now, f"no improvement of the best in {state.burst.patience} steps")
-    _seed_skills(state, step)
+    _seed_skills(state)
     _validate_best(state, step)
     _watch_stagnation(state, step, now)
     _summarize(state, step)
@@ -171,8 +172,9 @@ def _extract(state: CampaignState, step: Step, chain: Chain, delta: float) -> No
     state.send_work(step, "extract", item, Pending("extract", candidate_id=chain.candidate_id))
 
 
-def _seed_skills(state: CampaignState, step: Step) -> None:
-    """A-Evolve Phase 5: a failure pattern that keeps recurring seeds a skill."""
+def _seed_skills(state: CampaignState) -> None:
+    """A-Evolve Phase 5: a failure pattern that keeps recurring seeds a skill (queued for the
+    registry in the state, like an extracted one)."""
     if not state.strategy.skills or len(state.recent) < ANALYSIS_WINDOW // 2:
         return
     patterns = patterns_over_threshold(
@@ -184,7 +186,15 @@ def _seed_skills(state: CampaignState, step: Step) -> None:
         key = f"{pattern.kind}:{pattern.key}"
         if key not in state.seeded_patterns:
             state.seeded_patterns.add(key)
-            step.skill_seeds.append(seed_skill_for(pattern))
+            draft = seed_skill_for(pattern)
+            state.skill_registrations.append(
+                SkillRegistration(
+                    name=draft.name,
+                    trigger=draft.trigger,
+                    snippet=draft.snippet,
+                    origin=draft.origin,
+                )
+            )
 
 
 def _validate_best(state: CampaignState, step: Step) -> None:
@@ -210,9 +220,11 @@ def _validate_best(state: CampaignState, step: Step) -> None:
 
 def confirm(state: CampaignState, step: Step, cid: str, score: float, now: float) -> None:
     """POLCA Algorithm 1, line 12, confirmed on held-out data: the best by train mean
-    becomes the campaign's best only if its validation score beats the best so far."""
+    becomes the campaign's best only if its validation score beats the best so far — and only
+    while it is in the pool (one filtered late by the ε-net while its validation ran is not)."""
     state.validated[cid] = score
-    is_best = state.best_validation is None or score > state.best_validation
+    beats = state.best_validation is None or score > state.best_validation
+    is_best = beats and cid in state.pool
     stats = state.pool.stats(cid) if cid in state.pool else None
     state.emit(
         step,

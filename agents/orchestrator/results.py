@@ -16,8 +16,8 @@ from agents.evolution.pool import sample_minibatch
 from agents.orchestrator.chains import on_proposal
 from agents.orchestrator.decide import confirm, decide
 from agents.orchestrator.pipeline import on_repaired, refill
-from agents.orchestrator.speculation import forget, on_partial
-from agents.orchestrator.steps import SEED_ID, Chain, Pending, Status, Step
+from agents.orchestrator.speculation import drop_chain, on_partial
+from agents.orchestrator.steps import SEED_ID, Chain, Pending, SkillRegistration, Status, Step
 from schemas.agents import AgentRef
 from schemas.artifacts import Candidate
 from schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
@@ -84,17 +84,7 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case Summary():
             state.run_summary = result.text
         case SkillExtracted():
-            if result.name:
-                state.emit(
-                    step,
-                    SkillLearned(
-                        campaign=state.cid,
-                        at=now,
-                        name=result.name,
-                        version=result.version,
-                        origin=f"{state.cid}/{pending.candidate_id}",
-                    ),
-                )
+            _on_skill(state, step, result, pending.candidate_id, now)
         case _:
             state.finish(step, now, "failed", f"unexpected {type(result).__name__} result")
     _check_budgets(state, step, now)
@@ -165,6 +155,35 @@ def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -
         evaluate_seed(state, step)
 
 
+def _on_skill(
+    state: CampaignState, step: Step, result: SkillExtracted, candidate_id: str, now: float
+) -> None:
+    """REFLEX §3.4: the actor's draft of an improving change waits in the state until the
+    registry has it (``skill_learned`` then). An actor of an earlier evobus registered it
+    itself (``version`` > 0): it is learned already."""
+    if result.version > 0:
+        state.emit(
+            step,
+            SkillLearned(
+                campaign=state.cid,
+                at=now,
+                name=result.name,
+                version=result.version,
+                origin=f"{state.cid}/{candidate_id}",
+            ),
+        )
+    elif result.name and result.snippet:
+        state.skill_registrations.append(
+            SkillRegistration(
+                name=result.name,
+                trigger=result.trigger,
+                snippet=result.snippet,
+                origin=result.origin,
+                candidate_id=candidate_id,
+            )
+        )
+
+
 def _abandon(
     state: CampaignState, step: Step, result: WorkFailed, chain: Chain | None, now: float
 ) -> None:
@@ -180,16 +199,7 @@ def _abandon(
         ),
     )
     if chain is not None:
-        _drop_chain(state, chain)
-
-
-def _drop_chain(state: CampaignState, chain: Chain) -> None:
-    """Forget every piece of ``chain`` still in flight (its results will be ignored)."""
-    for work_id in [w for w, p in state.pending.items() if p.chain is chain]:
-        del state.pending[work_id]
-    if chain.candidate_id is not None:
-        state.admitting.pop(chain.candidate_id, None)
-    forget(state, chain, "abandoned")
+        drop_chain(state, chain, "abandoned")
 
 
 def _record_evaluation(

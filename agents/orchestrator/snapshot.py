@@ -3,8 +3,9 @@ and restores on start (DESIGN.md "State, versions, resume").
 
 ``take(state)`` copies everything a campaign's future depends on — pool statistics and version,
 bandit, burst, stagnation, history, candidates and their evaluations, budgets spent, the steps
-in flight with their work ids, the speculative set, pass streaks, rates, counters and the
-random generator — into a ``CampaignSnapshot``; ``restore(state, snapshot)`` puts it back into
+in flight with their work ids, the speculative set, pass streaks, rates, counters, the random
+generator, and what waits for the registry (skill uses and registrations, proposals admitted
+unfiltered) — into a ``CampaignSnapshot``; ``restore(state, snapshot)`` puts it back into
 a fresh ``CampaignState`` built from the same campaign record. ``take(restore(s)) == s``.
 
 The encoding is msgpack, zlib-compressed (candidate sources and feedback compress well), so a
@@ -35,6 +36,7 @@ from agents.orchestrator.steps import (
     Pending,
     PendingKind,
     Phase,
+    SkillRegistration,
     SkillUse,
     Status,
 )
@@ -143,6 +145,8 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     work_by_agent: tuple[tuple[AgentRef, int], ...]
     counters: dict[str, int]
     skill_uses: tuple[SkillUse, ...] = ()
+    skill_registrations: tuple[SkillRegistration, ...] = ()
+    unfiltered: tuple[str, ...] = ()
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -252,6 +256,8 @@ def take(state: CampaignState, *, last_applied: str, now: float) -> CampaignSnap
         work_by_agent=tuple(state.work_by_agent.values()),
         counters=dict(state._counters),
         skill_uses=tuple(state.skill_uses),
+        skill_registrations=tuple(state.skill_registrations),
+        unfiltered=tuple(state.unfiltered),
     )
 
 
@@ -357,6 +363,8 @@ def restore(state: CampaignState, snap: CampaignSnapshot) -> None:
     state.work_by_agent = {ref.agent_id: (ref, n) for ref, n in snap.work_by_agent}
     state._counters = dict(snap.counters)
     state.skill_uses = list(snap.skill_uses)
+    state.skill_registrations = list(snap.skill_registrations)
+    state.unfiltered = list(snap.unfiltered)
     for chain in state.live:  # the steps in flight go on in traces of their own
         state.trace.open_step(chain, rule=strategy.selection, resumed=True)
         if chain.candidate_id is not None:

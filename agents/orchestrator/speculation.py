@@ -67,13 +67,8 @@ def settle_speculative(
         state.speculative.confirm(cid)
         action = "confirmed"
     else:
-        stale = state.speculative.remove(cid)
-        state.pool.remove(cid)
-        log_pool(state, cid, "removed", child.score, chain)
+        stale = withdraw_speculative(state, cid, child.score, chain)
         action = "removed"
-        for other in state.live:
-            if str(other.key) in stale and other.stage not in ("evaluate", "evaluated"):
-                other.stale_parent = cid
     state.emit(
         step,
         SpeculativeDecided(
@@ -87,6 +82,20 @@ def settle_speculative(
             stale=len(stale),
         ),
     )
+
+
+def withdraw_speculative(
+    state: CampaignState, cid: str, score: float, chain: Chain
+) -> tuple[str, ...]:
+    """Take speculative ``cid`` out of the pool; the steps derived from it (their keys are
+    returned) are stale whatever Δ says, unless their evaluation is already under way."""
+    stale = state.speculative.remove(cid)
+    state.pool.remove(cid)
+    log_pool(state, cid, "removed", score, chain)
+    for other in state.live:
+        if str(other.key) in stale and other.stage not in ("evaluate", "evaluated"):
+            other.stale_parent = cid
+    return stale
 
 
 def record_passes(state: CampaignState, child: Evaluation, parent: Evaluation) -> None:
@@ -121,3 +130,13 @@ def forget(state: CampaignState, chain: Chain, outcome: str) -> None:
         state.live.remove(chain)
     state.trace.retire(chain, outcome)
     state.speculative.forget_item(str(chain.key))
+
+
+def drop_chain(state: CampaignState, chain: Chain, outcome: str) -> None:
+    """End ``chain`` undecided (``outcome``): forget every piece of it still in flight, so its
+    results will be ignored."""
+    for work_id in [w for w, p in state.pending.items() if p.chain is chain]:
+        del state.pending[work_id]
+    if chain.candidate_id is not None:
+        state.admitting.pop(chain.candidate_id, None)
+    forget(state, chain, outcome)

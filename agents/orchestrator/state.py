@@ -11,13 +11,16 @@ skill utilities, the rolling history and the stagnation detector; an improving c
 and its change extracted as a skill; whenever the best-by-mean changes, it is scored on the
 held-out validation instances and becomes the campaign's best only if it wins there.
 
-Effects that need I/O (registry calls, git commits) come back in ``Step`` for the shell.
+Effects that need I/O come back in ``Step`` for the shell (git commits, ε-net requests), or
+wait in the state until the registry has them (skills to register and credit, proposals to
+check against the ε-net late: ``backlog``).
 
 ``CampaignState`` holds the data and the primitives every part shares (ids, events, work) and
 is the shell's one entry point; the parts are functions of it, one module per concern:
 ``results`` (applying one result), ``chains`` (a step up to its proposal), ``pipeline`` (the
 stages, staleness and workers of FlashEvolve), ``speculation`` (speculative candidates, the pool
-log), ``decide`` (a decision and what follows it); ``steps`` holds the types they share.
+log), ``decide`` (a decision and what follows it), ``backlog`` (ε-net verdicts, and what waits
+in the state for the registry); ``steps`` holds the types they share.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ from agents.evolution.speculative import SpeculativeSet
 from agents.evolution.stagnation import StagnationDetector
 from agents.evolution.staleness import PoolLog
 from agents.evolution.workers import RateMeter
-from agents.orchestrator.pipeline import rebalance, refill
+from agents.orchestrator import backlog
+from agents.orchestrator.pipeline import rebalance
 from agents.orchestrator.plan import render_plan
 from agents.orchestrator.progress import PROGRESS_SECONDS, TokenRate, progress_event
 from agents.orchestrator.results import apply_result, evaluate_seed
-from agents.orchestrator.speculation import forget
 from agents.orchestrator.steps import (
     ANALYSIS_WINDOW,
     ENGINE,
@@ -47,6 +50,7 @@ from agents.orchestrator.steps import (
     Chain,
     Pending,
     Phase,
+    SkillRegistration,
     SkillUse,
     Status,
     Step,
@@ -62,9 +66,7 @@ from schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
 from schemas.events import (
     CampaignFinished,
     CampaignStarted,
-    CandidateFiltered,
     Event,
-    SkillLearned,
     SkillUtilityUpdated,
 )
 from schemas.llm import Usage
@@ -121,6 +123,8 @@ class CampaignState:
         self.candidate_tools: dict[str, tuple[ToolRef, ...]] = {}  # tools a child asked for
         self.usage = Usage()  # model calls of every applied result (the token budget)
         self.skill_uses: list[SkillUse] = []  # decided, not yet credited in the registry
+        self.skill_registrations: list[SkillRegistration] = []  # not yet in the registry
+        self.unfiltered: list[str] = []  # admitted while the ε-net was away, oldest first
         self.engines: set[str] = set()  # what made the diagnoses and proposals
         self.run_summary = ""  # POLCA's c_history, from the summarizer
         self.live: list[Chain] = []  # every step between its start and its decision
@@ -255,28 +259,20 @@ class CampaignState:
     # -- what the shell reports back -------------------------------------------------------
     def on_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:
         """Apply the registry's ε-net verdict on one proposal (POLCA Algorithm 4)."""
-        step = Step()
-        chain = self.admitting.pop(candidate_id, None)
-        if chain is None or self.phase == "finished":
-            return step
-        if rejection is None:
-            chain.stage = "ready"
-        else:
-            forget(self, chain, "filtered")
-            self.emit(
-                step,
-                CandidateFiltered(
-                    campaign=self.cid,
-                    at=now,
-                    candidate_id=candidate_id,
-                    nearest_id=rejection.nearest_id,
-                    distance=rejection.distance,
-                    epsilon=self.strategy.epsilon,
-                ),
-            )
-            self.burst.observe(improved=False)
-        refill(self, step, now)
-        return step
+        return backlog.on_admission(self, candidate_id, rejection, now)
+
+    def admitted_unfiltered(self, candidate_id: str, reason: str, now: float) -> Step:
+        """No registry answered the ε-net request: the proposal goes on unfiltered, and is
+        remembered to be checked once the registry is back."""
+        return backlog.admitted_unfiltered(self, candidate_id, reason, now)
+
+    def late_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:
+        """Apply the ε-net's verdict on a proposal admitted unfiltered (``backlog``)."""
+        return backlog.late_admission(self, candidate_id, rejection, now)
+
+    def skill_registered(self, registration: SkillRegistration, version: int, now: float) -> Step:
+        """Announce a queued skill the registry now has (``version``), extracted or seeded."""
+        return backlog.skill_registered(self, registration, version, now)
 
     def skill_updated(self, name: str, utility: float, uses: int, delta: float, now: float) -> Step:
         """Announce a skill's new utility after a child that used it was decided."""
@@ -286,15 +282,6 @@ class CampaignState:
             SkillUtilityUpdated(
                 campaign=self.cid, at=now, name=name, utility=utility, uses=uses, delta=delta
             ),
-        )
-        return step
-
-    def skill_seeded(self, name: str, version: int, now: float) -> Step:
-        """Announce a skill seeded from a recurring failure pattern (A-Evolve Phase 5)."""
-        step = Step()
-        self.emit(
-            step,
-            SkillLearned(campaign=self.cid, at=now, name=name, version=version, origin="auto-seed"),
         )
         return step
 

@@ -13,7 +13,6 @@ from typing import Literal
 
 import msgspec
 
-from agents.evolution.skills import SkillDraft
 from agents.evolution.staleness import StaleAction
 from bus.publisher import Outbound
 from schemas.agents import WorkersTarget
@@ -163,6 +162,24 @@ class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
     delta: float
 
 
+class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
+    """A skill to register in the registry (REFLEX §3.4, A-Evolve Phase 5): kept in the
+    campaign state — and its snapshot — until the registry has it. Registering is idempotent
+    (the same content is the same version), so one sent again after a crash adds nothing.
+
+    Attributes:
+        name, trigger, snippet: the skill (a stable name; when it applies; what to reuse).
+        origin: how it was made (``diff``, ``model``, ``auto-seed``).
+        candidate_id: the improving child it was extracted from; "" for a seeded skill.
+    """
+
+    name: str
+    trigger: str
+    snippet: str
+    origin: str
+    candidate_id: str = ""
+
+
 @dataclass
 class Step:
     """What applying one result (or one tick) asks the shell to do."""
@@ -170,6 +187,5 @@ class Step:
     outbound: list[Outbound] = field(default_factory=list)
     commits: list[Commit] = field(default_factory=list)
     admissions: list[AdmissionRequest] = field(default_factory=list)
-    skill_seeds: list[SkillDraft] = field(default_factory=list)
     rollbacks: list[str] = field(default_factory=list)
     controls: list[WorkersTarget] = field(default_factory=list)

@@ -3,14 +3,18 @@
 Every method sends one request on ``evo.registry.<op>`` and returns the typed result, or raises
 the typed error the registry answered with (``ResourceNotFound``, ``VersionNotFound``,
 ``InvalidRequest``, ``RegistryError``), or ``RegistryUnavailable`` when no registry answered.
+``until_answered`` waits a call out for as long as the registry is away.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
+import anyio
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -50,6 +54,55 @@ from schemas.registry import (
 )
 
 R = TypeVar("R", bound=RegistryReply)
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+# Waiting for a registry that is away: 1, 2, 4 … s between tries, at most 10 s; a log line a minute.
+FIRST_WAIT_SECONDS = 1.0
+MAX_WAIT_SECONDS = 10.0
+WAIT_LOG_SECONDS = 60.0
+
+
+async def until_answered(
+    call: Callable[[], Awaitable[T]],
+    what: str,
+    *,
+    first_wait: float = FIRST_WAIT_SECONDS,
+    max_wait: float = MAX_WAIT_SECONDS,
+    log_every: float = WAIT_LOG_SECONDS,
+) -> T:
+    """``await call()`` again and again until a registry answers it, and return the answer.
+
+    ``RegistryUnavailable`` is waited out with a doubling pause (``first_wait`` up to
+    ``max_wait`` s) for as long as the caller runs, with a warning naming ``what`` when the
+    wait starts and every ``log_every`` s after. An answer that is an error (any other
+    ``RegistryError``) is raised as it is. Meant for a handler whose message the consumer keeps
+    alive (``in_progress``) while it runs: a registry that restarts costs time, not the work;
+    cancelled (the process stops), the message is redelivered.
+    """
+    delay = first_wait
+    started: float | None = None  # when the wait began (None: not waiting)
+    logged = 0.0
+    while True:
+        try:
+            answer = await call()
+        except RegistryUnavailable as exc:
+            now = time.monotonic()
+            if started is None:
+                started = logged = now
+                log.warning("%s waits for the registry: %s", what, exc)
+            elif now - logged >= log_every:
+                logged = now
+                log.warning(
+                    "%s still waits for the registry (%.0f s): %s", what, now - started, exc
+                )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, max_wait)
+            continue
+        if started is not None:
+            log.info("%s: the registry answered after %.1f s", what, time.monotonic() - started)
+        return answer
 
 
 class RegistryClient:

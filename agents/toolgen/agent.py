@@ -8,7 +8,9 @@ against the request's tests and, when it fails, refined through the model at mos
 passes the request's tests (and registered under the asked name). Otherwise a new tool is
 synthesised from the request, with tests, and refined the same way. Only a version whose tests
 pass in the sandbox is registered; anything else is refused with the last failure. An unchanged
-registered tool that passes is returned as it is (``reused``), without a new version.
+registered tool that passes is returned as it is (``reused``), without a new version. A registry
+that is away (killed, restarting) is waited for inside the handler, however long it takes
+(``until_answered``), rather than the work being retried into the dead-letter stream.
 """
 
 from __future__ import annotations
@@ -22,12 +24,11 @@ from dataclasses import dataclass, field
 
 from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
 from agents.prompts.context import tools_md
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryError, RegistryUnavailable, ResourceNotFound
+from agents.registry.client import RegistryClient, until_answered
+from agents.registry.errors import RegistryError, ResourceNotFound
 from agents.runtime import AgentProcess, WorkBinding
 from agents.work import expect, on_dead, result_outbound
 from bus.envelope import MessageContext
-from bus.errors import Retry
 from bus.publisher import Outbound
 from infra.llm import LLMError
 from infra.sandbox import run_sandboxed
@@ -183,22 +184,22 @@ class ToolGenerator:
     async def register(
         self, work: ToolWork, spec: ToolSpec, metadata: dict[str, str], usage: Usage
     ) -> Outbound:
-        """Register ``spec`` (validated) as a tool resource; reused when unchanged."""
-        try:
-            try:
-                before: Resource | None = await self.registry.get("tool", spec.name)
-            except ResourceNotFound:
-                before = None
-            resource = await self.registry.register(
+        """Register ``spec`` (validated) as a tool resource; reused when unchanged. A registry
+        that is away is waited for (``until_answered``): the work stays with this handler."""
+        before = await until_answered(
+            lambda: self._registered(spec.name), f"tool {spec.name} ({work.work_id})"
+        )
+        resource = await until_answered(
+            lambda: self.registry.register(
                 "tool",
                 spec.name,
                 description=spec.description,
                 source=spec.source,
                 metadata={"tests": spec.tests, **metadata},
                 trainable=True,
-            )
-        except RegistryUnavailable as exc:
-            raise Retry(str(exc), delay=2.0) from None
+            ),
+            f"tool {spec.name} ({work.work_id})",
+        )
         result = ToolResult(
             work_id=work.work_id,
             campaign=work.campaign,
@@ -208,6 +209,13 @@ class ToolGenerator:
             usage=usage,
         )
         return result_outbound(result, "tool")
+
+    async def _registered(self, name: str) -> Resource | None:
+        """The registered tool ``name``, or None."""
+        try:
+            return await self.registry.get("tool", name)
+        except ResourceNotFound:
+            return None
 
     async def serve(self, work: ToolWork, need: ToolNeed, limits: SandboxSection) -> Outbound:
         """AGS §5.2: retrieve → validate → refine (≤ R rounds) → else synthesise → register."""
@@ -258,21 +266,24 @@ class ToolGenerator:
         return await self.register(work, attempt.spec, metadata, attempt.usage)
 
     async def retrieve(self, need: ToolNeed) -> Attempt:
-        """The registered tool of the requested name, else the best semantic match."""
+        """The registered tool of the requested name, else the best semantic match (a registry
+        that is away is waited for)."""
+        what = f"tool request {need.name}"
         try:
-            try:
-                found = await self.registry.get("tool", need.name)
+            found = await until_answered(lambda: self._registered(need.name), what)
+            if found is not None:
                 origin = f"registered {found.name} v{found.version}"
-            except ResourceNotFound:
+            else:
                 if not need.tests.strip():
                     return Attempt()  # without tests nothing shows that a match does the job
-                hits = await self.registry.search("tool", f"{need.name} {need.need}", SEARCH_HITS)
+                hits = await until_answered(
+                    lambda: self.registry.search("tool", f"{need.name} {need.need}", SEARCH_HITS),
+                    what,
+                )
                 if not hits:
                     return Attempt()
                 found = hits[0][0]
                 origin = f"search match {found.name} v{found.version}"
-        except RegistryUnavailable as exc:
-            raise Retry(str(exc), delay=2.0) from None
         except RegistryError as exc:
             log.warning("tool search failed: %s", exc)
             return Attempt()

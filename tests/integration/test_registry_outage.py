@@ -1,0 +1,285 @@
+"""Work that needs the registry waits for it: a real bus, a real registry started late.
+
+The orchestrator's effects hold proposals admitted unfiltered and skills to register in the
+campaign state and catch up once the registry answers (ε-net refusals come late); an offline
+campaign whose registry is away for its first part completes and learns the skills it
+extracted meanwhile; the tool generator waits inside its handler instead of dead-lettering.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from nats.js import JetStreamContext
+
+from agents.orchestrator.effects import Effects
+from agents.orchestrator.steps import SkillRegistration, Step
+from agents.registry.client import RegistryClient
+from bus import codec, subjects
+from bus.connection import connect
+from bus.publisher import Outbound, Publisher
+from bus.streams import ensure_streams, key_value
+from infra.nats_server import NatsServer
+from infra.workspace import CampaignWorkspace
+from schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, load_campaign
+from schemas.events import (
+    AdmittedUnfiltered,
+    CampaignFinished,
+    CandidateFiltered,
+    DeadLettered,
+    Event,
+    SkillLearned,
+    WorkAbandoned,
+)
+from schemas.results import Result, SkillExtracted, ToolResult
+from schemas.work import DiagnoseWork, ProposeWork, ToolWork
+from tests.integration.test_registry import registry_service
+from tests.processes import start_evobus
+from tests.samples import TOOL_SPEC
+from tests.unit.test_orchestrator_state import diagnosis, make_state, of_type, proposal, seeded
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+# Acrobot ships no tools, so the campaign starts without a registry.
+CAMPAIGN = f"""
+[campaign]
+task = "acrobot"
+seed_artifact = "{(EXAMPLES / "acrobot_seed.py").as_posix()}"
+[campaign.budget]
+proposals = 40
+wall_seconds = 90
+[task]
+validation_episodes = 2
+max_steps = 200
+train_instances = 6
+[strategy]
+in_flight = 4
+minibatch = 2
+min_evaluations = 2
+epsilon = 0.02
+skills = 3
+rng_seed = 3
+"""
+
+
+async def eventually(condition: Callable[[], bool], seconds: float) -> None:
+    """Poll ``condition`` until it holds (fails after ``seconds``)."""
+    with anyio.fail_after(seconds):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.1)
+
+
+@asynccontextmanager
+async def following(
+    js: JetStreamContext, filter_subject: str, decode: Callable[[bytes], Any], into: list[Any]
+) -> AsyncIterator[None]:
+    """Append every message on ``filter_subject`` (from the start of its stream) to ``into``."""
+    sub = await js.subscribe(filter_subject, ordered_consumer=True)
+
+    async def collect() -> None:
+        async for msg in sub.messages:
+            into.append(decode(msg.data))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            yield
+            tg.cancel_scope.cancel()
+    finally:
+        await sub.unsubscribe()
+
+
+@pytest.mark.timeout(60)
+async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # Two steps propose the same text while no registry runs: both go on unfiltered. Once
+    # the registry is up, the first joins the ε-net pool and the second, its duplicate, is
+    # refused late; the skill queued meanwhile is registered and learned.
+    state = make_state(mode="sync", in_flight=2, epsilon=0.05, proposals=2)
+    diagnoses = of_type(seeded(state), DiagnoseWork)
+    proposes = [
+        w for d in diagnoses for w in of_type(state.apply(diagnosis(d), None, 3.0), ProposeWork)
+    ]
+    skill = SkillRegistration(
+        name="pump-harder-0a1b2c3d",
+        trigger="swings too low",
+        snippet="k = 2.0",
+        origin="diff",
+        candidate_id="c0001",
+    )
+    state.skill_registrations.append(skill)
+    nc = await connect(nats_server.url, name="outage-effects")
+    workspace = CampaignWorkspace(tmp_path / "workspace")
+    published: list[object] = []
+    try:
+        effects = Effects(state, RegistryClient(nc, timeout=2.0), workspace, retry_seconds=0.2)
+
+        async def run(step: Step) -> None:
+            out, _ = await effects.run(step)
+            published.extend(o.message for o in out)
+
+        for work in proposes:
+            await run(state.apply(proposal(work), None, 4.0))
+        unfiltered = [e for e in published if isinstance(e, AdmittedUnfiltered)]
+        assert [e.candidate_id for e in unfiltered] == ["c0001", "c0002"]
+        assert state.unfiltered == ["c0001", "c0002"] and state.skill_registrations == [skill]
+
+        async with registry_service(nats_server.url, tmp_path / "registry") as (registry, _):
+            with anyio.fail_after(30):
+                while True:  # as the orchestrator does beside its clock
+                    out, _ = await effects.work_backlog()
+                    published.extend(o.message for o in out)
+                    if not state.unfiltered and not state.skill_registrations:
+                        break
+                    await anyio.sleep(0.1)
+            (filtered,) = [e for e in published if isinstance(e, CandidateFiltered)]
+            assert filtered.late
+            assert (filtered.candidate_id, filtered.nearest_id) == ("c0002", "c0001")
+            assert [c.candidate_id for c in state.live] == ["c0001"]  # the duplicate's step ended
+            (learned,) = [e for e in published if isinstance(e, SkillLearned)]
+            assert (learned.name, learned.origin) == (skill.name, "cid/c0001")
+            registered = await registry.get("skill", skill.name)
+            assert registered.version == learned.version == 1
+            assert registered.metadata["from"] == "c0001"
+            # c0001 is in the registry's pool now: a fresh copy of it is refused at once.
+            source = state.candidates["c0001"].artifact.source
+            again = await registry.admit("cid", [("c0099", source)], 0.05)
+            assert [r.nearest_id for r in again.rejected] == ["c0001"]
+    finally:
+        workspace.close()
+        await nc.drain()
+
+
+@pytest.mark.timeout(90)
+async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_starts(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    path = tmp_path / "campaign.toml"
+    path.write_text(CAMPAIGN)
+    url = nats_server.url
+    nc = await connect(url, name="outage-observer")
+    agents = []
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        record = CampaignRecord(
+            campaign=campaign_id,
+            spec=load_campaign(path),
+            seed_source=(EXAMPLES / "acrobot_seed.py").read_text(),
+            out_dir=str(tmp_path / "runs"),
+            submitted_at=time.time(),
+        )
+        kv = await key_value(js, subjects.KV_CAMPAIGNS)
+        await kv.create(campaign_id, msgspec.msgpack.encode(record))
+        events: list[Event] = []
+        results: list[Result] = []
+        async with (
+            following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
+            following(
+                js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results
+            ),
+        ):
+            roles = ("critic", "actor", "evaluator")
+            agents = [
+                start_evobus("agent", role, "--nats", url, log=tmp_path / f"{role}.log")
+                for role in roles
+            ]
+            orchestrator = ("agent", "orchestrator", "--nats", url, "--campaign", campaign_id)
+            agents.append(start_evobus(*orchestrator, log=tmp_path / "orchestrator.log"))
+
+            def drafts() -> list[SkillExtracted]:
+                return [r for r in results if isinstance(r, SkillExtracted) and r.snippet]
+
+            # The registry stays away until the campaign has gone on unfiltered and drafted a
+            # skill it could not register.
+            await eventually(
+                lambda: bool(drafts()) and any(isinstance(e, AdmittedUnfiltered) for e in events),
+                40,
+            )
+            away = {d.name: d for d in drafts()}
+            assert not any(isinstance(e, SkillLearned) for e in events)
+            async with registry_service(url, tmp_path / "registry") as (registry, _):
+                await eventually(lambda: any(isinstance(e, CampaignFinished) for e in events), 60)
+                learned = {e.name: e for e in events if isinstance(e, SkillLearned)}
+                assert set(away) <= set(learned), (set(away), set(learned))
+                for name, draft in away.items():
+                    skill = await registry.get("skill", name, learned[name].version)
+                    assert (skill.source, skill.description) == (draft.snippet, draft.trigger)
+                    assert learned[name].origin == f"{campaign_id}/{draft.source_candidate}"
+        (finished,) = [e for e in events if isinstance(e, CampaignFinished)]
+        assert finished.summary.status == "completed", finished.summary.stop_reason
+        assert finished.summary.stop_reason == "proposal budget spent"
+        unfiltered = {e.candidate_id for e in events if isinstance(e, AdmittedUnfiltered)}
+        late = [e for e in events if isinstance(e, CandidateFiltered) and e.late]
+        assert {e.candidate_id for e in late} <= unfiltered
+        assert finished.summary.best_candidate not in {e.candidate_id for e in late}
+        extract_failures = [
+            e
+            for e in events
+            if (isinstance(e, DeadLettered) and ".extract" in e.subject)
+            or (isinstance(e, WorkAbandoned) and e.stage == "extract")
+        ]
+        assert not extract_failures
+        assert late  # near-duplicates went on unfiltered (ε is wide here) and left late
+    finally:
+        await nc.drain()
+        for agent in agents:
+            agent.terminate()
+        for agent in agents:
+            agent.wait(20)
+
+
+@pytest.mark.timeout(60)
+async def test_the_tool_generator_waits_for_the_registry(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    url = nats_server.url
+    log = tmp_path / "toolgen.log"
+    toolgen = start_evobus("agent", "tool-generator", "--nats", url, log=log)
+    nc = await connect(url, name="outage-tools")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        spec = CampaignSpec(campaign=CampaignSection(task="pendulum"))
+        record = CampaignRecord(
+            campaign=campaign_id, spec=spec, seed_source="", out_dir="", submitted_at=time.time()
+        )
+        kv = await key_value(js, subjects.KV_CAMPAIGNS)
+        await kv.create(campaign_id, msgspec.msgpack.encode(record))
+        results: list[Result] = []
+        events: list[Event] = []
+        async with (
+            following(
+                js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results
+            ),
+            following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
+        ):
+            item = ToolWork(
+                work_id=f"{campaign_id}-w1", campaign=campaign_id, pool_version=0, spec=TOOL_SPEC
+            )
+            await Publisher(js, None).publish(
+                Outbound(subjects.work(campaign_id, "tool"), item, item.work_id, campaign_id)
+            )
+            await eventually(lambda: "waits for the registry" in log.read_text(), 30)
+            assert not results
+            async with registry_service(url, tmp_path / "registry") as (registry, _):
+                await eventually(lambda: bool(results), 30)
+                (result,) = results
+                assert isinstance(result, ToolResult) and result.record is not None, result
+                assert (await registry.get("tool", TOOL_SPEC.name)).version == 1
+        assert not any(isinstance(e, DeadLettered) for e in events)
+    finally:
+        await nc.drain()
+        toolgen.terminate()
+        toolgen.wait(20)
