@@ -12,7 +12,7 @@ import os
 import random
 import signal
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -30,6 +30,7 @@ from schemas.events import (
     CampaignResumed,
     CandidateEvaluated,
     Event,
+    StoreRecovered,
 )
 from tests.processes import start_evobus
 
@@ -52,6 +53,7 @@ min_evaluations = 2
 rng_seed = 4
 """
 ENV = {"EVOBUS_ACK_WAIT_SECONDS": "3"}
+KILL_HOOK = Path(__file__).parent.parent / "killhook"
 
 
 def agent_pids(nats_url: str, role: str) -> list[int]:
@@ -76,9 +78,12 @@ async def run_with_chaos(
     campaign: str,
     proposals: int,
     chaos: Callable[[list[Event]], None],
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[CampaignSummary, list[Event], str]:
     """``evobus run`` on ``nats``; ``chaos(events so far)`` is called on every event an
-    independent subscriber sees. Returns the summary, the events and the run's output."""
+    independent subscriber sees (``env``: more variables for the run). Returns the summary, the
+    events and the run's output."""
     path = tmp_path / "campaign.toml"
     path.write_text(CAMPAIGN.format(proposals=proposals))
     nc = await connect(nats.url, name="chaos-observer")
@@ -89,7 +94,7 @@ async def run_with_chaos(
     out = tmp_path / "runs"
     run = start_evobus(
         "run", str(path), "--nats", nats.url, "--id", campaign, "--out", str(out),
-        log=tmp_path / "run.log", env=ENV,
+        log=tmp_path / "run.log", env={**ENV, **(env or {})},
     )  # fmt: skip
     try:
         with anyio.fail_after(150):
@@ -152,28 +157,37 @@ async def test_agents_killed_every_few_seconds(
 
 
 @pytest.mark.timeout(200)
-async def test_the_orchestrator_killed_mid_campaign_resumes_from_its_snapshot(
+async def test_the_orchestrator_killed_inside_a_workspace_commit_resumes_from_its_snapshot(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
-    killed: list[int] = []
-
-    def chaos(events: list[Event]) -> None:
-        evaluations = sum(isinstance(e, CandidateEvaluated) for e in events)
-        if not killed and evaluations >= 12:
-            (pid,) = agent_pids(nats_server.url, "orchestrator")
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-
-    summary, events, output = await run_with_chaos(nats_server, tmp_path, campaign_id, 16, chaos)
-    assert killed and "restarting it (it resumes from its snapshot)" in output, output
+    # Killed by itself (tests/killhook) the 6th time it renames the workspace's .git/index.lock
+    # into place: in the middle of applying a result, its state changed, nothing published.
+    marker = tmp_path / "killed-on-index-lock"
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(KILL_HOOK), os.environ.get("PYTHONPATH", "")]),
+        "EVOBUS_TEST_KILL_ON_LOCK": f"orchestrator:6:.git/index.lock:{marker}",
+    }
+    summary, events, output = await run_with_chaos(
+        nats_server, tmp_path, campaign_id, 16, lambda _: None, env=env
+    )
+    assert marker.exists() and "restarting it (it resumes from its snapshot)" in output, output
     (resumed,) = [e for e in events if isinstance(e, CampaignResumed)]
     # The state rebuilt from the snapshot is the snapshot.
     assert resumed.restored_digest == resumed.digest
     assert resumed.results_applied > 0 and resumed.phase == "evolving"
     assert_each_evaluation_counted_once(summary, events)
+    # The restarted orchestrator found the workspace as the kill left it and put it right.
+    (recovered,) = [e for e in events if isinstance(e, StoreRecovered)]
+    assert recovered.store == "workspace" and ".git/index.lock" in recovered.stale_locks
+    workspace = tmp_path / "runs" / campaign_id / "workspace"
+    fsck = await anyio.run_process(["git", "fsck", "--strict"], cwd=workspace, check=False)
+    assert fsck.returncode == 0, fsck.stderr.decode()
+    status = await anyio.run_process(["git", "status", "--porcelain"], cwd=workspace)
+    assert status.stdout == b""
     # The orchestrator's items count the results of both processes, none twice.
+    killed = int(marker.read_text().split()[0])
     orchestrator = next(a for a in summary.agents if a.role == "orchestrator")
-    assert orchestrator.pid not in killed
+    assert orchestrator.pid != killed
 
 
 @pytest.mark.timeout(200)

@@ -1,0 +1,40 @@
+"""Kill this process with SIGKILL while a git lock file exists (a test's crash point).
+
+Put this folder on PYTHONPATH and set ``EVOBUS_TEST_KILL_ON_LOCK=ROLE:N:LOCK:MARKER``: the
+``evobus agent ROLE`` process kills itself when it is about to rename a file ending in
+``LOCK`` (say ``.git/index.lock``) into place for the N-th time — the lock file exists, full,
+at that moment — unless the file MARKER exists; it creates MARKER first, so of all the
+processes of a run only one is killed this way. Other processes are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _install() -> None:
+    spec = os.environ.get("EVOBUS_TEST_KILL_ON_LOCK", "")
+    if not spec:
+        return
+    role, count, lock, marker = spec.split(":", 3)
+    if not ("agent" in sys.argv and role in sys.argv):
+        return
+    seen = 0
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        nonlocal seen
+        if event != "os.rename" or not str(args[0]).endswith(lock):
+            return
+        seen += 1
+        if seen == int(count) and not Path(marker).exists():
+            Path(marker).write_text(f"{os.getpid()} killed with {args[0]} in place\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    sys.addaudithook(hook)
+
+
+_install()
