@@ -3,7 +3,8 @@
 A campaign registers the task's tools, then scores the seed (on validation and on one train
 minibatch) before the first step; a step's diagnosis, proposal and repair go to the chain and
 the pipeline; an evaluation either counts down its step's minibatch or confirms a candidate on
-validation; failed work abandons its step (or the campaign, for a tool or the seed).
+validation; failed work abandons its step (or the campaign, for a tool or the seed). A seed
+whose evaluation failed on every instance stops the campaign before evolution (``failures``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import msgspec
 from agents.evolution.pool import sample_minibatch
 from agents.orchestrator.chains import on_proposal
 from agents.orchestrator.decide import confirm, decide
+from agents.orchestrator.failures import evaluation_error, seed_failure
 from agents.orchestrator.pipeline import on_repaired, refill
 from agents.orchestrator.speculation import drop_chain, on_partial
 from agents.orchestrator.steps import SEED_ID, Chain, Pending, SkillRegistration, Status, Step
@@ -69,11 +71,12 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case WorkFailed() if pending.kind in ("tool", "seed"):
             state.finish(step, now, "failed", f"{result.stage} failed: {result.error}")
         case WorkFailed() if pending.kind == "validate" and pending.candidate_id == SEED_ID:
-            state.finish(step, now, "failed", f"the seed failed: {result.error}")
+            # The evaluation itself failed (no sandbox, dead-lettered): not the seed's fault.
+            state.finish(step, now, "failed", f"the seed's evaluation failed: {result.error}")
         case WorkFailed():
             _abandon(state, step, result, chain, now)
         case Evaluation():
-            _on_evaluation(state, step, pending, result, now)
+            _on_evaluation(state, step, pending, result, sender, now)
         case Diagnosis() if chain is not None:
             chain.diagnosis = result
             chain.stage = "diagnosed"  # refill hands it a propose slot
@@ -209,9 +212,12 @@ def _record_evaluation(
     ev: Evaluation,
     now: float,
     *,
+    sender: AgentRef | None,
     train: bool,
     chain: Chain | None = None,
 ) -> None:
+    """Count an evaluation and announce it, with its error when it failed on every instance
+    and the id of the agent that evaluated it."""
     state.evaluations += 1
     state.last_evaluation[cid] = ev
     if train:
@@ -227,7 +233,8 @@ def _record_evaluation(
             candidate_id=cid,
             score=ev.score,
             isolation=ev.isolation,
-            error=ev.error,
+            agent_id=sender.agent_id if sender is not None else "",
+            error=evaluation_error(ev),
             work_id=ev.work_id,
         ),
         chain,  # a parent re-evaluated for a step belongs to that step's trace
@@ -235,17 +242,29 @@ def _record_evaluation(
 
 
 def _on_evaluation(
-    state: CampaignState, step: Step, pending: Pending, ev: Evaluation, now: float
+    state: CampaignState,
+    step: Step,
+    pending: Pending,
+    ev: Evaluation,
+    sender: AgentRef | None,
+    now: float,
 ) -> None:
+    train = pending.kind != "validate"
+    chain = pending.chain if train else None
+    _record_evaluation(
+        state, step, pending.candidate_id, ev, now, sender=sender, train=train, chain=chain
+    )
+    if state.phase == "seed" and pending.candidate_id == SEED_ID:
+        reason = seed_failure(ev, state.plan.failure_score)
+        if reason:  # the first of the seed's evaluations to fail stops it: no waiting
+            state.finish(step, now, "failed", reason)
+            return
     if pending.kind == "validate":
-        _record_evaluation(state, step, pending.candidate_id, ev, now, train=False)
         _on_validation(state, step, pending.candidate_id, ev, now)
         return
-    _record_evaluation(state, step, pending.candidate_id, ev, now, train=True, chain=pending.chain)
     if pending.kind == "seed":
         _seed_ready(state, step, now)
         return
-    chain = pending.chain
     assert chain is not None
     chain.evaluations[pending.candidate_id] = ev
     chain.waiting -= 1
@@ -262,10 +281,7 @@ def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
 
 
 def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
-    if cid == SEED_ID and state.seed_score is None:
-        if ev.error:
-            state.finish(step, now, "failed", f"the seed could not be evaluated: {ev.error}")
-            return
+    if cid == SEED_ID and state.seed_score is None:  # a failed seed stopped the campaign before
         state.seed_score = ev.score
         confirm(state, step, cid, ev.score, now)
         _seed_ready(state, step, now)

@@ -51,6 +51,8 @@ STAGE_ORDER = ("diagnose", "propose", "repair", "evaluate")
 STALE_ACTIONS = ("keep", "discard", "repair", "repaired", "repair_discarded")
 LINEAGE_LABELS = 60  # above this many nodes only the seed and the best's chain are labelled
 SKILL_LEGEND = 15  # skills named in the legend at most (the highest utilities)
+ERROR_ROWS = 5  # distinct errors listed in "Failed evaluations" at most (the most frequent)
+ERROR_CHARS = 300  # the most characters of an error's first line shown there
 NOTE_COLOR = "dimgrey"
 
 
@@ -91,6 +93,7 @@ class Run:
     stale: list[StaleDecided] = field(default_factory=list)
     skills: list[SkillUtilityUpdated] = field(default_factory=list)
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
+    failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
 
@@ -133,6 +136,8 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.proposed[event.candidate_id] = event
             case CandidateEvaluated() if not event.error:
                 run.evaluated[event.candidate_id].append(event.score)
+            case CandidateEvaluated():
+                run.failed.append(event)
             case CandidateAccepted():
                 run.accepted.append(event)
             case BestConfirmed():
@@ -783,6 +788,54 @@ def role_restarts(run: Run) -> list[RoleRestarts]:
     return [roles[name] for name in sorted(roles) if roles[name].exits]
 
 
+@dataclass
+class ErrorRow:
+    """One row of the "Failed evaluations" table: evaluations that failed with one error."""
+
+    error: str  # the first line of the error
+    count: int = 0
+    candidates: list[str] = field(default_factory=list)  # in the order they failed, once each
+
+
+def error_rows(run: Run) -> list[ErrorRow]:
+    """The evaluations that failed on every instance (``candidate_evaluated`` with an error),
+    grouped by the first line of their error: the most frequent first, ties in the order they
+    first appeared."""
+    rows: dict[str, ErrorRow] = {}
+    for event in sorted(run.failed, key=lambda e: e.at):
+        lines = event.error.strip().splitlines()
+        first = lines[0] if lines else event.error
+        row = rows.setdefault(first, ErrorRow(first))
+        row.count += 1
+        if event.candidate_id not in row.candidates:
+            row.candidates.append(event.candidate_id)
+    return sorted(rows.values(), key=lambda r: -r.count)
+
+
+def _errors_section(run: Run) -> str:
+    """The "Failed evaluations" heading and table; "" when no evaluation failed."""
+    every = error_rows(run)
+    if not every:
+        return ""
+    rows = every[:ERROR_ROWS]
+    head = "".join(f"<th>{h}</th>" for h in ("error", "evaluations", "candidates"))
+    cells = []
+    for r in rows:
+        named = ", ".join(r.candidates[:3]) + (" …" if len(r.candidates) > 3 else "")
+        error = r.error if len(r.error) <= ERROR_CHARS else r.error[: ERROR_CHARS - 1] + "…"
+        cells.append(
+            f"<tr><td class=engine>{html.escape(error)}</td><td class=num>{r.count}</td>"
+            f"<td>{html.escape(named)}</td></tr>"
+        )
+    shown = f"the {len(rows)} most frequent of {len(every)}" if len(every) > len(rows) else "each"
+    return (
+        f"<h2>Failed evaluations</h2>\n<p>{len(run.failed)} evaluations failed on every "
+        f"instance; {shown} distinct error (its first line), with how often it came back and "
+        "the candidates it came back for.</p>\n"
+        f"<table>\n<tr>{head}</tr>\n" + "\n".join(cells) + "\n</table>\n"
+    )
+
+
 def _restarts_section(run: Run) -> str:
     """The "Agent restarts" heading and table; "" when no agent exited."""
     rows = role_restarts(run)
@@ -805,8 +858,8 @@ def _restarts_section(run: Run) -> str:
 
 def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
     """The report page: the header table, each figure with its caption, the accepted
-    candidates, the agent restarts (if any) and the event counts; every text from the log is
-    escaped."""
+    candidates, the failed evaluations' errors and the agent restarts (if any) and the event
+    counts; every text from the log is escaped."""
     title = html.escape(f"evobus report: {run.cid}")
     header = _rows(_header_rows(run), code=frozenset({"engine"}))
     body = "\n".join(
@@ -832,7 +885,7 @@ def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
 {body}
 <h2>Accepted candidates</h2>
 {_accepted_table(run)}
-{_restarts_section(run)}<h2>Events</h2>
+{_errors_section(run)}{_restarts_section(run)}<h2>Events</h2>
 <table>
 {kinds}
 </table>

@@ -53,6 +53,11 @@ def describe_error(exc: BaseException) -> str:
     """One line naming the exception and, when known, the candidate line that raised it."""
     if isinstance(exc, CandidateFailure):  # described where it happened
         return str(exc)[:500]
+    if isinstance(exc, SyntaxError) and Path(exc.filename or "").name == CANDIDATE_FILE:
+        # No frame of the candidate ran: the line is the exception's own, quoted with its code.
+        code = (exc.text or "").strip()
+        text = f"{type(exc).__name__}: {exc.msg} (line {exc.lineno} of {CANDIDATE_FILE})"
+        return (f"{text}: {code}" if code else text)[:500]
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     frames = traceback.extract_tb(exc.__traceback__)
     in_candidate = [f for f in frames if Path(f.filename).name == CANDIDATE_FILE]

@@ -123,4 +123,9 @@ async def test_a_campaign_beats_its_seed_across_processes(
     assert run.pid not in pids and os.getpid() not in pids
     hand = [a for a in summary.agents if a.pid == by_hand.pid]
     assert hand and hand[0].items_processed > 0, summary.agents
+    # Every evaluation names the evaluator that made it: the hand-started one among them.
+    evaluators = {a.agent_id for a in summary.agents if a.role == "evaluator"}
+    evaluated = [e for e in seen if isinstance(e, CandidateEvaluated)]
+    assert evaluated and {e.agent_id for e in evaluated} <= evaluators
+    assert hand[0].agent_id in {e.agent_id for e in evaluated}
     assert "new best" in output and "evaluations" in output
