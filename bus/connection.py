@@ -1,5 +1,9 @@
 """Connecting to NATS with reconnection, and getting a JetStream context.
 
+The first connection is tried for ``FIRST_CONNECT_TIMEOUT`` seconds (a typo'd URL or a server that
+is not running fails fast, naming the URL); once connected, a lost connection is retried without
+end, so a process outlives a restart of nats-server.
+
 Credentials come, in this order, from the ``credentials`` argument, the environment
 (``NATS_CREDS``, ``NATS_NKEY_SEED``, ``NATS_USER`` + ``NATS_PASSWORD``, ``NATS_TOKEN``), or the
 URL (``nats://user:password@host:4222``). TLS: ``NATS_CA`` (the CA that signed the server's
@@ -19,12 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
 from bus import subjects
-from bus.errors import ConnectError
+from bus.errors import ConnectError, NoServerAnswered
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,12 @@ NKEY_SEED_ENV = "NATS_NKEY_SEED"
 CA_ENV = "NATS_CA"
 CERT_ENV = "NATS_CERT"
 KEY_ENV = "NATS_KEY"
+
+FIRST_CONNECT_TIMEOUT = 10.0
+"""Seconds ``connect`` tries the first connection for, all attempts together, before giving up."""
+
+RECONNECT_TIME_WAIT = 0.5
+"""Seconds between two attempts to reach the same server (first connection and reconnection)."""
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -159,15 +170,19 @@ async def connect(
     *,
     name: str,
     connect_timeout: float = 5.0,
+    first_connect_timeout: float = FIRST_CONNECT_TIMEOUT,
     credentials: Credentials | None = None,
 ) -> Client:
-    """Connect with unlimited reconnects so a restarted server is picked up again.
+    """Connect within ``first_connect_timeout`` seconds; once connected, reconnect without end
+    so a restarted server is picked up again.
 
-    ``credentials`` default to the environment's (``credentials_from_env``); TLS comes from the
-    environment (``tls_from_env``) or a ``tls://`` URL.
+    ``connect_timeout`` bounds one attempt (TCP, TLS and the CONNECT handshake). ``credentials``
+    default to the environment's (``credentials_from_env``); TLS comes from the environment
+    (``tls_from_env``) or a ``tls://`` URL.
 
     Raises:
-        ConnectError: no server answered on the first attempt, or it refused the credentials.
+        NoServerAnswered: no server answered within ``first_connect_timeout`` seconds.
+        ConnectError: the server refused the credentials, or the URL or TLS files are unusable.
     """
     shown = redact_url(url)
     creds = credentials if credentials is not None else credentials_from_env()
@@ -181,15 +196,32 @@ async def connect(
         options["tls"] = tls
     nc = Client()
     connecting = True
+    last_error: str | None = None
 
     async def on_error(exc: Exception) -> None:
-        if connecting and AUTHORIZATION_VIOLATION in str(exc).lower():
+        nonlocal last_error
+        if not connecting:
+            log.warning("nats: %s", exc)
+            return
+        if AUTHORIZATION_VIOLATION in str(exc).lower():
             # nats-py would retry refused credentials forever: give up on the first refusal.
             raise _Refused(str(exc))
-        log.warning("nats: %s", exc)
+        # nats-py retries the first connection every RECONNECT_TIME_WAIT: a warning for each
+        # would flood the terminal, so one line says we wait and the error names the last reason.
+        if last_error is None:
+            log.info(
+                "nats: no answer yet at %s (%s); trying for up to %g s",
+                shown,
+                exc,
+                first_connect_timeout,
+            )
+        else:
+            log.debug("nats: no answer yet at %s (%s)", shown, exc)
+        last_error = str(exc) or type(exc).__name__
 
     async def on_disconnect() -> None:
-        log.info("nats: disconnected from %s", shown)
+        if not connecting:  # closing a first connection that never was is no news
+            log.info("nats: disconnected from %s", shown)
 
     async def on_reconnect() -> None:
         log.info("nats: reconnected to %s", shown)
@@ -198,17 +230,24 @@ async def connect(
     if who == "none" and shown != url:
         who = "the URL's user"
     try:
-        await nc.connect(
-            url,
-            name=name,
-            allow_reconnect=True,
-            max_reconnect_attempts=-1,
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-            # nats-py annotates these two as int but takes seconds as float
-            **{"connect_timeout": connect_timeout, "reconnect_time_wait": 0.5, **options},
-        )
+        # With max_reconnect_attempts=-1 nats-py retries the *first* connection forever too
+        # (it has no separate bound for it), so the deadline is ours; reconnection stays endless.
+        with anyio.move_on_after(first_connect_timeout) as waiting:
+            await nc.connect(
+                url,
+                name=name,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                # nats-py annotates these two as int but takes seconds as float
+                **{
+                    "connect_timeout": connect_timeout,
+                    "reconnect_time_wait": RECONNECT_TIME_WAIT,
+                    **options,
+                },
+            )
     except _Refused as exc:
         await nc.close()
         raise ConnectError(shown, f"{exc} (as {who}): wrong or missing credentials") from None
@@ -219,6 +258,10 @@ async def connect(
     except (NoServersError, OSError, TimeoutError, NatsError) as exc:
         reason = str(exc) or type(exc).__name__
         raise ConnectError(shown, reason if who == "none" else f"{reason} (as {who})") from None
+    if waiting.cancelled_caught:
+        with anyio.CancelScope(shield=True):
+            await nc.close()  # stops what the interrupted attempt left: socket, tasks
+        raise NoServerAnswered(shown, within=first_connect_timeout, last_error=last_error)
     connecting = False
     return nc
 

@@ -29,9 +29,38 @@ class SubjectError(BusError, ValueError):
 
 
 class ConnectError(BusError):
-    """No NATS server answered at the given URL."""
+    """The first connection to NATS failed: no server answered, or it refused this client.
+
+    Attributes:
+        url: the URL(s) tried, redacted (no password or token).
+        reason: what went wrong.
+    """
 
     def __init__(self, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"cannot connect to NATS at {url}: {reason}")
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return f"cannot connect to NATS at {self.url}: {self.reason}"
+
+
+class NoServerAnswered(ConnectError):
+    """No NATS server answered at the URL(s) within the time the first connection is given.
+
+    Attributes:
+        within: the seconds the first connection was tried for.
+        last_error: the last attempt's failure (``Connect call failed …``), None if none ended.
+    """
+
+    def __init__(self, url: str, *, within: float, last_error: str | None = None) -> None:
+        self.within = within
+        self.last_error = last_error
+        super().__init__(url, f"no server answered within {within:g} s")
+
+    def _message(self) -> str:
+        last = f" ({self.last_error})" if self.last_error else ""
+        return (
+            f"no NATS server answered at {self.url} within {self.within:g} s{last}; "
+            "is nats-server running? (`evobus run` without --nats starts one)"
+        )
