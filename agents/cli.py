@@ -8,11 +8,12 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 import anyio
 
-from agents.errors import AgentError
+from agents.errors import AgentError, CampaignFailed
 from agents.registry.errors import RegistryError
 from agents.runtime import AgentSettings, Setup, run_agent
 from bus.connection import connect, url_from_env
@@ -22,8 +23,19 @@ from infra.telemetry import setup_tracing, shutdown_tracing
 from schemas.agents import ROLES, Role
 from schemas.errors import SchemaError
 
-EXIT_CONFIG = 2
+EXIT_CONFIG = 2  # the user's input: a bad campaign file, a seed that fails on every instance
 EXIT_FAILED = 1
+
+DISTRIBUTION = "evobus"
+"""The name this project is installed under (``[project] name`` in pyproject.toml)."""
+
+
+def installed_version() -> str:
+    """The installed distribution's version, or ``unknown`` when run from a tree not installed."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _workers(values: Sequence[str]) -> dict[Role, int]:
@@ -45,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="evobus",
         description="Evolve programs with agents on a NATS JetStream bus.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a campaign file with its own agent processes")
@@ -208,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("best", "print the best candidate of a campaign and its source"),
         ("lineage", "print the parent chain of a campaign's best candidate"),
-        ("rollback", "make the best candidate at a tag the campaign's best again"),
+        ("rollback", "make a tagged or named candidate the campaign's best"),
         ("report", "write an offline HTML report with plots from a campaign's events.jsonl"),
         ("trace", "print a campaign's (or one candidate's) trace from its span file as a tree"),
     ):
@@ -216,7 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("campaign", help="campaign id")
         command.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
         if name == "rollback":
-            command.add_argument("--to", required=True, metavar="TAG", help="e.g. accept/3")
+            command.description = ROLLBACK_DESCRIPTION
+            command.add_argument(
+                "--to",
+                required=True,
+                metavar="TAG|CANDIDATE",
+                help="seed, accept/3, rollback/1, best, or a candidate id such as c0007",
+            )
         if name == "trace":
             command.add_argument("--candidate", help="the trace of this candidate's step")
             command.add_argument(
@@ -228,6 +247,17 @@ def build_parser() -> argparse.ArgumentParser:
                 help="another span file to read (agents started by hand with --spans)",
             )
     return parser
+
+
+ROLLBACK_DESCRIPTION = (
+    "Make one candidate the campaign's best: the candidate a tag was made for (seed, "
+    "accept/<n>), the best at a tag (best, rollback/<n>), or a candidate named by its id. The "
+    "workspace gets a commit tagged rollback/<n> with that candidate as best.*, best.json and "
+    "plan.md, and the run folder's summary.json then names it: best_candidate, best_artifact, "
+    "and best_score = the candidate's recorded score (its validation score if it was ever "
+    "confirmed as a best, else its score on the minibatch it was decided on; what `evobus best` "
+    "prints). Its other fields are kept."
+)
 
 
 def _setup_for(role: Role) -> Setup:
@@ -409,11 +439,13 @@ async def _llm_sim(args: argparse.Namespace) -> int:
 async def _workspace_command(args: argparse.Namespace) -> int:
     from agents import lineage
 
+    if args.command == "rollback":
+        return _rollback(args)
     workspace = lineage.open_workspace(args.out, args.campaign)
     if args.command == "best":
         record, source = lineage.best(workspace)
-        value = record.validation if record.validation is not None else record.score
-        head = f"{args.campaign}: best {record.candidate_id} scores {value:.1f}"
+        score = lineage.recorded_score(record)
+        head = f"{args.campaign}: best {record.candidate_id} scores {score:.1f}"
         print(f"# {head} ({record.tag})")
         print(source, end="")
     elif args.command == "lineage":
@@ -427,10 +459,39 @@ async def _workspace_command(args: argparse.Namespace) -> int:
                 f"from {parents:<13} {record.tag:<10} {record.diagnosis}"
             )
             print(line.rstrip())
-    else:
-        record = lineage.rollback(workspace, args.to)
-        again = f"{record.candidate_id} ({record.score:.1f}) from {args.to}"
-        print(f"{args.campaign}: best is {again} again")
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    """Roll the workspace back, then make summary.json agree with it (read first: a summary
+    that cannot be rewritten stops the rollback before it changes anything)."""
+    import msgspec
+
+    from agents import lineage
+    from agents.orchestrator.agent import campaign_dir, write_summary
+    from schemas.campaign import CampaignSummary
+
+    workspace = lineage.open_workspace(args.out, args.campaign)
+    path = campaign_dir(args.out, args.campaign) / "summary.json"
+    summary = None
+    if path.exists():
+        try:
+            summary = msgspec.json.decode(path.read_bytes(), type=CampaignSummary)
+        except msgspec.DecodeError as exc:
+            print(
+                f"evobus: {path}: not a campaign summary ({exc}); nothing rolled back",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
+    record = lineage.rollback(workspace, args.to)
+    score = lineage.recorded_score(record)
+    print(f"{args.campaign}: best is {record.candidate_id} ({score:.1f}) from {args.to}")
+    if summary is None:
+        print(f"  no {path} (the campaign has not finished): nothing else to update")
+        return 0
+    agreed, changes = lineage.summary_with_best(summary, record, lineage.best_artifact(workspace))
+    write_summary(path, agreed)
+    print(f"  {path}: " + ("; ".join(changes) if changes else "already agreed"))
     return 0
 
 
@@ -587,6 +648,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SchemaError, ValueError) as exc:
         print(f"evobus: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except CampaignFailed as exc:
+        print(f"evobus: {exc}", file=sys.stderr)
+        return EXIT_CONFIG if exc.seed_failed else EXIT_FAILED
     except (AgentError, BusError, InfraError, RegistryError) as exc:
         print(f"evobus: {exc}", file=sys.stderr)
         return EXIT_FAILED
