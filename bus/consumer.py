@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Handler = Callable[[T, MessageContext], Awaitable[Sequence[Outbound]]]
 OnDead = Callable[[T, MessageContext, str], Sequence[Outbound]]
-BeforeAck = Callable[[MessageContext], Awaitable[None]]
 
 UNKNOWN_CAMPAIGN = "unknown"
 
@@ -78,7 +77,6 @@ class PullConsumer(Generic[T]):
         decoder: codec.Decoder[T],
         handler: Handler[T],
         on_dead: OnDead[T] | None = None,
-        before_ack: BeforeAck | None = None,
         stateful: bool = False,
         concurrency: int = 1,
         ack_wait: float = ACK_WAIT_SECONDS,
@@ -92,7 +90,6 @@ class PullConsumer(Generic[T]):
         self._decoder = decoder
         self._handler = handler
         self._on_dead = on_dead
-        self._before_ack = before_ack
         self._stateful = stateful
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._running = 0
@@ -257,10 +254,6 @@ class PullConsumer(Generic[T]):
                 log.warning("%s: %s; redelivering", self.durable, exc)
                 await msg.nak(delay=1.0)
                 return
-            if self._before_ack is not None:
-                # E.g. the orchestrator's snapshot: what the result did is persisted before the
-                # result is gone from the stream. A failure leaves it unacked (redelivered).
-                await self._before_ack(ctx)
             await msg.ack_sync()
             self.processed += 1
             self.processed_by_campaign[ctx.campaign] += 1

@@ -178,34 +178,42 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             return out
 
         applied = [saved.last_applied if saved else ""]  # the last result's work id
+        # The single writer's transactions — a result, a clock tick, the registry backlog —
+        # each change the state, carry out the effects, publish, then snapshot, one at a time:
+        # a snapshot never holds a change whose messages are not yet published.
+        writer = anyio.Lock()
 
         async def persist() -> None:
-            """Snapshot the state (after its messages are published, before the ack)."""
+            """Snapshot the state (after its messages are published)."""
             await store.save(snapshot.take(state, last_applied=applied[0], now=time.time()))
 
-        async def persist_before_ack(ctx: MessageContext) -> None:
-            await persist()
-
         async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
-            applied[0] = result.work_id
-            try:
-                step = state.apply(result, ctx.sender, time.time())
-            except Exception as exc:  # the state machine broke: a redelivery would stall
-                log.exception("campaign %s: applying %s failed", campaign, type(result).__name__)
-                step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
-            return await effects(step)
+            """Apply a result, publish what follows and snapshot; the consumer then acks it (a
+            publish that fails stops the process unacked: it resumes from the snapshot)."""
+            async with writer:
+                applied[0] = result.work_id
+                try:
+                    step = state.apply(result, ctx.sender, time.time())
+                except Exception as exc:  # the state machine broke: a redelivery would stall
+                    log.exception(
+                        "campaign %s: applying %s failed", campaign, type(result).__name__
+                    )
+                    step = state.fail(
+                        f"orchestrator error: {type(exc).__name__}: {exc}", time.time()
+                    )
+                await publisher.publish_all(await effects(step))
+                await persist()
+            return ()
 
         async def clock() -> None:
-            logged = renewed = time.monotonic()
+            logged = time.monotonic()
             while state.phase != "finished":
                 await anyio.sleep(TICK_SECONDS)
-                out = await effects(state.tick(time.time()))
-                await publisher.publish_all(out)
-                if out:  # event ids moved on: a restart must not reuse them
-                    await persist()
-                if time.monotonic() - renewed >= LEASE_RENEW_SECONDS:
-                    renewed = time.monotonic()
-                    await lease.renew()
+                async with writer:
+                    out = await effects(state.tick(time.time()))
+                    await publisher.publish_all(out)
+                    if out:  # event ids moved on: a restart must not reuse them
+                        await persist()
                 if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
                     logged = time.monotonic()
                     stages = Counter(chain.stage for chain in state.live)
@@ -219,18 +227,28 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             # What is still queued for this campaign will never be used.
             await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
 
+        async def keep_lease() -> None:
+            """Renew the lease on its own: a transaction that waits (a registry that hangs)
+            must not let it expire."""
+            while True:
+                await anyio.sleep(LEASE_RENEW_SECONDS)
+                await lease.renew()
+
         async def backlog() -> None:
-            """What waits for the registry, worked off beside the clock: a registry that is
-            away, or hangs, holds up neither the results nor the clock (budgets, the lease)."""
+            """What waits for the registry, worked off beside the clock (one transaction a
+            round): a registry that is away answers at once (no responders), one that hangs
+            holds the writer for at most a call's patience."""
             while True:
                 await anyio.sleep(TICK_SECONDS)
-                out = await carried_out(*await runner.work_backlog())
-                if out:
-                    await publisher.publish_all(out)
-                    await persist()
+                async with writer:
+                    out = await carried_out(*await runner.work_backlog())
+                    if out:
+                        await publisher.publish_all(out)
+                        await persist()
 
         async def clock_and_backlog() -> None:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_lease)
                 tg.start_soon(backlog)
                 await clock()
                 tg.cancel_scope.cancel()
@@ -244,7 +262,6 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 durable=durable,
                 decoder=codec.RESULT_DECODER,
                 handler=handle,
-                before_ack=persist_before_ack,
                 stateful=True,  # an unpublishable result: exit, resume from the snapshot
                 concurrency=1,  # the single writer applies results one at a time
             )
