@@ -159,6 +159,6 @@ async def test_a_registry_killed_three_times_loses_no_skill_and_the_next_campaig
 
     learned = {e.name for e in first if isinstance(e, SkillLearned) and e.origin != "auto-seed"}
     assert learned, "the first campaign extracted no skill"
-    second, _, _ = await run_campaign(nats_server.url, tmp_path, "skills-second", 16, 2)
+    second, _, _ = await run_campaign(nats_server.url, tmp_path, "skills-second", 10, 2)
     used = {e.name for e in second if isinstance(e, SkillUtilityUpdated)}
     assert used & learned, (used, learned)
