@@ -152,7 +152,8 @@ class Effects:
                 admission = await self._ask(
                     self.registry.admit(
                         state.cid, proposals, state.strategy.epsilon, state.spec.embedder
-                    )
+                    ),
+                    patience=self._admit_patience(),
                 )
                 span.set_attribute(
                     "evobus.rejected", tuple(r.candidate_id for r in admission.rejected)
@@ -177,6 +178,13 @@ class Effects:
             ", ".join(cid for cid, _ in proposals),
         )
         return [state.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
+
+    def _admit_patience(self) -> float | None:
+        """How long an ε-net request may take: ``call_seconds`` with the built-in embedder
+        (a registry that answers does so in milliseconds; one killed while it held the request
+        never does, and the proposal should go on unfiltered soon, not hold the single writer
+        for the client's timeout), the client's timeout with a remote embedder."""
+        return self.call_seconds if self.state.spec.embedder.kind == "hashed" else None
 
     def _due(self) -> bool:
         return time.monotonic() >= self._retry_after
@@ -313,7 +321,7 @@ class Effects:
                 with state.trace.filtering([cid], epsilon) as span:
                     admission = await self._ask(
                         self.registry.admit(state.cid, [(cid, text)], epsilon, state.spec.embedder),
-                        patience=self.call_seconds,
+                        patience=self._admit_patience(),
                     )
                     span.set_attribute(
                         "evobus.rejected", tuple(r.candidate_id for r in admission.rejected)
