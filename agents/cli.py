@@ -13,15 +13,15 @@ from pathlib import Path
 
 import anyio
 
-from agents.errors import AgentError, CampaignFailed
-from agents.registry.errors import RegistryError
-from agents.runtime import AgentSettings, Setup, run_agent
-from bus.connection import connect, url_from_env
-from bus.errors import BusError
-from infra.errors import InfraError
-from infra.telemetry import setup_tracing, shutdown_tracing
-from schemas.agents import ROLES, Role
-from schemas.errors import SchemaError
+from evobus.agents.errors import AgentError, CampaignFailed
+from evobus.agents.registry.errors import RegistryError
+from evobus.agents.runtime import AgentSettings, Setup, run_agent
+from evobus.bus.connection import connect, url_from_env
+from evobus.bus.errors import BusError
+from evobus.infra.errors import InfraError
+from evobus.infra.telemetry import setup_tracing, shutdown_tracing
+from evobus.schemas.agents import ROLES, Role
+from evobus.schemas.errors import SchemaError
 
 EXIT_CONFIG = 2  # the user's input: a bad campaign file, a seed that fails on every instance
 EXIT_FAILED = 1
@@ -262,18 +262,18 @@ ROLLBACK_DESCRIPTION = (
 
 def _setup_for(role: Role) -> Setup:
     if role == "critic":
-        from agents.critic.agent import setup as critic
+        from evobus.agents.critic.agent import setup as critic
 
         return critic
     if role == "actor":
-        from agents.actor.agent import setup as actor
+        from evobus.agents.actor.agent import setup as actor
 
         return actor
     if role == "tool-generator":
-        from agents.toolgen.agent import setup as toolgen
+        from evobus.agents.toolgen.agent import setup as toolgen
 
         return toolgen
-    from agents.evaluator.agent import setup as evaluator
+    from evobus.agents.evaluator.agent import setup as evaluator
 
     return evaluator
 
@@ -296,13 +296,13 @@ async def _serve_agent(args: argparse.Namespace, settings: AgentSettings) -> int
     if args.role == "orchestrator":
         if not args.campaign:
             raise AgentError("evobus agent orchestrator needs --campaign CID")
-        from agents.orchestrator.agent import run_orchestrator
+        from evobus.agents.orchestrator.agent import run_orchestrator
 
         summary = await run_orchestrator(settings, args.campaign)
         return 0 if summary.status == "completed" else EXIT_FAILED
     if args.role == "registry":
-        from agents.registry.agent import run_registry
-        from schemas.registry import EmbedderSpec
+        from evobus.agents.registry.agent import run_registry
+        from evobus.schemas.registry import EmbedderSpec
 
         embedder = EmbedderSpec() if args.dense == "hashed" else None
         await run_registry(settings, args.root, embedder=embedder)
@@ -312,9 +312,9 @@ async def _serve_agent(args: argparse.Namespace, settings: AgentSettings) -> int
 
 
 async def _events(args: argparse.Namespace) -> int:
-    from agents.events_view import check_kind, concerns, describe, event_stream
-    from bus import codec
-    from schemas.events import CampaignFinished
+    from evobus.agents.events_view import check_kind, concerns, describe, event_stream
+    from evobus.bus import codec
+    from evobus.schemas.events import CampaignFinished
 
     url = url_from_env(args.nats)
     if url is None:
@@ -342,9 +342,9 @@ async def _events(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from agents.events_view import score
-    from agents.restarts import describe_outage
-    from agents.supervisor import RunOptions, resume_campaign, run_campaign
+    from evobus.agents.events_view import score
+    from evobus.agents.restarts import describe_outage
+    from evobus.agents.supervisor import RunOptions, resume_campaign, run_campaign
 
     resuming = args.command == "resume"
     summary = await (resume_campaign if resuming else run_campaign)(
@@ -387,7 +387,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _nats_config(args: argparse.Namespace) -> int:
-    from bus.permissions import USERS, nats_config, new_password, password_variable
+    from evobus.bus.permissions import USERS, nats_config, new_password, password_variable
 
     if args.passwords:
         text = "".join(f"{password_variable(user)}={new_password()}\n" for user in USERS)
@@ -410,9 +410,9 @@ async def _nats_config(args: argparse.Namespace) -> int:
 async def _llm_sim(args: argparse.Namespace) -> int:
     import signal
 
-    from agents.sim_answers import OfflineAnswerer
-    from infra.llm_sim.script import load_rules
-    from infra.llm_sim.server import serve_sim
+    from evobus.agents.sim_answers import OfflineAnswerer
+    from evobus.infra.llm_sim.script import load_rules
+    from evobus.infra.llm_sim.server import serve_sim
 
     rules = load_rules(args.script) if args.script else []
     async with serve_sim(
@@ -437,7 +437,7 @@ async def _llm_sim(args: argparse.Namespace) -> int:
 
 
 async def _workspace_command(args: argparse.Namespace) -> int:
-    from agents import lineage
+    from evobus.agents import lineage
 
     if args.command == "rollback":
         return _rollback(args)
@@ -467,9 +467,9 @@ def _rollback(args: argparse.Namespace) -> int:
     that cannot be rewritten stops the rollback before it changes anything)."""
     import msgspec
 
-    from agents import lineage
-    from agents.orchestrator.agent import campaign_dir, write_summary
-    from schemas.campaign import CampaignSummary
+    from evobus.agents import lineage
+    from evobus.agents.orchestrator.agent import campaign_dir, write_summary
+    from evobus.schemas.campaign import CampaignSummary
 
     workspace = lineage.open_workspace(args.out, args.campaign)
     path = campaign_dir(args.out, args.campaign) / "summary.json"
@@ -496,8 +496,8 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 async def _report(args: argparse.Namespace) -> int:
-    from agents.report.build import build_report
-    from schemas.campaign import validate_campaign_id
+    from evobus.agents.report.build import build_report
+    from evobus.schemas.campaign import validate_campaign_id
 
     index = build_report(args.out / validate_campaign_id(args.campaign))
     print(index)
@@ -506,8 +506,8 @@ async def _report(args: argparse.Namespace) -> int:
 
 
 async def _trace(args: argparse.Namespace) -> int:
-    from agents import trace_view
-    from schemas.campaign import validate_campaign_id
+    from evobus.agents import trace_view
+    from evobus.schemas.campaign import validate_campaign_id
 
     cid = validate_campaign_id(args.campaign)
     spans = trace_view.read_spans(trace_view.span_files(args.out, cid, args.spans))
@@ -526,8 +526,8 @@ async def _trace(args: argparse.Namespace) -> int:
 
 
 async def _prompts(args: argparse.Namespace) -> int:
-    from agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
-    from agents.registry.client import RegistryClient
+    from evobus.agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
+    from evobus.agents.registry.client import RegistryClient
 
     url = url_from_env(args.nats)
     if url is None:
@@ -578,8 +578,8 @@ async def _bench(args: argparse.Namespace) -> int:
 
 
 async def _bench_bus(args: argparse.Namespace) -> int:
-    from agents.bench.bus import BusBenchOptions, bench_bus
-    from agents.bench.timings import format_report
+    from evobus.agents.bench.bus import BusBenchOptions, bench_bus
+    from evobus.agents.bench.timings import format_report
 
     typed = sys.argv[1:3] == ["bench", "bus"]  # else main() was called with argv of its own
 
@@ -601,8 +601,8 @@ async def _bench_bus(args: argparse.Namespace) -> int:
 
 
 async def _bench_throughput(args: argparse.Namespace) -> int:
-    from agents.bench.throughput import ThroughputOptions, bench_throughput
-    from agents.bench.throughput_report import format_report
+    from evobus.agents.bench.throughput import ThroughputOptions, bench_throughput
+    from evobus.agents.bench.throughput_report import format_report
 
     typed = sys.argv[1:3] == ["bench", "throughput"]  # else main() was called with argv of its own
     options = ThroughputOptions(

@@ -14,9 +14,9 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from bus import codec, subjects
-from bus.streams import ensure_streams
-from schemas.events import (
+from evobus.bus import codec, subjects
+from evobus.bus.streams import ensure_streams
+from evobus.schemas.events import (
     AdmittedUnfiltered,
     AgentExited,
     AgentRestarted,

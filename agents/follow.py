@@ -16,14 +16,14 @@ import msgspec
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
 
-from agents.errors import CampaignFailed
-from agents.events_view import EVENT_LOG, append_events, event_stream
-from agents.progress_view import make_progress
-from agents.restarts import NOT_RESTARTED, Restarts
-from bus import codec, subjects
-from bus.publisher import Publisher, PublishError, event_kind, event_outbound
-from schemas.campaign import CampaignSpec, CampaignSummary
-from schemas.events import AgentExited, AgentRestarted, CampaignFinished, Event
+from evobus.agents.errors import CampaignFailed
+from evobus.agents.events_view import EVENT_LOG, append_events, event_stream
+from evobus.agents.progress_view import make_progress
+from evobus.agents.restarts import NOT_RESTARTED, Restarts
+from evobus.bus import codec, subjects
+from evobus.bus.publisher import Publisher, PublishError, event_kind, event_outbound
+from evobus.schemas.campaign import CampaignSpec, CampaignSummary
+from evobus.schemas.events import AgentExited, AgentRestarted, CampaignFinished, Event
 
 FINISH_GRACE_SECONDS = 60.0
 FLUSH_SECONDS = 5.0  # how long the last agent events may take to publish as the run ends

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import msgspec
 
-from infra.errors import WorkspaceError
-from infra.workspace import BEST_TAG, CampaignWorkspace
-from schemas.artifacts import Candidate, LineageRecord
-from schemas.campaign import CampaignSummary
+from evobus.infra.errors import WorkspaceError
+from evobus.infra.workspace import BEST_TAG, CampaignWorkspace
+from evobus.schemas.artifacts import Candidate, LineageRecord
+from evobus.schemas.campaign import CampaignSummary
 
 _record_decoder = msgspec.json.Decoder(LineageRecord)
 BEST_RECORD = "best.json"

@@ -17,15 +17,15 @@ import msgspec
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from agents.prompts import Prompt, PromptBook
-from agents.registry.client import RegistryClient
-from agents.runtime import AgentProcess
-from agents.work import work_failed
-from bus import subjects
-from bus.errors import Reject, Retry
-from bus.publisher import Outbound
-from bus.streams import key_value
-from infra.llm import (
+from evobus.agents.prompts import Prompt, PromptBook
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.runtime import AgentProcess
+from evobus.agents.work import work_failed
+from evobus.bus import subjects
+from evobus.bus.errors import Reject, Retry
+from evobus.bus.publisher import Outbound
+from evobus.bus.streams import key_value
+from evobus.infra.llm import (
     BudgetExhausted,
     InvalidModelOutput,
     LLMClient,
@@ -36,9 +36,9 @@ from infra.llm import (
     text_message,
     user_message,
 )
-from schemas.campaign import CampaignRecord, LLMSection
-from schemas.llm import SIMULATOR_NOTE, Usage
-from schemas.work import Work
+from evobus.schemas.campaign import CampaignRecord, LLMSection
+from evobus.schemas.llm import SIMULATOR_NOTE, Usage
+from evobus.schemas.work import Work
 
 log = logging.getLogger(__name__)
 

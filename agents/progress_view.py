@@ -20,8 +20,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from agents.events_view import describe, score
-from schemas.events import (
+from evobus.agents.events_view import describe, score
+from evobus.schemas.events import (
     AdmittedUnfiltered,
     AgentExited,
     AgentRestarted,

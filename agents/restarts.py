@@ -19,10 +19,10 @@ from pathlib import Path
 
 import msgspec
 
-from bus.permissions import role_environment
-from schemas.agents import Heartbeat, Role
-from schemas.campaign import RoleOutage
-from schemas.events import AgentExited, AgentRestarted
+from evobus.bus.permissions import role_environment
+from evobus.schemas.agents import Heartbeat, Role
+from evobus.schemas.campaign import RoleOutage
+from evobus.schemas.events import AgentExited, AgentRestarted
 
 STOP_TIMEOUT_SECONDS = 10.0
 QUICK_EXIT_SECONDS = 30.0  # a process that exits sooner after its start is crashing, not ageing

@@ -24,14 +24,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from agents.errors import AgentError
-from bus import codec, subjects
-from bus.connection import connect
-from bus.consumer import Handler, OnDead, PullConsumer
-from bus.publisher import Publisher
-from bus.streams import ensure_streams, ensure_work_consumer
-from schemas.agents import AgentRef, Heartbeat, Role, WorkersTarget
-from schemas.work import Work
+from evobus.agents.errors import AgentError
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import Handler, OnDead, PullConsumer
+from evobus.bus.publisher import Publisher
+from evobus.bus.streams import ensure_streams, ensure_work_consumer
+from evobus.schemas.agents import AgentRef, Heartbeat, Role, WorkersTarget
+from evobus.schemas.work import Work
 
 log = logging.getLogger(__name__)
 

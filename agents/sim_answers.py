@@ -17,15 +17,15 @@ import zlib
 
 import msgspec
 
-from agents.actor.errors import ProposalError
-from agents.actor.mutation import propose
-from agents.actor.prompt_mutation import propose_prompt
-from agents.critic.rules import diagnose
-from agents.evolution.skills import skill_from_diff
-from infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
-from schemas.artifacts import Artifact, Operator
-from schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
-from schemas.results import Diagnosis, Evaluation, InstanceScore
+from evobus.agents.actor.errors import ProposalError
+from evobus.agents.actor.mutation import propose
+from evobus.agents.actor.prompt_mutation import propose_prompt
+from evobus.agents.critic.rules import diagnose
+from evobus.agents.evolution.skills import skill_from_diff
+from evobus.infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
+from evobus.schemas.results import Diagnosis, Evaluation, InstanceScore
 
 NOTE = "offline engine through evobus llm-sim (a simulator, not a language model)"
 _OPERATORS: tuple[Operator, ...] = ("m_diag", "m_text", "x_div", "i1")

@@ -23,21 +23,21 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from agents.errors import AgentError, CampaignFailed
-from agents.follow import follow
-from agents.orchestrator.agent import campaign_dir, write_summary
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryUnavailable
-from agents.restarts import AgentChild, Restarts
-from agents.tasks import ModelTask, TaskError, get_task
-from bus import subjects
-from bus.connection import connect, redact_url
-from bus.permissions import SUPERVISOR, role_credentials
-from bus.streams import ensure_streams, evidence_store, key_value
-from infra.nats_server import NatsServer, default_store_dir
-from infra.telemetry import SPAN_FILE
-from schemas.agents import Role
-from schemas.campaign import (
+from evobus.agents.errors import AgentError, CampaignFailed
+from evobus.agents.follow import follow
+from evobus.agents.orchestrator.agent import campaign_dir, write_summary
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryUnavailable
+from evobus.agents.restarts import AgentChild, Restarts
+from evobus.agents.tasks import ModelTask, TaskError, get_task
+from evobus.bus import subjects
+from evobus.bus.connection import connect, redact_url
+from evobus.bus.permissions import SUPERVISOR, role_credentials
+from evobus.bus.streams import ensure_streams, evidence_store, key_value
+from evobus.infra.nats_server import NatsServer, default_store_dir
+from evobus.infra.telemetry import SPAN_FILE
+from evobus.schemas.agents import Role
+from evobus.schemas.campaign import (
     CampaignRecord,
     CampaignSpec,
     CampaignSummary,
@@ -45,8 +45,8 @@ from schemas.campaign import (
     load_campaign,
     validate_campaign_id,
 )
-from schemas.errors import CampaignConfigError
-from schemas.limits import source_problem
+from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.limits import source_problem
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 REGISTRY_READY_SECONDS = 60.0
@@ -114,7 +114,7 @@ def agent_argv(
     role: Role, nats_url: str, campaign: str | None = None, spans: Path | None = None
 ) -> list[str]:
     """The command line of one agent process (``spans``: its span file)."""
-    argv = [sys.executable, "-m", "agents.cli", "agent", role, "--nats", nats_url]
+    argv = [sys.executable, "-m", "evobus.agents.cli", "agent", role, "--nats", nats_url]
     if spans is not None:
         argv += ["--spans", str(spans)]
     if campaign is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from infra.telemetry import SPAN_FILE
+from evobus.infra.telemetry import SPAN_FILE
 
 
 class SpanRecord(msgspec.Struct, frozen=True, kw_only=True):

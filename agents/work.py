@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
-from bus import subjects
-from bus.consumer import OnDead
-from bus.envelope import MessageContext
-from bus.errors import Reject
-from bus.publisher import Outbound
-from schemas.llm import Usage
-from schemas.results import Result, WorkFailed
-from schemas.work import Work
+from evobus.bus import subjects
+from evobus.bus.consumer import OnDead
+from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import Reject
+from evobus.bus.publisher import Outbound
+from evobus.schemas.llm import Usage
+from evobus.schemas.results import Result, WorkFailed
+from evobus.schemas.work import Work
 
 W = TypeVar("W")
 

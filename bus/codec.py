@@ -6,11 +6,11 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from schemas.agents import Heartbeat, WorkersTarget
-from schemas.events import DeadLetter, Event
-from schemas.registry import RegistryReply, RegistryRequest
-from schemas.results import Result
-from schemas.work import Work
+from evobus.schemas.agents import Heartbeat, WorkersTarget
+from evobus.schemas.events import DeadLetter, Event
+from evobus.schemas.registry import RegistryReply, RegistryRequest
+from evobus.schemas.results import Result
+from evobus.schemas.work import Work
 
 _encoder = msgspec.msgpack.Encoder()
 

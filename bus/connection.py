@@ -28,8 +28,8 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 
-from bus import subjects
-from bus.errors import ConnectError, NoServerAnswered
+from evobus.bus import subjects
+from evobus.bus.errors import ConnectError, NoServerAnswered
 
 log = logging.getLogger(__name__)
 

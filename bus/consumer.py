@@ -33,13 +33,13 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
-from bus import codec, envelope, subjects, tracing
-from bus.envelope import MessageContext
-from bus.errors import Reject, Retry
-from bus.publisher import Outbound, PayloadTooLarge, Publisher, PublishError, event_outbound
-from bus.streams import ACK_WAIT_SECONDS, MAX_DELIVER
-from schemas.events import DeadLetter, DeadLettered
-from schemas.limits import MAX_ERROR_CHARS, MAX_MESSAGE_BYTES, truncate
+from evobus.bus import codec, envelope, subjects, tracing
+from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import Reject, Retry
+from evobus.bus.publisher import Outbound, PayloadTooLarge, Publisher, PublishError, event_outbound
+from evobus.bus.streams import ACK_WAIT_SECONDS, MAX_DELIVER
+from evobus.schemas.events import DeadLetter, DeadLettered
+from evobus.schemas.limits import MAX_ERROR_CHARS, MAX_MESSAGE_BYTES, truncate
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
-from bus import codec, subjects
-from schemas.agents import WorkersTarget
+from evobus.bus import codec, subjects
+from evobus.schemas.agents import WorkersTarget
 
 
 async def send_workers_target(nc: Client, target: WorkersTarget) -> None:

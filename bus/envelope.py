@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from bus import tracing
-from schemas.agents import AgentRef
+from evobus.bus import tracing
+from evobus.schemas.agents import AgentRef
 
 MSG_ID = "Nats-Msg-Id"  # JetStream de-duplicates publishes with the same id in its window
 CAMPAIGN = "Evo-Campaign"

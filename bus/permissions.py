@@ -24,11 +24,11 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bus import subjects
-from bus.connection import CREDENTIAL_VARIABLES, PASSWORD_ENV, USER_ENV, Credentials
-from schemas.agents import ROLES, Role
-from schemas.events import AgentExited, AgentRestarted, DeadLettered
-from schemas.work import Stage
+from evobus.bus import subjects
+from evobus.bus.connection import CREDENTIAL_VARIABLES, PASSWORD_ENV, USER_ENV, Credentials
+from evobus.schemas.agents import ROLES, Role
+from evobus.schemas.events import AgentExited, AgentRestarted, DeadLettered
+from evobus.schemas.work import Stage
 
 SUPERVISOR = "supervisor"
 VIEWER = "viewer"

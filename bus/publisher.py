@@ -13,11 +13,11 @@ from nats.js import JetStreamContext
 from nats.js.errors import NoStreamResponseError
 from opentelemetry.context import Context
 
-from bus import codec, envelope, subjects, tracing
-from bus.errors import BusError
-from schemas.agents import AgentRef
-from schemas.events import Event
-from schemas.limits import MAX_MESSAGE_BYTES
+from evobus.bus import codec, envelope, subjects, tracing
+from evobus.bus.errors import BusError
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.events import Event
+from evobus.schemas.limits import MAX_MESSAGE_BYTES
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 
-from bus import subjects
-from bus.errors import BusError
+from evobus.bus import subjects
+from evobus.bus.errors import BusError
 
 DUPLICATE_WINDOW_SECONDS = 120.0
 """How long JetStream remembers a Nats-Msg-Id to drop a repeated publish."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from bus.errors import SubjectError
+from evobus.bus.errors import SubjectError
 
 PREFIX = "evo"
 

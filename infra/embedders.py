@@ -17,9 +17,9 @@ from typing import Protocol
 
 import httpx
 
-from infra.errors import InfraError
-from infra.llm import LLMClient, LLMError
-from schemas.registry import EmbedderSpec
+from evobus.infra.errors import InfraError
+from evobus.infra.llm import LLMClient, LLMError
+from evobus.schemas.registry import EmbedderSpec
 
 # Identifiers, numbers, and every other non-space character on its own: in code, `x > 0` and
 # `x < 0` must not look alike, so operators are tokens too.

@@ -37,7 +37,7 @@ from git.index.typ import BaseIndexEntry
 from git.objects.blob import Blob
 from gitdb.base import IStream  # type: ignore[import-untyped]
 
-from infra.errors import InfraError
+from evobus.infra.errors import InfraError
 
 log = logging.getLogger(__name__)
 

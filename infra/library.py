@@ -17,9 +17,9 @@ from pathlib import Path
 import git
 import msgspec
 
-from infra.errors import InfraError
-from infra.gitstore import GitStore, GitStoreError, Recovery
-from schemas.registry import Resource
+from evobus.infra.errors import InfraError
+from evobus.infra.gitstore import GitStore, GitStoreError, Recovery
+from evobus.schemas.registry import Resource
 
 _AUTHOR = git.Actor("evobus registry", "registry@evobus.invalid")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

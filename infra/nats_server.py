@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from infra.errors import NatsServerError
+from evobus.infra.errors import NatsServerError
 
 READY_LINE = "Server is ready"
 

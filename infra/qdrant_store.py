@@ -28,9 +28,9 @@ import msgspec
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ApiException
 
-from infra.bm25 import SparseWeights, document_weights, query_weights, text_tokens
-from infra.errors import InfraError
-from schemas.registry import Resource
+from evobus.infra.bm25 import SparseWeights, document_weights, query_weights, text_tokens
+from evobus.infra.errors import InfraError
+from evobus.schemas.registry import Resource
 
 QDRANT_URL_ENV = "QDRANT_URL"
 QDRANT_API_KEY_ENV = "QDRANT_API_KEY"

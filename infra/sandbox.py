@@ -29,10 +29,10 @@ import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from infra.errors import SandboxUnavailable
-from infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
-from schemas.campaign import SandboxSection
-from schemas.results import Isolation
+from evobus.infra.errors import SandboxUnavailable
+from evobus.infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.results import Isolation
 
 NOBODY = 65534
 MAX_PROCESSES = 64  # per uid, so shared by concurrent runs; the pid namespace bounds each run

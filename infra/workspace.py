@@ -14,8 +14,8 @@ from pathlib import Path
 
 import git
 
-from infra.errors import WorkspaceError
-from infra.gitstore import GitStore, GitStoreError, Recovery
+from evobus.infra.errors import WorkspaceError
+from evobus.infra.gitstore import GitStore, GitStoreError, Recovery
 
 _AUTHOR = git.Actor("evobus orchestrator", "orchestrator@evobus.invalid")
 BEST_TAG = "best"

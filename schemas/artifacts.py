@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from schemas.limits import SourceText
+from evobus.schemas.limits import SourceText
 
 ArtifactKind = Literal["program", "prompt", "tool"]
 Operator = Literal["seed", "m_diag", "m_text", "x_div", "i1"]

@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 import msgspec
 import msgspec.inspect
 
-from schemas.agents import Role
-from schemas.errors import CampaignConfigError
-from schemas.registry import EmbedderSpec
+from evobus.schemas.agents import Role
+from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.registry import EmbedderSpec
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.artifacts import Operator
-from schemas.campaign import CampaignSummary
+from evobus.schemas.artifacts import Operator
+from evobus.schemas.campaign import CampaignSummary
 
 
 class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_started"):

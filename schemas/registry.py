@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from schemas.limits import MAX_EMBEDDING_DIM, MAX_NGRAM
+from evobus.schemas.limits import MAX_EMBEDDING_DIM, MAX_NGRAM
 
 ResourceKind = Literal["prompt", "agent", "tool", "environment", "skill"]
 ParamValue = int | float | str | bool

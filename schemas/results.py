@@ -6,10 +6,10 @@ from typing import Literal
 
 import msgspec
 
-from schemas.artifacts import Artifact, Operator
-from schemas.limits import FeedbackText, ProseText, SourceText
-from schemas.llm import Usage
-from schemas.tools import ToolRecord, ToolRef
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.limits import FeedbackText, ProseText, SourceText
+from evobus.schemas.llm import Usage
+from evobus.schemas.tools import ToolRecord, ToolRef
 
 # How an evaluation was isolated (infra/sandbox.py): bwrap namespaces, unshare namespaces,
 # or a plain child process when the campaign allowed unisolated evaluation; "model" when no

@@ -6,11 +6,11 @@ from typing import Literal
 
 import msgspec
 
-from schemas.artifacts import Artifact, Candidate, Operator
-from schemas.campaign import SandboxSection
-from schemas.llm import ToolNeed
-from schemas.results import Diagnosis, Evaluation
-from schemas.tools import ToolRef, ToolSpec
+from evobus.schemas.artifacts import Artifact, Candidate, Operator
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.llm import ToolNeed
+from evobus.schemas.results import Diagnosis, Evaluation
+from evobus.schemas.tools import ToolRef, ToolSpec
 
 Stage = Literal["evaluate", "diagnose", "propose", "tool", "extract", "summarize", "repair"]
 STAGES: tuple[Stage, ...] = (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.nats_server import NatsServer
+from evobus.infra.nats_server import NatsServer
 
 
 @pytest.fixture

@@ -38,11 +38,11 @@ from typing import Any
 
 import anyio
 
-from agents.registry import lifecycle
-from agents.registry.service import Registry
-from infra.library import Library
-from infra.workspace import BEST_TAG, CampaignWorkspace
-from schemas.registry import RegisterRequest
+from evobus.agents.registry import lifecycle
+from evobus.agents.registry.service import Registry
+from evobus.infra.library import Library
+from evobus.infra.workspace import BEST_TAG, CampaignWorkspace
+from evobus.schemas.registry import RegisterRequest
 
 SKILL = "swing-up-energy"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 def start_evobus(
     *args: str, log: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m agents.cli ARGS`` with stdout and stderr in ``log`` (``env``: variables
+    """``python -m evobus.agents.cli ARGS`` with stdout and stderr in ``log`` (``env``: variables
     added to this process's environment)."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "agents.cli", *args],
+            [sys.executable, "-m", "evobus.agents.cli", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

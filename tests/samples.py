@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.agents import AgentRef, Heartbeat
-from schemas.artifacts import Artifact, Candidate
-from schemas.campaign import AgentWork, CampaignSection, CampaignSpec, CampaignSummary
-from schemas.events import (
+from evobus.schemas.agents import AgentRef, Heartbeat
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import AgentWork, CampaignSection, CampaignSpec, CampaignSummary
+from evobus.schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
@@ -25,8 +25,8 @@ from schemas.events import (
     ToolRegistered,
     WorkAbandoned,
 )
-from schemas.llm import ToolNeed, Usage
-from schemas.results import (
+from evobus.schemas.llm import ToolNeed, Usage
+from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
     InstanceScore,
@@ -36,8 +36,8 @@ from schemas.results import (
     ToolResult,
     WorkFailed,
 )
-from schemas.tools import ToolRecord, ToolRef, ToolSpec
-from schemas.work import (
+from evobus.schemas.tools import ToolRecord, ToolRef, ToolSpec
+from evobus.schemas.work import (
     DiagnoseWork,
     EvaluateWork,
     ExtractWork,

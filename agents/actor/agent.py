@@ -19,28 +19,28 @@ from collections.abc import Sequence
 
 import msgspec
 
-from agents.actor.errors import ProposalError
-from agents.actor.mutation import Offspring, propose
-from agents.actor.prompt_mutation import propose_prompt
-from agents.actor.skills import apply_skills
-from agents.actor.tool_requests import request_tools
-from agents.evolution.skills import skill_from_diff, skill_slug
-from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
-from agents.prompts.context import MAX_CONTEXT_CHARS, clip, skills_md, task_values, tools_md
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryError
-from agents.runtime import AgentProcess, WorkBinding
-from agents.work import expect, on_dead, result_outbound, work_failed
-from bus.envelope import MessageContext
-from bus.publisher import Outbound
-from infra.llm import InvalidModelOutput, LLMError, text_message, user_message
-from schemas.artifacts import Artifact
-from schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
-from schemas.llm import ActorDraft, SkillDraft, Usage
-from schemas.registry import Resource
-from schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
-from schemas.tools import ToolRef
-from schemas.work import ExtractWork, ProposeWork, RepairWork, Work
+from evobus.agents.actor.errors import ProposalError
+from evobus.agents.actor.mutation import Offspring, propose
+from evobus.agents.actor.prompt_mutation import propose_prompt
+from evobus.agents.actor.skills import apply_skills
+from evobus.agents.actor.tool_requests import request_tools
+from evobus.agents.evolution.skills import skill_from_diff, skill_slug
+from evobus.agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, skills_md, task_values, tools_md
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryError
+from evobus.agents.runtime import AgentProcess, WorkBinding
+from evobus.agents.work import expect, on_dead, result_outbound, work_failed
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound
+from evobus.infra.llm import InvalidModelOutput, LLMError, text_message, user_message
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
+from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork, Work
 
 log = logging.getLogger(__name__)
 

@@ -19,15 +19,15 @@ from typing import Literal
 
 import msgspec
 
-from agents.actor.errors import (
+from evobus.agents.actor.errors import (
     EntrypointMissingError,
     NothingToMutateError,
     ProposalError,
     UnparseableParentError,
     UnsupportedProposalError,
 )
-from schemas.artifacts import Artifact, Operator
-from schemas.results import Diagnosis
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.results import Diagnosis
 
 ENGINE = "offline-ast"
 _ENGINE_NOTE = "offline engine (AST edit, no model)"

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from agents.actor.errors import ProposalError, UnsupportedProposalError
-from agents.actor.mutation import Offspring
-from schemas.artifacts import Artifact, Operator
-from schemas.results import Diagnosis
+from evobus.agents.actor.errors import ProposalError, UnsupportedProposalError
+from evobus.agents.actor.mutation import Offspring
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.results import Diagnosis
 
 ENGINE = "offline-prompt"
 _ENGINE_NOTE = "offline engine (prompt sentence edit, no model)"

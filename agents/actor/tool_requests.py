@@ -16,12 +16,12 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from bus import codec, subjects
-from bus.publisher import Outbound, Publisher
-from schemas.llm import ToolNeed, Usage
-from schemas.results import ToolResult, WorkFailed
-from schemas.tools import ToolRef
-from schemas.work import ProposeWork, ToolWork
+from evobus.bus import codec, subjects
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.schemas.llm import ToolNeed, Usage
+from evobus.schemas.results import ToolResult, WorkFailed
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import ProposeWork, ToolWork
 
 log = logging.getLogger(__name__)
 

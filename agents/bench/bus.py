@@ -34,8 +34,8 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
-from agents.bench.errors import BenchError
-from agents.bench.noop_worker import (
+from evobus.agents.bench.errors import BenchError
+from evobus.agents.bench.noop_worker import (
     WorkerProcess,
     bench_work,
     start_worker,
@@ -44,18 +44,24 @@ from agents.bench.noop_worker import (
     watch_worker,
     worker_argv,
 )
-from agents.bench.timings import BusBenchReport, ItemTimes, RunReport, machine_facts, summarize
-from agents.runtime import make_agent_ref
-from bus import codec, subjects
-from bus.connection import connect
-from bus.consumer import PullConsumer
-from bus.envelope import MessageContext
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_results_consumer, ensure_streams, ensure_work_consumer
-from infra.nats_server import NatsServer
-from schemas.agents import AgentRef
-from schemas.results import Evaluation, Result
-from schemas.work import EvaluateWork
+from evobus.agents.bench.timings import (
+    BusBenchReport,
+    ItemTimes,
+    RunReport,
+    machine_facts,
+    summarize,
+)
+from evobus.agents.runtime import make_agent_ref
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import PullConsumer
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_results_consumer, ensure_streams, ensure_work_consumer
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.results import Evaluation, Result
+from evobus.schemas.work import EvaluateWork
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ def _role(pid: str) -> str | None:
     words = [word.decode(errors="replace") for word in argv if word]
     if words and Path(words[0]).name == "nats-server":
         return "nats-server"
-    if "agents.cli" in words and "agent" in words:
+    if "evobus.agents.cli" in words and "agent" in words:
         at = words.index("agent")
         return words[at + 1] if at + 1 < len(words) else None
     return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.errors import AgentError
+from evobus.agents.errors import AgentError
 
 
 class BenchError(AgentError):

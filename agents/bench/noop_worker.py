@@ -7,7 +7,8 @@ The handler's start and end travel back in the Evaluation's ``metrics``, read fr
 system-wide monotonic clock (CLOCK_MONOTONIC on Linux), which every process on one machine
 shares and which no NTP step moves.
 
-    python -m agents.bench.noop_worker --nats URL [--stage S] [--concurrency K] [--handler-ms MS]
+    python -m evobus.agents.bench.noop_worker --nats URL [--stage S] [--concurrency K] \
+        [--handler-ms MS]
 """
 
 from __future__ import annotations
@@ -27,15 +28,15 @@ from anyio.abc import Process
 from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from agents.bench.errors import BenchError
-from agents.runtime import AgentProcess, AgentSettings, Setup, WorkBinding, run_agent
-from agents.work import expect, on_dead, result_outbound
-from bus import codec
-from bus.envelope import MessageContext
-from bus.publisher import Outbound
-from schemas.artifacts import Artifact, Candidate
-from schemas.results import Evaluation, InstanceScore
-from schemas.work import EvaluateWork, Work
+from evobus.agents.bench.errors import BenchError
+from evobus.agents.runtime import AgentProcess, AgentSettings, Setup, WorkBinding, run_agent
+from evobus.agents.work import expect, on_dead, result_outbound
+from evobus.bus import codec
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.results import Evaluation, InstanceScore
+from evobus.schemas.work import EvaluateWork, Work
 
 INSTANCES = ("0", "1", "2", "3", "4")
 READY_SECONDS = 30.0  # worker processes start, import and bind within this
@@ -132,7 +133,7 @@ def worker_argv(nats_url: str, stage: str, concurrency: int, handler_ms: float) 
     return [
         sys.executable,
         "-m",
-        "agents.bench.noop_worker",
+        "evobus.agents.bench.noop_worker",
         "--nats",
         nats_url,
         "--stage",
@@ -146,7 +147,7 @@ def worker_argv(nats_url: str, stage: str, concurrency: int, handler_ms: float) 
 
 def worker_main(argv: Sequence[str]) -> int:
     """Entry point of a worker process: ``run_agent`` with the no-op evaluator until SIGTERM."""
-    parser = argparse.ArgumentParser(prog="python -m agents.bench.noop_worker")
+    parser = argparse.ArgumentParser(prog="python -m evobus.agents.bench.noop_worker")
     parser.add_argument("--nats", required=True)
     parser.add_argument("--stage", default="evaluate")
     parser.add_argument("--concurrency", type=int, default=1)

@@ -30,22 +30,22 @@ import httpx
 import msgspec
 from nats.aio.client import Client
 
-from agents.bench.errors import BenchError
-from agents.bench.throughput_observer import RunObserver, SimWatcher, measure
-from agents.bench.throughput_report import RunPlan, ThroughputReport, ThroughputRun, ratios
-from agents.bench.timings import machine_facts
-from agents.errors import AgentError
-from agents.events_view import event_stream
-from agents.sim_answers import OfflineAnswerer
-from agents.supervisor import RunOptions, run_campaign
-from bus.connection import connect
-from bus.errors import BusError
-from infra.errors import InfraError
-from infra.llm_sim.profiles import DEFAULT_PROFILE, get_profile
-from infra.llm_sim.server import RunningSim, serve_sim_in_thread
-from infra.nats_server import NatsServer
-from schemas.campaign import CampaignSummary
-from schemas.errors import SchemaError
+from evobus.agents.bench.errors import BenchError
+from evobus.agents.bench.throughput_observer import RunObserver, SimWatcher, measure
+from evobus.agents.bench.throughput_report import RunPlan, ThroughputReport, ThroughputRun, ratios
+from evobus.agents.bench.timings import machine_facts
+from evobus.agents.errors import AgentError
+from evobus.agents.events_view import event_stream
+from evobus.agents.sim_answers import OfflineAnswerer
+from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.bus.connection import connect
+from evobus.bus.errors import BusError
+from evobus.infra.errors import InfraError
+from evobus.infra.llm_sim.profiles import DEFAULT_PROFILE, get_profile
+from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.errors import SchemaError
 
 DEFAULT_JSON = Path("tests/bench/results/throughput.json")
 MODEL = "Qwen/Qwen3-8B"  # actor and critic: one model on one simulated server

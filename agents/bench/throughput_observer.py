@@ -16,9 +16,9 @@ import anyio
 import httpx
 import msgspec
 
-from agents.bench.cpu import cpu_by_process, cpu_by_role, cpu_times
-from agents.bench.errors import BenchError
-from agents.bench.throughput_report import (
+from evobus.agents.bench.cpu import cpu_by_process, cpu_by_role, cpu_times
+from evobus.agents.bench.errors import BenchError
+from evobus.agents.bench.throughput_report import (
     EventTally,
     RunPlan,
     SimSample,
@@ -26,9 +26,9 @@ from agents.bench.throughput_report import (
     integrate,
     staleness_of,
 )
-from infra.llm_sim.server import MAX_SAMPLES_SHOWN
-from schemas.campaign import CampaignSummary
-from schemas.events import CampaignFinished, CampaignStarted, Event
+from evobus.infra.llm_sim.server import MAX_SAMPLES_SHOWN
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import CampaignFinished, CampaignStarted, Event
 
 SAMPLE_SECONDS = 1.0
 SAMPLE_OVERLAP_SECONDS = 2.0  # each poll's window reaches back past the previous poll

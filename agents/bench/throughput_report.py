@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from agents.bench.timings import Machine
-from schemas.events import (
+from evobus.agents.bench.timings import Machine
+from evobus.schemas.events import (
     CampaignFinished,
     CampaignStarted,
     CandidateAccepted,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from agents.bench.errors import BenchError
+from evobus.agents.bench.errors import BenchError
 
 MIN_WINDOW_SECONDS = 1.0
 

@@ -14,22 +14,22 @@ from collections.abc import Sequence
 from nats.errors import Error as NatsError
 from nats.js.object_store import ObjectStore
 
-from agents.critic.rules import as_diagnosis, diagnose
-from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
-from agents.prompts import Prompt
-from agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
-from agents.registry.client import RegistryClient
-from agents.runtime import AgentProcess, WorkBinding
-from agents.work import expect, on_dead, result_outbound
-from bus.envelope import MessageContext
-from bus.publisher import Outbound
-from bus.streams import evidence_store
-from infra.llm import ChatMessage, LLMError, text_message, user_message
-from schemas.artifacts import Artifact
-from schemas.limits import MAX_EVIDENCE_BYTES, MAX_TEXT_CHARS, truncate
-from schemas.llm import CriticVerdict, HistorySummary
-from schemas.results import Diagnosis, Summary
-from schemas.work import DiagnoseWork, SummarizeWork, Work
+from evobus.agents.critic.rules import as_diagnosis, diagnose
+from evobus.agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from evobus.agents.prompts import Prompt
+from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.runtime import AgentProcess, WorkBinding
+from evobus.agents.work import expect, on_dead, result_outbound
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound
+from evobus.bus.streams import evidence_store
+from evobus.infra.llm import ChatMessage, LLMError, text_message, user_message
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_TEXT_CHARS, truncate
+from evobus.schemas.llm import CriticVerdict, HistorySummary
+from evobus.schemas.results import Diagnosis, Summary
+from evobus.schemas.work import DiagnoseWork, SummarizeWork, Work
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from schemas.results import Diagnosis, Evaluation, InstanceScore
+from evobus.schemas.results import Diagnosis, Evaluation, InstanceScore
 
 ENGINE = "offline-rules"
 _SOURCE_NOTE = "(read from the episode metrics; the offline critic sees no images)"

@@ -18,32 +18,39 @@ from nats.errors import Error as NatsError
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from agents.evaluator.tool_calls import (
+from evobus.agents.evaluator.tool_calls import (
     REPORT_FILE,
     ToolCallReport,
     feedback,
     read_report,
     tool_files,
 )
-from agents.models import ModelAccess
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryUnavailable
-from agents.runtime import AgentProcess, WorkBinding
-from agents.tasks import ModelTask, Task, TaskError, TaskOutputError, evidence_files, get_task
-from agents.work import expect, on_dead, result_outbound
-from bus.envelope import MessageContext
-from bus.errors import Reject, Retry
-from bus.publisher import Outbound
-from bus.streams import evidence_store
-from infra.errors import SandboxUnavailable
-from infra.llm import LLMUnavailable, user_message
-from infra.sandbox import SandboxRun, run_sandboxed
-from schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
-from schemas.llm import Usage
-from schemas.registry import Resource
-from schemas.results import Evaluation, InstanceScore, PartialEvaluation
-from schemas.tools import ToolRef
-from schemas.work import EvaluateWork, Work
+from evobus.agents.models import ModelAccess
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryUnavailable
+from evobus.agents.runtime import AgentProcess, WorkBinding
+from evobus.agents.tasks import (
+    ModelTask,
+    Task,
+    TaskError,
+    TaskOutputError,
+    evidence_files,
+    get_task,
+)
+from evobus.agents.work import expect, on_dead, result_outbound
+from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import Reject, Retry
+from evobus.bus.publisher import Outbound
+from evobus.bus.streams import evidence_store
+from evobus.infra.errors import SandboxUnavailable
+from evobus.infra.llm import LLMUnavailable, user_message
+from evobus.infra.sandbox import SandboxRun, run_sandboxed
+from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
+from evobus.schemas.llm import Usage
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Evaluation, InstanceScore, PartialEvaluation
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import EvaluateWork, Work
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("evobus.evaluator")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from schemas.registry import Resource
+from evobus.schemas.registry import Resource
 
 REPORT_FILE = "tool_calls.json"
 MAX_ERROR_CHARS = 200

@@ -13,7 +13,7 @@
 No I/O and no hidden randomness: every random choice takes an explicit ``random.Random``.
 """
 
-from agents.evolution.analysis import (
+from evobus.agents.evolution.analysis import (
     Analysis,
     CategoryStat,
     FailurePattern,
@@ -22,24 +22,33 @@ from agents.evolution.analysis import (
     patterns_over_threshold,
     render_analysis,
 )
-from agents.evolution.bandit import (
+from evobus.agents.evolution.bandit import (
     ExplorationBurst,
     OperatorBandit,
     next_operator,
     normalised_reward,
 )
-from agents.evolution.epsilon_net import admit_to_epsilon_net, cosine_distance, euclidean_distance
-from agents.evolution.history import EvolutionHistory, HistoryEntry
-from agents.evolution.intensity import mutation_intensity, progress_fraction
-from agents.evolution.pool import CandidatePool, CandidateStats, noise_scale, sample_minibatch
-from agents.evolution.skills import (
+from evobus.agents.evolution.epsilon_net import (
+    admit_to_epsilon_net,
+    cosine_distance,
+    euclidean_distance,
+)
+from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
+from evobus.agents.evolution.intensity import mutation_intensity, progress_fraction
+from evobus.agents.evolution.pool import (
+    CandidatePool,
+    CandidateStats,
+    noise_scale,
+    sample_minibatch,
+)
+from evobus.agents.evolution.skills import (
     SkillDraft,
     seed_skill_for,
     skill_from_diff,
     skill_resource,
     update_utility,
 )
-from agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
+from evobus.agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
 
 __all__ = [
     "Analysis",

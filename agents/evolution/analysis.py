@@ -18,8 +18,8 @@ from typing import Literal
 
 import msgspec
 
-from agents.evolution.history import EvolutionHistory, HistoryEntry
-from schemas.results import Evaluation
+from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
+from evobus.schemas.results import Evaluation
 
 __all__ = [
     "Analysis",

@@ -14,7 +14,7 @@ from collections import deque
 
 import msgspec
 
-from schemas.artifacts import Operator
+from evobus.schemas.artifacts import Operator
 
 DEFAULT_OPERATORS: tuple[Operator, ...] = ("m_diag", "m_text", "x_div", "i1")
 # REFLEX §3.4: "a forced burst combining initialization, crossover, and diagnostic mutation".

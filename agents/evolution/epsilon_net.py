@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from schemas.registry import Admission, Rejection
+from evobus.schemas.registry import Admission, Rejection
 
 Distance = Callable[[Sequence[float], Sequence[float]], float]
 

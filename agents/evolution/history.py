@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from schemas.artifacts import Operator
+from evobus.schemas.artifacts import Operator
 
 DEFAULT_MAXLEN = 10  # A-Evolve: "the last 10 evolution cycles"
 _MAX_SUMMARY = 120

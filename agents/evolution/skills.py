@@ -16,9 +16,9 @@ import textwrap
 
 import msgspec
 
-from agents.evolution.analysis import FailurePattern
-from agents.evolution.bandit import normalised_reward
-from schemas.registry import Resource
+from evobus.agents.evolution.analysis import FailurePattern
+from evobus.agents.evolution.bandit import normalised_reward
+from evobus.schemas.registry import Resource
 
 ORIGIN_DIFF = "diff"  # extracted from an improving parent→child diff (REFLEX §3.4)
 ORIGIN_SEED = "auto-seed"  # seeded from a failure pattern (A-Evolve Phase 5)

@@ -12,36 +12,36 @@ import anyio
 import msgspec
 from nats.js.errors import KeyNotFoundError
 
-from agents.errors import CampaignNotFound
-from agents.events_view import EVENT_LOG, append_events, describe
-from agents.orchestrator import snapshot
-from agents.orchestrator.effects import Effects
-from agents.orchestrator.persist import (
+from evobus.agents.errors import CampaignNotFound
+from evobus.agents.events_view import EVENT_LOG, append_events, describe
+from evobus.agents.orchestrator import snapshot
+from evobus.agents.orchestrator.effects import Effects
+from evobus.agents.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
     LEASE_TTL_SECONDS,
     Lease,
     SnapshotStore,
     digest,
 )
-from agents.orchestrator.snapshot import CampaignSnapshot
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import Step, TaskPlan
-from agents.registry.client import RegistryClient
-from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
-from agents.tasks import get_task
-from bus import codec, subjects
-from bus.connection import connect
-from bus.consumer import PullConsumer
-from bus.control import send_workers_target
-from bus.envelope import MessageContext
-from bus.publisher import Outbound, Publisher, event_outbound
-from bus.streams import ensure_results_consumer, ensure_streams, key_value
-from infra.telemetry import SPAN_FILE, add_span_file
-from infra.workspace import CampaignWorkspace
-from schemas.agents import WorkersTarget
-from schemas.campaign import CampaignRecord, CampaignSummary
-from schemas.events import CampaignResumed, Event, StoreRecovered
-from schemas.results import Result
+from evobus.agents.orchestrator.snapshot import CampaignSnapshot
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import Step, TaskPlan
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.agents.tasks import get_task
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import PullConsumer
+from evobus.bus.control import send_workers_target
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound, Publisher, event_outbound
+from evobus.bus.streams import ensure_results_consumer, ensure_streams, key_value
+from evobus.infra.telemetry import SPAN_FILE, add_span_file
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.campaign import CampaignRecord, CampaignSummary
+from evobus.schemas.events import CampaignResumed, Event, StoreRecovered
+from evobus.schemas.results import Result
 
 log = logging.getLogger(__name__)
 

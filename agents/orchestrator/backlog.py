@@ -26,15 +26,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents.evolution.staleness import PoolChange
-from agents.orchestrator.pipeline import refill
-from agents.orchestrator.speculation import drop_chain, forget, withdraw_speculative
-from agents.orchestrator.steps import SEED_ID, Chain, SkillRegistration, Step
-from schemas.events import AdmittedUnfiltered, CandidateFiltered, SkillLearned
-from schemas.registry import Rejection
+from evobus.agents.evolution.staleness import PoolChange
+from evobus.agents.orchestrator.pipeline import refill
+from evobus.agents.orchestrator.speculation import drop_chain, forget, withdraw_speculative
+from evobus.agents.orchestrator.steps import SEED_ID, Chain, SkillRegistration, Step
+from evobus.schemas.events import AdmittedUnfiltered, CandidateFiltered, SkillLearned
+from evobus.schemas.registry import Rejection
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def on_admission(

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agents.evolution.analysis import analyze, render_analysis
-from agents.evolution.bandit import next_operator
-from agents.evolution.intensity import mutation_intensity
-from agents.evolution.pool import noise_scale, sample_minibatch
-from agents.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
-from schemas.artifacts import Candidate, Operator
-from schemas.events import CandidateProposed
-from schemas.results import Proposal
-from schemas.work import DiagnoseWork, ProposeWork
+from evobus.agents.evolution.analysis import analyze, render_analysis
+from evobus.agents.evolution.bandit import next_operator
+from evobus.agents.evolution.intensity import mutation_intensity
+from evobus.agents.evolution.pool import noise_scale, sample_minibatch
+from evobus.agents.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
+from evobus.schemas.artifacts import Candidate, Operator
+from evobus.schemas.events import CandidateProposed
+from evobus.schemas.results import Proposal
+from evobus.schemas.work import DiagnoseWork, ProposeWork
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def _choose_operator(state: CampaignState) -> tuple[Operator, bool]:

@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from agents.evolution.analysis import analyze, patterns_over_threshold
-from agents.evolution.skills import seed_skill_for
-from agents.evolution.stagnation import on_stagnation
-from agents.orchestrator.speculation import forget, log_pool, record_passes, settle_speculative
-from agents.orchestrator.steps import (
+from evobus.agents.evolution.analysis import analyze, patterns_over_threshold
+from evobus.agents.evolution.skills import seed_skill_for
+from evobus.agents.evolution.stagnation import on_stagnation
+from evobus.agents.orchestrator.speculation import (
+    forget,
+    log_pool,
+    record_passes,
+    settle_speculative,
+)
+from evobus.agents.orchestrator.steps import (
     ANALYSIS_WINDOW,
     SEED_PATTERN_MIN_COUNT,
     SEED_PATTERN_MIN_SHARE,
@@ -30,18 +35,18 @@ from agents.orchestrator.steps import (
     SkillUse,
     Step,
 )
-from schemas.artifacts import LineageRecord
-from schemas.events import (
+from evobus.schemas.artifacts import LineageRecord
+from evobus.schemas.events import (
     BestConfirmed,
     BurstStarted,
     CandidateAccepted,
     CandidateRejected,
     RolledBack,
 )
-from schemas.work import ExtractWork, SummarizeWork
+from evobus.schemas.work import ExtractWork, SummarizeWork
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:

@@ -19,17 +19,17 @@ from typing import TypeVar
 
 import anyio
 
-from agents import lineage
-from agents.orchestrator import backlog
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SkillRegistration, Step
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryError, RegistryUnavailable
-from bus.publisher import Outbound
-from infra.errors import WorkspaceError
-from infra.workspace import CampaignWorkspace
-from schemas.agents import WorkersTarget
-from schemas.registry import ParamValue
+from evobus.agents import lineage
+from evobus.agents.orchestrator import backlog
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import SkillRegistration, Step
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryError, RegistryUnavailable
+from evobus.bus.publisher import Outbound
+from evobus.infra.errors import WorkspaceError
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.registry import ParamValue
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

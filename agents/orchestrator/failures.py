@@ -11,9 +11,9 @@ failed instances count with the task's failure score, as the model path does (``
 
 from __future__ import annotations
 
-from agents.errors import SEED_FAILED
-from schemas.limits import MAX_ERROR_CHARS, truncate
-from schemas.results import Evaluation
+from evobus.agents.errors import SEED_FAILED
+from evobus.schemas.limits import MAX_ERROR_CHARS, truncate
+from evobus.schemas.results import Evaluation
 
 SEED_ERROR_LINES = 3
 """The most lines of the seed's error quoted in the stop reason (the rest is in the event)."""

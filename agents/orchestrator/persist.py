@@ -24,9 +24,9 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoStreamResponseError
 from nats.js.kv import KeyValue
 
-from agents.errors import AgentError
-from agents.orchestrator import snapshot
-from agents.orchestrator.snapshot import CampaignSnapshot
+from evobus.agents.errors import AgentError
+from evobus.agents.orchestrator import snapshot
+from evobus.agents.orchestrator.snapshot import CampaignSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from agents.evolution.reordering import reorder
-from agents.evolution.speculative import speculative_prefix
-from agents.evolution.staleness import StaleAction, decide_staleness
-from agents.evolution.workers import StageBounds, reallocate
-from agents.orchestrator.chains import propose, start_chain
-from agents.orchestrator.decide import decide
-from agents.orchestrator.speculation import forget
-from agents.orchestrator.steps import (
+from evobus.agents.evolution.reordering import reorder
+from evobus.agents.evolution.speculative import speculative_prefix
+from evobus.agents.evolution.staleness import StaleAction, decide_staleness
+from evobus.agents.evolution.workers import StageBounds, reallocate
+from evobus.agents.orchestrator.chains import propose, start_chain
+from evobus.agents.orchestrator.decide import decide
+from evobus.agents.orchestrator.speculation import forget
+from evobus.agents.orchestrator.steps import (
     REBALANCED,
     SEED_ID,
     STALE_PARENT_ACTION,
@@ -28,13 +28,13 @@ from agents.orchestrator.steps import (
     Pending,
     Step,
 )
-from schemas.agents import WorkersTarget
-from schemas.events import StaleDecided, WorkersChanged
-from schemas.results import Repaired
-from schemas.work import RepairWork
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.events import StaleDecided, WorkersChanged
+from evobus.schemas.results import Repaired
+from evobus.schemas.work import RepairWork
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def refill(state: CampaignState, step: Step, now: float) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.campaign import CampaignSpec
+from evobus.schemas.campaign import CampaignSpec
 
 
 def render_plan(

@@ -11,10 +11,10 @@ from collections import Counter, deque
 from statistics import fmean
 from typing import TYPE_CHECKING
 
-from schemas.events import CampaignProgress, OperatorShare, StageLoad
+from evobus.schemas.events import CampaignProgress, OperatorShare, StageLoad
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 PROGRESS_SECONDS = 2.0
 PROGRESS_WINDOW = 30.0  # tokens/s is measured over this many seconds

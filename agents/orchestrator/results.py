@@ -13,18 +13,25 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from agents.evolution.pool import sample_minibatch
-from agents.orchestrator.chains import on_proposal
-from agents.orchestrator.decide import confirm, decide
-from agents.orchestrator.failures import evaluation_error, seed_failure
-from agents.orchestrator.pipeline import on_repaired, refill
-from agents.orchestrator.speculation import drop_chain, on_partial
-from agents.orchestrator.steps import SEED_ID, Chain, Pending, SkillRegistration, Status, Step
-from schemas.agents import AgentRef
-from schemas.artifacts import Candidate
-from schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
-from schemas.llm import SIMULATOR_NOTE
-from schemas.results import (
+from evobus.agents.evolution.pool import sample_minibatch
+from evobus.agents.orchestrator.chains import on_proposal
+from evobus.agents.orchestrator.decide import confirm, decide
+from evobus.agents.orchestrator.failures import evaluation_error, seed_failure
+from evobus.agents.orchestrator.pipeline import on_repaired, refill
+from evobus.agents.orchestrator.speculation import drop_chain, on_partial
+from evobus.agents.orchestrator.steps import (
+    SEED_ID,
+    Chain,
+    Pending,
+    SkillRegistration,
+    Status,
+    Step,
+)
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Candidate
+from evobus.schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
+from evobus.schemas.llm import SIMULATOR_NOTE
+from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
     PartialEvaluation,
@@ -36,10 +43,10 @@ from schemas.results import (
     ToolResult,
     WorkFailed,
 )
-from schemas.tools import ToolRef
+from evobus.schemas.tools import ToolRef
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:

@@ -20,17 +20,17 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from agents.evolution.bandit import (
+from evobus.agents.evolution.bandit import (
     BanditSnapshot,
     BurstSnapshot,
     ExplorationBurst,
     OperatorBandit,
 )
-from agents.evolution.history import EvolutionHistory, HistoryEntry
-from agents.evolution.pool import CandidatePool, PoolSnapshot
-from agents.evolution.stagnation import StagnationDetector
-from agents.evolution.staleness import PoolChange
-from agents.orchestrator.steps import (
+from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
+from evobus.agents.evolution.pool import CandidatePool, PoolSnapshot
+from evobus.agents.evolution.stagnation import StagnationDetector
+from evobus.agents.evolution.staleness import PoolChange
+from evobus.agents.orchestrator.steps import (
     Chain,
     ChainStage,
     Pending,
@@ -40,14 +40,14 @@ from agents.orchestrator.steps import (
     SkillUse,
     Status,
 )
-from schemas.agents import AgentRef
-from schemas.artifacts import Candidate, LineageRecord, Operator
-from schemas.llm import Usage
-from schemas.results import Diagnosis, Evaluation
-from schemas.tools import ToolRef
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Candidate, LineageRecord, Operator
+from evobus.schemas.llm import Usage
+from evobus.schemas.results import Diagnosis, Evaluation
+from evobus.schemas.tools import ToolRef
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 SNAPSHOT_FORMAT = 1
 

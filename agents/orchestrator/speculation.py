@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from agents.evolution.reordering import passed
-from agents.evolution.staleness import PoolChange
-from agents.orchestrator.steps import Chain, Pending, Step
-from schemas.events import SpeculativeDecided
-from schemas.results import Evaluation, PartialEvaluation
+from evobus.agents.evolution.reordering import passed
+from evobus.agents.evolution.staleness import PoolChange
+from evobus.agents.orchestrator.steps import Chain, Pending, Step
+from evobus.schemas.events import SpeculativeDecided
+from evobus.schemas.results import Evaluation, PartialEvaluation
 
 if TYPE_CHECKING:
-    from agents.orchestrator.state import CampaignState
+    from evobus.agents.orchestrator.state import CampaignState
 
 
 def on_partial(

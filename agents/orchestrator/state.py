@@ -28,20 +28,20 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from agents.evolution.bandit import ExplorationBurst, OperatorBandit
-from agents.evolution.history import EvolutionHistory
-from agents.evolution.pool import CandidatePool
-from agents.evolution.reordering import PassHistory
-from agents.evolution.speculative import SpeculativeSet
-from agents.evolution.stagnation import StagnationDetector
-from agents.evolution.staleness import PoolLog
-from agents.evolution.workers import RateMeter
-from agents.orchestrator import backlog
-from agents.orchestrator.pipeline import rebalance
-from agents.orchestrator.plan import render_plan
-from agents.orchestrator.progress import PROGRESS_SECONDS, TokenRate, progress_event
-from agents.orchestrator.results import apply_result, evaluate_seed
-from agents.orchestrator.steps import (
+from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit
+from evobus.agents.evolution.history import EvolutionHistory
+from evobus.agents.evolution.pool import CandidatePool
+from evobus.agents.evolution.reordering import PassHistory
+from evobus.agents.evolution.speculative import SpeculativeSet
+from evobus.agents.evolution.stagnation import StagnationDetector
+from evobus.agents.evolution.staleness import PoolLog
+from evobus.agents.evolution.workers import RateMeter
+from evobus.agents.orchestrator import backlog
+from evobus.agents.orchestrator.pipeline import rebalance
+from evobus.agents.orchestrator.plan import render_plan
+from evobus.agents.orchestrator.progress import PROGRESS_SECONDS, TokenRate, progress_event
+from evobus.agents.orchestrator.results import apply_result, evaluate_seed
+from evobus.agents.orchestrator.steps import (
     ANALYSIS_WINDOW,
     ENGINE,
     RATE_WINDOW_SECONDS,
@@ -57,23 +57,23 @@ from agents.orchestrator.steps import (
     TaskPlan,
     stage_targets,
 )
-from agents.orchestrator.trace import CampaignTrace
-from bus import subjects
-from bus.publisher import Outbound, event_outbound
-from schemas.agents import AgentRef, WorkersTarget
-from schemas.artifacts import Candidate, LineageRecord
-from schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
-from schemas.events import (
+from evobus.agents.orchestrator.trace import CampaignTrace
+from evobus.bus import subjects
+from evobus.bus.publisher import Outbound, event_outbound
+from evobus.schemas.agents import AgentRef, WorkersTarget
+from evobus.schemas.artifacts import Candidate, LineageRecord
+from evobus.schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
+from evobus.schemas.events import (
     CampaignFinished,
     CampaignStarted,
     Event,
     SkillUtilityUpdated,
 )
-from schemas.llm import Usage
-from schemas.registry import Rejection
-from schemas.results import Evaluation, Result
-from schemas.tools import ToolRef
-from schemas.work import EvaluateWork, ToolWork, Work
+from evobus.schemas.llm import Usage
+from evobus.schemas.registry import Rejection
+from evobus.schemas.results import Evaluation, Result
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import EvaluateWork, ToolWork, Work
 
 
 class CampaignState:

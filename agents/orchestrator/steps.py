@@ -13,13 +13,13 @@ from typing import Literal
 
 import msgspec
 
-from agents.evolution.staleness import StaleAction
-from bus.publisher import Outbound
-from schemas.agents import WorkersTarget
-from schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
-from schemas.campaign import PipelineStage, StrategySection
-from schemas.results import Diagnosis, Evaluation
-from schemas.tools import ToolSpec
+from evobus.agents.evolution.staleness import StaleAction
+from evobus.bus.publisher import Outbound
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
+from evobus.schemas.campaign import PipelineStage, StrategySection
+from evobus.schemas.results import Diagnosis, Evaluation
+from evobus.schemas.tools import ToolSpec
 
 Status = Literal["completed", "failed"]
 Phase = Literal["tools", "seed", "evolving", "finished"]

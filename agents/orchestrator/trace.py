@@ -23,11 +23,11 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span
 from opentelemetry.util.types import AttributeValue
 
-from bus.publisher import event_kind
-from schemas.events import Event
+from evobus.bus.publisher import event_kind
+from evobus.schemas.events import Event
 
 if TYPE_CHECKING:
-    from agents.orchestrator.steps import Chain
+    from evobus.agents.orchestrator.steps import Chain
 
 # Events about the campaign as a whole, even when they name a candidate.
 CAMPAIGN_KINDS = frozenset(

@@ -16,10 +16,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agents.prompts.templates import BUILT_IN, Template
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryError, ResourceNotFound
-from schemas.registry import Resource
+from evobus.agents.prompts.templates import BUILT_IN, Template
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryError, ResourceNotFound
+from evobus.schemas.registry import Resource
 
 log = logging.getLogger(__name__)
 

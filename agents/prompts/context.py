@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import msgspec
 
-from agents.tasks import TaskError, get_task
-from schemas.artifacts import Artifact
-from schemas.registry import Resource
-from schemas.results import Evaluation
+from evobus.agents.tasks import TaskError, get_task
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Evaluation
 
 MAX_FEEDBACK_CHARS = 400
 MAX_INSTANCES = 12

@@ -23,17 +23,17 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from agents.events_view import describe
-from agents.registry.dispatch import answer
-from agents.registry.errors import RegistryError
-from agents.registry.service import Registry
-from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
-from bus import codec, subjects, tracing
-from bus.connection import connect
-from bus.publisher import Publisher, PublishError
-from schemas.agents import AgentRef, Heartbeat
-from schemas.events import StoreRecovered
-from schemas.registry import EmbedderSpec, ErrorReply, RegistryReply
+from evobus.agents.events_view import describe
+from evobus.agents.registry.dispatch import answer
+from evobus.agents.registry.errors import RegistryError
+from evobus.agents.registry.service import Registry
+from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.bus import codec, subjects, tracing
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Publisher, PublishError
+from evobus.schemas.agents import AgentRef, Heartbeat
+from evobus.schemas.events import StoreRecovered
+from evobus.schemas.registry import EmbedderSpec, ErrorReply, RegistryReply
 
 log = logging.getLogger(__name__)
 

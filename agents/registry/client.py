@@ -19,10 +19,10 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from agents.registry.errors import RegistryError, RegistryUnavailable
-from agents.registry.protocol import error_from_reply, operation
-from bus import codec, subjects, tracing
-from schemas.registry import (
+from evobus.agents.registry.errors import RegistryError, RegistryUnavailable
+from evobus.agents.registry.protocol import error_from_reply, operation
+from evobus.bus import codec, subjects, tracing
+from evobus.schemas.registry import (
     Admission,
     AdmissionReply,
     AdmitRequest,

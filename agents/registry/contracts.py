@@ -12,7 +12,7 @@ import ast
 import string
 from collections.abc import Sequence
 
-from schemas.registry import Resource
+from evobus.schemas.registry import Resource
 
 
 def _first_doc_line(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> str:

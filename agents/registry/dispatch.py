@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import logging
 
-from agents.registry.errors import InvalidRequest, RegistryError
-from agents.registry.protocol import error_reply, operation
-from agents.registry.service import Registry
-from bus import codec, subjects
-from infra.embedders import EmbedderError
-from infra.library import LibraryError
-from infra.qdrant_store import PoolDimensionMismatch, StoreError
-from schemas.registry import (
+from evobus.agents.registry.errors import InvalidRequest, RegistryError
+from evobus.agents.registry.protocol import error_reply, operation
+from evobus.agents.registry.service import Registry
+from evobus.bus import codec, subjects
+from evobus.infra.embedders import EmbedderError
+from evobus.infra.library import LibraryError
+from evobus.infra.qdrant_store import PoolDimensionMismatch, StoreError
+from evobus.schemas.registry import (
     AdmissionReply,
     AdmitRequest,
     ContractReply,

@@ -12,10 +12,10 @@ import math
 
 import msgspec
 
-from agents.evolution.skills import update_utility
-from agents.registry.contracts import generate_contract
-from agents.registry.errors import InvalidRequest, ResourceNotFound
-from schemas.registry import RegisterRequest, Resource, ResourceChanges
+from evobus.agents.evolution.skills import update_utility
+from evobus.agents.registry.contracts import generate_contract
+from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound
+from evobus.schemas.registry import RegisterRequest, Resource, ResourceChanges
 
 Next = tuple[Resource, str] | None
 

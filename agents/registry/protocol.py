@@ -5,8 +5,13 @@ Kept apart from the service so that a client imports neither Qdrant nor git.
 
 from __future__ import annotations
 
-from agents.registry.errors import InvalidRequest, RegistryError, ResourceNotFound, VersionNotFound
-from schemas.registry import ErrorReply, RegistryRequest
+from evobus.agents.registry.errors import (
+    InvalidRequest,
+    RegistryError,
+    ResourceNotFound,
+    VersionNotFound,
+)
+from evobus.schemas.registry import ErrorReply, RegistryRequest
 
 
 def operation(request: RegistryRequest) -> str:

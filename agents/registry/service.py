@@ -22,15 +22,15 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from agents.evolution.epsilon_net import admit_to_epsilon_net
-from agents.registry import lifecycle
-from agents.registry.contracts import consolidated
-from agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
-from infra.embedders import Embedder, EmbedderError, make_embedder
-from infra.gitstore import Recovery
-from infra.library import Change, Library, valid_name
-from infra.qdrant_store import QdrantStore
-from schemas.registry import (
+from evobus.agents.evolution.epsilon_net import admit_to_epsilon_net
+from evobus.agents.registry import lifecycle
+from evobus.agents.registry.contracts import consolidated
+from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from evobus.infra.embedders import Embedder, EmbedderError, make_embedder
+from evobus.infra.gitstore import Recovery
+from evobus.infra.library import Change, Library, valid_name
+from evobus.infra.qdrant_store import QdrantStore
+from evobus.schemas.registry import (
     Admission,
     EmbedderSpec,
     ProposalText,

@@ -23,10 +23,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from agents.errors import AgentError
-from agents.events_view import EVENT_LOG, read_events
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.agents.errors import AgentError
+from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     AgentExited,
     AgentRestarted,
     BestConfirmed,

@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from types import MappingProxyType
 
-from agents.tasks.acrobot import AcrobotTask
-from agents.tasks.base import (
+from evobus.agents.tasks.acrobot import AcrobotTask
+from evobus.agents.tasks.base import (
     EVIDENCE_FILE,
     EVIDENCE_PARAM,
     RESULT_MARKER,
@@ -26,17 +26,17 @@ from agents.tasks.base import (
     parse_result_line,
     wants_evidence,
 )
-from agents.tasks.ccaa import CcaaTask
-from agents.tasks.errors import (
+from evobus.agents.tasks.ccaa import CcaaTask
+from evobus.agents.tasks.errors import (
     InvalidInstanceError,
     TaskError,
     TaskLoadError,
     TaskOutputError,
     UnknownTaskError,
 )
-from agents.tasks.lunar_lander import LunarLanderTask
-from agents.tasks.pendulum import PendulumTask
-from agents.tasks.prompt_qa import PromptQaTask
+from evobus.agents.tasks.lunar_lander import LunarLanderTask
+from evobus.agents.tasks.pendulum import PendulumTask
+from evobus.agents.tasks.prompt_qa import PromptQaTask
 
 __all__ = [
     "BUILTIN_TASKS",

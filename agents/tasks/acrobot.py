@@ -9,7 +9,7 @@ was applied, and classes each episode by the side the first link starts on.
 
 from __future__ import annotations
 
-from agents.tasks.control import ControlTask
+from evobus.agents.tasks.control import ControlTask
 
 # Worse than any real return, which is at least -500 (step_limit).
 FAILURE_SCORE = -1000.0

@@ -21,11 +21,11 @@ from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from agents.tasks.errors import TaskOutputError
-from schemas.artifacts import Artifact
-from schemas.campaign import TaskSection
-from schemas.results import InstanceScore
-from schemas.tools import ToolSpec
+from evobus.agents.tasks.errors import TaskOutputError
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import TaskSection
+from evobus.schemas.results import InstanceScore
+from evobus.schemas.tools import ToolSpec
 
 # Prefix of the harness's result line; the last line that starts with it is the result.
 RESULT_MARKER = "EVOBUS-RESULT "
@@ -126,7 +126,7 @@ class ModelTask(Task, Protocol):
 
 def package_source(module: str) -> str:
     """The text of a module file of this package: harnesses travel to the sandbox as text."""
-    return resources.files("agents.tasks").joinpath(module).read_text(encoding="utf-8")
+    return resources.files("evobus.agents.tasks").joinpath(module).read_text(encoding="utf-8")
 
 
 @runtime_checkable

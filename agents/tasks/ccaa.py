@@ -20,18 +20,18 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from agents.tasks.base import (
+from evobus.agents.tasks.base import (
     EVIDENCE_FILE,
     TaskParams,
     harness_files,
     package_source,
     parse_result_line,
 )
-from agents.tasks.errors import InvalidInstanceError
-from schemas.artifacts import Artifact
-from schemas.campaign import TaskSection
-from schemas.results import InstanceScore
-from schemas.tools import ToolSpec
+from evobus.agents.tasks.errors import InvalidInstanceError
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import TaskSection
+from evobus.schemas.results import InstanceScore
+from evobus.schemas.tools import ToolSpec
 
 # Every valid design scores above -120 (each term of the score is bounded).
 FAILURE_SCORE = -200.0

@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING or __package__:  # agents.tasks.ccaa_harness: imported by evobus and its tests
-    from agents.tasks import candidate_process
+    from evobus.agents.tasks import candidate_process
 else:  # harness.py in the sandbox, run by `python -I`: the module was shipped beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import candidate_process

@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 if TYPE_CHECKING or __package__:  # agents.tasks.gym_harness: imported by evobus and its tests
-    from agents.tasks import candidate_process
+    from evobus.agents.tasks import candidate_process
 else:  # harness.py in the sandbox, run by `python -I`: the module was shipped beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import candidate_process

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from agents.tasks.control import ControlTask
-from agents.tasks.errors import TaskLoadError
+from evobus.agents.tasks.control import ControlTask
+from evobus.agents.tasks.errors import TaskLoadError
 
 # Worse than any real return: a lander that keeps its main engine on and climbs for 1000 steps
 # scores about -2800, one that spins scores lower still, but not near -10000.

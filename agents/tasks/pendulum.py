@@ -8,9 +8,9 @@ its start angle (``start-near-top``, ``start-sideways``, ``start-hanging``).
 
 from __future__ import annotations
 
-from agents.tasks.base import package_source
-from agents.tasks.control import ControlTask
-from schemas.tools import ToolSpec
+from evobus.agents.tasks.base import package_source
+from evobus.agents.tasks.control import ControlTask
+from evobus.schemas.tools import ToolSpec
 
 # Worse than any real return (the worst possible is about -16.3 per step, -3260 over 200 steps,
 # but no policy that ran gets near it: returns stay above about -1700).

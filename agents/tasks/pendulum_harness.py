@@ -11,7 +11,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.tasks.gym_harness import (
+from evobus.agents.tasks.gym_harness import (
     CANDIDATE_FILE,
     CONFIG_FILE,
     CONTROLS,
@@ -20,7 +20,7 @@ from agents.tasks.gym_harness import (
     Policy,
     torque_of,
 )
-from agents.tasks.gym_harness import run_episode as run_control_episode
+from evobus.agents.tasks.gym_harness import run_episode as run_control_episode
 
 __all__ = [
     "CANDIDATE_FILE",

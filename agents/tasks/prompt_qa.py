@@ -30,13 +30,13 @@ from typing import Annotated, Literal, get_args
 import anyio
 import msgspec
 
-from agents.tasks.base import Ask, TaskParams
-from agents.tasks.errors import InvalidInstanceError, TaskError
-from schemas.artifacts import Artifact
-from schemas.campaign import TaskSection
-from schemas.errors import CampaignConfigError
-from schemas.results import InstanceScore
-from schemas.tools import ToolSpec
+from evobus.agents.tasks.base import Ask, TaskParams
+from evobus.agents.tasks.errors import InvalidInstanceError, TaskError
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import TaskSection
+from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.results import InstanceScore
+from evobus.schemas.tools import ToolSpec
 
 Metric = Literal["exact", "substring"]
 METRICS: tuple[Metric, ...] = get_args(Metric)

@@ -22,22 +22,22 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agents.models import CampaignModels, ModelAccess, engine_name, model_failure
-from agents.prompts.context import tools_md
-from agents.registry.client import RegistryClient, until_answered
-from agents.registry.errors import RegistryError, ResourceNotFound
-from agents.runtime import AgentProcess, WorkBinding
-from agents.work import expect, on_dead, result_outbound
-from bus.envelope import MessageContext
-from bus.publisher import Outbound
-from infra.llm import LLMError
-from infra.sandbox import run_sandboxed
-from schemas.campaign import SandboxSection
-from schemas.llm import ToolDraft, ToolNeed, Usage
-from schemas.registry import Resource
-from schemas.results import ToolResult
-from schemas.tools import ToolRecord, ToolSpec
-from schemas.work import ToolWork, Work
+from evobus.agents.models import CampaignModels, ModelAccess, engine_name, model_failure
+from evobus.agents.prompts.context import tools_md
+from evobus.agents.registry.client import RegistryClient, until_answered
+from evobus.agents.registry.errors import RegistryError, ResourceNotFound
+from evobus.agents.runtime import AgentProcess, WorkBinding
+from evobus.agents.work import expect, on_dead, result_outbound
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound
+from evobus.infra.llm import LLMError
+from evobus.infra.sandbox import run_sandboxed
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.llm import ToolDraft, ToolNeed, Usage
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import ToolResult
+from evobus.schemas.tools import ToolRecord, ToolSpec
+from evobus.schemas.work import ToolWork, Work
 
 log = logging.getLogger(__name__)
 

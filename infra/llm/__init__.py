@@ -1,9 +1,9 @@
 """The model path: one async client for OpenAI-compatible servers (vLLM, ``evobus llm-sim``)."""
 
-from infra.llm.answers import ChatResult, Embeddings, Structured
-from infra.llm.budget import TokenBudget
-from infra.llm.client import LLMClient
-from infra.llm.errors import (
+from evobus.infra.llm.answers import ChatResult, Embeddings, Structured
+from evobus.infra.llm.budget import TokenBudget
+from evobus.infra.llm.client import LLMClient
+from evobus.infra.llm.errors import (
     BudgetExhausted,
     InvalidModelOutput,
     LLMConfigError,
@@ -12,8 +12,8 @@ from infra.llm.errors import (
     LLMResponseError,
     LLMUnavailable,
 )
-from infra.llm.messages import ChatMessage, image_data_url, text_message, user_message
-from infra.llm.structured import response_format
+from evobus.infra.llm.messages import ChatMessage, image_data_url, text_message, user_message
+from evobus.infra.llm.structured import response_format
 
 __all__ = [
     "BudgetExhausted",

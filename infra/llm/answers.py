@@ -7,7 +7,7 @@ from typing import Generic, TypeVar
 import httpx
 import msgspec
 
-from schemas.llm import Usage
+from evobus.schemas.llm import Usage
 
 T = TypeVar("T", bound=msgspec.Struct)
 

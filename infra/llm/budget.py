@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.llm import Usage
+from evobus.schemas.llm import Usage
 
 
 class TokenBudget:

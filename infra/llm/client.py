@@ -21,7 +21,7 @@ import msgspec
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-from infra.llm.answers import (
+from evobus.infra.llm.answers import (
     ChatResult,
     Embeddings,
     Structured,
@@ -29,8 +29,8 @@ from infra.llm.answers import (
     read_chat,
     read_embeddings,
 )
-from infra.llm.budget import TokenBudget
-from infra.llm.errors import (
+from evobus.infra.llm.budget import TokenBudget
+from evobus.infra.llm.errors import (
     BudgetExhausted,
     InvalidModelOutput,
     LLMConfigError,
@@ -38,12 +38,12 @@ from infra.llm.errors import (
     LLMResponseError,
     LLMUnavailable,
 )
-from infra.llm.messages import ChatMessage
-from infra.llm.routing import Endpoint, Router, backoff_delay, retry_after
-from infra.llm.structured import decode_choices, repair_messages, response_format
-from infra.llm.telemetry import client_span, record_answer, record_failure
-from schemas.campaign import LLMSection
-from schemas.llm import Usage
+from evobus.infra.llm.messages import ChatMessage
+from evobus.infra.llm.routing import Endpoint, Router, backoff_delay, retry_after
+from evobus.infra.llm.structured import decode_choices, repair_messages, response_format
+from evobus.infra.llm.telemetry import client_span, record_answer, record_failure
+from evobus.schemas.campaign import LLMSection
+from evobus.schemas.llm import Usage
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.errors import InfraError
-from schemas.llm import Usage
+from evobus.infra.errors import InfraError
+from evobus.schemas.llm import Usage
 
 
 class LLMError(InfraError):

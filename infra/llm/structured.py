@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from infra.llm.messages import ChatMessage, text_message
+from evobus.infra.llm.messages import ChatMessage, text_message
 
 T = TypeVar("T", bound=msgspec.Struct)
 

@@ -9,8 +9,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
-from infra.llm.answers import ChatResult, Embeddings
-from infra.llm.routing import Endpoint
+from evobus.infra.llm.answers import ChatResult, Embeddings
+from evobus.infra.llm.routing import Endpoint
 
 PROVIDER = "openai"
 SIMULATOR_PROVIDER = "evobus.llm-sim"

@@ -12,10 +12,10 @@ It is a simulator, never a language model, and says so in every response: the
 - ``server``: the HTTP server (``serve_sim``, ``serve_sim_in_thread``).
 """
 
-from infra.llm_sim.answers import Answerer, ChatMessage, ChatRequest, GenericAnswerer
-from infra.llm_sim.profiles import Profile, get_profile, list_profiles
-from infra.llm_sim.script import Rule, Script, ScriptError, load_rules, parse_rules
-from infra.llm_sim.server import RunningSim, SimSettings, serve_sim, serve_sim_in_thread
+from evobus.infra.llm_sim.answers import Answerer, ChatMessage, ChatRequest, GenericAnswerer
+from evobus.infra.llm_sim.profiles import Profile, get_profile, list_profiles
+from evobus.infra.llm_sim.script import Rule, Script, ScriptError, load_rules, parse_rules
+from evobus.infra.llm_sim.server import RunningSim, SimSettings, serve_sim, serve_sim_in_thread
 
 __all__ = [
     "Answerer",

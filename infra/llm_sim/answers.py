@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from infra.errors import InfraError
+from evobus.infra.errors import InfraError
 
 SIMULATOR_NAME = "evobus-llm-sim"
 EMBEDDING_DIMENSIONS = 256

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from infra.llm_sim.profiles import Profile
+from evobus.infra.llm_sim.profiles import Profile
 
 CHARS_PER_TOKEN = 4
 

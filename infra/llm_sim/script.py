@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from infra.errors import InfraError
-from infra.llm_sim.answers import ChatRequest
+from evobus.infra.errors import InfraError
+from evobus.infra.llm_sim.answers import ChatRequest
 
 
 class ScriptError(InfraError, ValueError):

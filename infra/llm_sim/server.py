@@ -29,8 +29,8 @@ import h11
 import msgspec
 from anyio.from_thread import start_blocking_portal
 
-from infra.errors import InfraError
-from infra.llm_sim.answers import (
+from evobus.infra.errors import InfraError
+from evobus.infra.llm_sim.answers import (
     SIMULATOR_NAME,
     Answerer,
     ChatRequest,
@@ -40,9 +40,9 @@ from infra.llm_sim.answers import (
     read_chat_request,
     read_embeddings_request,
 )
-from infra.llm_sim.engine import CHARS_PER_TOKEN, Completed, Engine, Faults, count_tokens
-from infra.llm_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
-from infra.llm_sim.script import Rule, Script, ScriptError, parse_rules
+from evobus.infra.llm_sim.engine import CHARS_PER_TOKEN, Completed, Engine, Faults, count_tokens
+from evobus.infra.llm_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
+from evobus.infra.llm_sim.script import Rule, Script, ScriptError, parse_rules
 
 logger = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import anyio
 
-from agents.events_view import event_stream
-from agents.supervisor import RunOptions, run_campaign
-from bus.connection import connect
-from infra.nats_server import NatsServer
-from schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated
+from evobus.agents.events_view import event_stream
+from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.bus.connection import connect
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VARIANTS: dict[str, dict[str, str]] = {

@@ -24,11 +24,11 @@ from pathlib import Path
 import anyio
 import cma  # type: ignore[import-untyped]
 
-from agents.supervisor import RunOptions, run_campaign
-from agents.tasks import get_task
-from infra.nats_server import NatsServer
-from infra.sandbox import run_sandboxed
-from schemas.campaign import SandboxSection, load_campaign
+from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.agents.tasks import get_task
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.sandbox import run_sandboxed
+from evobus.schemas.campaign import SandboxSection, load_campaign
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ccaa.toml"
 AMPLITUDES, RADII = 32, 4

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import anyio
 
-from agents.events_view import event_stream, score
-from agents.supervisor import RunOptions, run_campaign
-from bus.connection import connect
-from infra.nats_server import NatsServer
-from schemas.campaign import load_campaign
-from schemas.events import BestConfirmed, CampaignFinished, CandidateProposed
+from evobus.agents.events_view import event_stream, score
+from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.bus.connection import connect
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import load_campaign
+from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateProposed
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pendulum.toml"
 

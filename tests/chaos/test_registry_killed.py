@@ -14,13 +14,13 @@ import anyio
 import msgspec
 import pytest
 
-from bus import codec, subjects
-from bus.connection import connect
-from bus.streams import ensure_streams
-from infra.gitstore import WRITE_LOCK
-from infra.nats_server import NatsServer
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.streams import ensure_streams
+from evobus.infra.gitstore import WRITE_LOCK
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     AgentExited,
     AgentRestarted,
     CampaignFinished,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.events_view import EVENT_LOG, read_events
-from infra.nats_server import NatsServer
-from schemas.events import AgentExited, AgentRestarted, CampaignProgress, Event
+from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.events import AgentExited, AgentRestarted, CampaignProgress, Event
 from tests.chaos.test_chaos import agent_pids, assert_each_evaluation_counted_once, run_with_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

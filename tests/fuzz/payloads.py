@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from bus import codec
-from schemas.agents import WorkersTarget
-from schemas.registry import (
+from evobus.bus import codec
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.registry import (
     Admission,
     AdmissionReply,
     AdmitRequest,

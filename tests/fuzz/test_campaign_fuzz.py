@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.campaign import CampaignSpec, load_campaign, parse_campaign
-from schemas.errors import CampaignConfigError
+from evobus.schemas.campaign import CampaignSpec, load_campaign, parse_campaign
+from evobus.schemas.errors import CampaignConfigError
 
 EXAMPLE = Path(__file__).parent.parent.parent / "examples" / "pendulum.toml"
 BASE: dict[str, Any] = tomllib.loads(EXAMPLE.read_text())

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bus import codec
-from schemas.limits import MAX_FEEDBACK_CHARS, MAX_SOURCE_CHARS, MAX_TEXT_CHARS
+from evobus.bus import codec
+from evobus.schemas.limits import MAX_FEEDBACK_CHARS, MAX_SOURCE_CHARS, MAX_TEXT_CHARS
 from tests.fuzz.payloads import (
     DECODERS,
     TAG_FIELD,

@@ -16,21 +16,21 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from agents.critic.agent import Critic
-from agents.evaluator.agent import PNG_SIGNATURE
-from agents.models import ModelAccess
-from agents.registry.client import RegistryClient
-from agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
-from bus import codec, envelope, subjects
-from bus.consumer import PullConsumer
-from bus.envelope import MessageContext
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_work_consumer, evidence_store
-from infra.nats_server import NatsServer
-from schemas.agents import WorkersTarget
-from schemas.events import DeadLetter, DeadLettered
-from schemas.limits import MAX_EVIDENCE_BYTES, MIB
-from schemas.registry import (
+from evobus.agents.critic.agent import Critic
+from evobus.agents.evaluator.agent import PNG_SIGNATURE
+from evobus.agents.models import ModelAccess
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.bus import codec, envelope, subjects
+from evobus.bus.consumer import PullConsumer
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_work_consumer, evidence_store
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.events import DeadLetter, DeadLettered
+from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MIB
+from evobus.schemas.registry import (
     AdmitRequest,
     ErrorReply,
     ListRequest,
@@ -38,8 +38,8 @@ from schemas.registry import (
     ResourcesReply,
     SearchRequest,
 )
-from schemas.results import WorkFailed
-from schemas.work import EvaluateWork, Work
+from evobus.schemas.results import WorkFailed
+from evobus.schemas.work import EvaluateWork, Work
 from tests.fuzz.payloads import (
     as_builtins,
     hostile_work_payloads,
@@ -335,7 +335,7 @@ async def test_the_critic_skips_an_evidence_image_over_the_limit(
         await store.put(f"{campaign_id}/fine.png", fine)
         await store.put(f"{campaign_id}/big.png", big)
         assert await critic.image(f"{campaign_id}/fine.png") == fine
-        with caplog.at_level(logging.WARNING, logger="agents.critic.agent"):
+        with caplog.at_level(logging.WARNING, logger="evobus.agents.critic.agent"):
             assert await critic.image(f"{campaign_id}/big.png") is None
             assert await critic.image(f"{campaign_id}/gone.png") is None
         assert f"{len(big)} bytes, over the limit of {MAX_EVIDENCE_BYTES}" in caplog.text

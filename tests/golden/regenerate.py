@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bus import codec
+from evobus.bus import codec
 from tests.samples import SAMPLES
 
 if __name__ == "__main__":

@@ -8,15 +8,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import codec, subjects
-from bus.connection import connect
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_streams
-from infra.nats_server import NatsServer
-from schemas.agents import Heartbeat
-from schemas.artifacts import Artifact, Candidate
-from schemas.results import Evaluation
-from schemas.work import EvaluateWork
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_streams
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.agents import Heartbeat
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.results import Evaluation
+from evobus.schemas.work import EvaluateWork
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

@@ -8,12 +8,12 @@ import anyio
 import msgspec
 import pytest
 
-from agents.bench.bus import SHARED_BUS_STAGE, BusBenchOptions, bench_bus
-from agents.bench.timings import BusBenchReport, RunReport
-from agents.cli import main
-from bus import subjects
-from bus.connection import connect
-from infra.nats_server import NatsServer
+from evobus.agents.bench.bus import SHARED_BUS_STAGE, BusBenchOptions, bench_bus
+from evobus.agents.bench.timings import BusBenchReport, RunReport
+from evobus.agents.cli import main
+from evobus.bus import subjects
+from evobus.bus.connection import connect
+from evobus.infra.nats_server import NatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agents.bench.throughput import ThroughputOptions, campaign_toml, run_plans
-from agents.bench.throughput_report import ThroughputReport, integrate
-from agents.cli import main
-from schemas.campaign import parse_campaign
+from evobus.agents.bench.throughput import ThroughputOptions, campaign_toml, run_plans
+from evobus.agents.bench.throughput_report import ThroughputReport, integrate
+from evobus.agents.cli import main
+from evobus.schemas.campaign import parse_campaign
 
 
 def test_the_runs_differ_only_in_mode_and_staleness() -> None:

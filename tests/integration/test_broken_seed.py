@@ -10,12 +10,12 @@ import anyio
 import msgspec
 import pytest
 
-from agents.cli import EXIT_CONFIG
-from agents.errors import SEED_FAILED
-from agents.events_view import EVENT_LOG, read_events
-from infra.nats_server import NatsServer
-from schemas.campaign import CampaignSummary
-from schemas.events import CandidateEvaluated, CandidateProposed
+from evobus.agents.cli import EXIT_CONFIG
+from evobus.agents.errors import SEED_FAILED
+from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import CandidateEvaluated, CandidateProposed
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

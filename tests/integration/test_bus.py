@@ -11,19 +11,19 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from bus import codec, subjects
-from bus.connection import connect
-from bus.consumer import Handler, PullConsumer
-from bus.envelope import MessageContext
-from bus.errors import Retry
-from bus.publisher import Outbound, Publisher, PublishError
-from bus.streams import ensure_streams, ensure_work_consumer
-from infra.nats_server import NatsServer
-from schemas.agents import AgentRef
-from schemas.artifacts import Artifact, Candidate
-from schemas.events import DeadLetter, DeadLettered
-from schemas.results import WorkFailed
-from schemas.work import EvaluateWork, Work
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import Handler, PullConsumer
+from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import Retry
+from evobus.bus.publisher import Outbound, Publisher, PublishError
+from evobus.bus.streams import ensure_streams, ensure_work_consumer
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.events import DeadLetter, DeadLettered
+from evobus.schemas.results import WorkFailed
+from evobus.schemas.work import EvaluateWork, Work
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -25,11 +25,11 @@ import anyio
 import msgspec
 import pytest
 
-from agents.registry import lifecycle
-from agents.registry.service import Registry
-from infra.gitstore import WRITE_LOCK, Recovery
-from infra.library import Library
-from infra.workspace import BEST_TAG, CampaignWorkspace
+from evobus.agents.registry import lifecycle
+from evobus.agents.registry.service import Registry
+from evobus.infra.gitstore import WRITE_LOCK, Recovery
+from evobus.infra.library import Library
+from evobus.infra.workspace import BEST_TAG, CampaignWorkspace
 from tests.crashpoints import SCENARIOS, SKILL, disk_points, skill_request
 
 ROOT = Path(__file__).parent.parent.parent

@@ -10,14 +10,14 @@ import anyio
 import msgspec
 import pytest
 
-from agents import lineage
-from bus import codec, subjects
-from bus.connection import connect
-from bus.streams import ensure_streams
-from infra.nats_server import NatsServer
-from infra.workspace import CampaignWorkspace
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.agents import lineage
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.streams import ensure_streams
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     BestConfirmed,
     CampaignFinished,
     CandidateAccepted,

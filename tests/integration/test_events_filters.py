@@ -6,13 +6,13 @@ import anyio
 import msgspec
 import pytest
 
-from agents.cli import main
-from agents.events_view import EVENT_KINDS, check_kind, concerns, event_stream
-from bus.connection import connect
-from bus.publisher import Publisher
-from bus.streams import ensure_streams
-from infra.nats_server import NatsServer
-from schemas.events import CampaignFinished, CandidateFiltered, CandidateRejected, Event
+from evobus.agents.cli import main
+from evobus.agents.events_view import EVENT_KINDS, check_kind, concerns, event_stream
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Publisher
+from evobus.bus.streams import ensure_streams
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.events import CampaignFinished, CandidateFiltered, CandidateRejected, Event
 from tests.samples import SAMPLES
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

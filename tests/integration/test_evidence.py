@@ -6,19 +6,19 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agents.evaluator.agent import PNG_SIGNATURE, setup
-from agents.runtime import AgentProcess, AgentSettings, make_agent_ref
-from bus import subjects
-from bus.connection import connect
-from bus.envelope import MessageContext
-from bus.publisher import Publisher
-from bus.streams import ensure_streams, object_store
-from infra.nats_server import NatsServer
-from infra.sandbox import available_isolation, run_sandboxed
-from schemas.artifacts import Artifact, Candidate
-from schemas.campaign import SandboxSection
-from schemas.results import Evaluation, Isolation
-from schemas.work import EvaluateWork
+from evobus.agents.evaluator.agent import PNG_SIGNATURE, setup
+from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref
+from evobus.bus import subjects
+from evobus.bus.connection import connect
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Publisher
+from evobus.bus.streams import ensure_streams, object_store
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.sandbox import available_isolation, run_sandboxed
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.results import Evaluation, Isolation
+from evobus.schemas.work import EvaluateWork
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from agents import lineage
-from agents.cli import main
-from agents.orchestrator.agent import write_summary
-from infra.errors import WorkspaceError
-from infra.workspace import CampaignWorkspace
-from schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
-from schemas.campaign import CampaignSummary
+from evobus.agents import lineage
+from evobus.agents.cli import main
+from evobus.agents.orchestrator.agent import write_summary
+from evobus.infra.errors import WorkspaceError
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
+from evobus.schemas.campaign import CampaignSummary
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ import httpx
 import msgspec
 import pytest
 
-from agents.cli import EXIT_CONFIG, main
-from infra.llm_sim import RunningSim, load_rules, serve_sim, serve_sim_in_thread
-from schemas.llm import ActorDraft, CriticVerdict
+from evobus.agents.cli import EXIT_CONFIG, main
+from evobus.infra.llm_sim import RunningSim, load_rules, serve_sim, serve_sim_in_thread
+from evobus.schemas.llm import ActorDraft, CriticVerdict
 from tests.conftest import wait_until
 from tests.processes import start_evobus
 

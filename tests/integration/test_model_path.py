@@ -22,21 +22,21 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from agents.sim_answers import OfflineAnswerer
-from bus import codec, subjects
-from bus.connection import connect
-from bus.streams import ensure_streams
-from infra.llm_sim.server import RunningSim, serve_sim_in_thread
-from infra.nats_server import NatsServer
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.agents.sim_answers import OfflineAnswerer
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.streams import ensure_streams
+from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     CampaignFinished,
     CandidateProposed,
     Event,
     StaleDecided,
     WorkAbandoned,
 )
-from schemas.results import Diagnosis, Evaluation, Proposal, Repaired, Result, Summary
+from evobus.schemas.results import Diagnosis, Evaluation, Proposal, Repaired, Result, Summary
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

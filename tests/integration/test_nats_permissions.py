@@ -18,10 +18,10 @@ from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy
 
-from bus import codec, subjects
-from bus.connection import Credentials, connect
-from bus.errors import ConnectError
-from bus.permissions import (
+from evobus.bus import codec, subjects
+from evobus.bus.connection import Credentials, connect
+from evobus.bus.errors import ConnectError
+from evobus.bus.permissions import (
     ROLE_STAGES,
     SUPERVISOR,
     USERS,
@@ -31,12 +31,12 @@ from bus.permissions import (
     password_variable,
     role_credentials,
 )
-from bus.publisher import Outbound, Publisher
-from bus.streams import evidence_store
-from infra.nats_server import NatsServer, find_binary, free_port
-from schemas.events import CampaignFinished, DeadLettered, Event
-from schemas.llm import ToolNeed
-from schemas.work import ToolWork
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import evidence_store
+from evobus.infra.nats_server import NatsServer, find_binary, free_port
+from evobus.schemas.events import CampaignFinished, DeadLettered, Event
+from evobus.schemas.llm import ToolNeed
+from evobus.schemas.work import ToolWork
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -199,7 +199,7 @@ async def _reported(error: str, caplog: pytest.LogCaptureFixture) -> None:
 async def test_a_campaign_runs_with_a_user_per_role_and_each_is_confined(
     tmp_path: Path, campaign_id: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bus.connection")
+    caplog.set_level(logging.WARNING, logger="evobus.bus.connection")
     passwords = {password_variable(u): new_password() for u in USERS}
     monitor_port = free_port()
     server = NatsServer(

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus.connection import connect
-from infra.nats_server import NatsServer, free_port
+from evobus.bus.connection import connect
+from evobus.infra.nats_server import NatsServer, free_port
 from tests.processes import start_evobus
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ class _FirstFailure(logging.Handler):
 async def test_a_server_started_during_the_first_connection_is_used(tmp_path: Path) -> None:
     server = NatsServer(tmp_path / "nats", port=free_port())
     first_failure = _FirstFailure()
-    logger = logging.getLogger("bus.connection")
+    logger = logging.getLogger("evobus.bus.connection")
     logger.addHandler(first_failure)
     level = logger.level
     logger.setLevel(logging.INFO)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
-from agents.registry.client import RegistryClient
-from bus.connection import connect
-from infra.nats_server import NatsServer
+from evobus.agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
+from evobus.agents.registry.client import RegistryClient
+from evobus.bus.connection import connect
+from evobus.infra.nats_server import NatsServer
 from tests.integration.test_registry import registry_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]

@@ -12,19 +12,25 @@ import anyio
 import git
 import pytest
 
-from agents.registry.agent import RegistryProcess, run_registry
-from agents.registry.client import RegistryClient
-from agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
-from agents.registry.service import Registry
-from agents.runtime import AgentSettings
-from bus import codec, subjects
-from bus.connection import connect
-from bus.streams import ensure_streams
-from infra.nats_server import NatsServer
-from infra.qdrant_store import StoreInUse
-from schemas.agents import Heartbeat
-from schemas.events import StoreRecovered
-from schemas.registry import EmbedderSpec, ErrorReply, GetRequest, ListRequest, ResourcesReply
+from evobus.agents.registry.agent import RegistryProcess, run_registry
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from evobus.agents.registry.service import Registry
+from evobus.agents.runtime import AgentSettings
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.streams import ensure_streams
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.qdrant_store import StoreInUse
+from evobus.schemas.agents import Heartbeat
+from evobus.schemas.events import StoreRecovered
+from evobus.schemas.registry import (
+    EmbedderSpec,
+    ErrorReply,
+    GetRequest,
+    ListRequest,
+    ResourcesReply,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

@@ -19,17 +19,17 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from agents.orchestrator.effects import Effects
-from agents.orchestrator.steps import SkillRegistration, Step
-from agents.registry.client import RegistryClient
-from bus import codec, subjects
-from bus.connection import connect
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_streams, key_value
-from infra.nats_server import NatsServer
-from infra.workspace import CampaignWorkspace
-from schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, load_campaign
-from schemas.events import (
+from evobus.agents.orchestrator.effects import Effects
+from evobus.agents.orchestrator.steps import SkillRegistration, Step
+from evobus.agents.registry.client import RegistryClient
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_streams, key_value
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, load_campaign
+from evobus.schemas.events import (
     AdmittedUnfiltered,
     CampaignFinished,
     CandidateFiltered,
@@ -38,8 +38,8 @@ from schemas.events import (
     SkillLearned,
     WorkAbandoned,
 )
-from schemas.results import Result, SkillExtracted, ToolResult
-from schemas.work import DiagnoseWork, ProposeWork, ToolWork
+from evobus.schemas.results import Result, SkillExtracted, ToolResult
+from evobus.schemas.work import DiagnoseWork, ProposeWork, ToolWork
 from tests.integration.test_registry import registry_service
 from tests.processes import start_evobus
 from tests.samples import TOOL_SPEC

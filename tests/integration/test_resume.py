@@ -7,12 +7,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agents.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
-from agents.orchestrator.snapshot import take
-from bus import subjects
-from bus.connection import connect
-from bus.streams import key_value
-from infra.nats_server import NatsServer
+from evobus.agents.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
+from evobus.agents.orchestrator.snapshot import take
+from evobus.bus import subjects
+from evobus.bus.connection import connect
+from evobus.bus.streams import key_value
+from evobus.infra.nats_server import NatsServer
 from tests.processes import start_evobus
 from tests.unit.test_orchestrator_pipeline import ASYNC
 from tests.unit.test_orchestrator_state import make_state

@@ -13,10 +13,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from infra.errors import SandboxUnavailable
-from infra.sandbox import SandboxRun, available_isolation, run_sandboxed
-from schemas.campaign import SandboxSection
-from schemas.results import Isolation
+from evobus.infra.errors import SandboxUnavailable
+from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.results import Isolation
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 

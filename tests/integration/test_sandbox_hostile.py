@@ -35,29 +35,35 @@ import gymnasium as gym
 import msgspec
 import pytest
 
-from agents.evaluator.agent import HARNESS, sandbox_files, setup, to_evaluation, with_tool_calls
-from agents.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
-from agents.runtime import AgentProcess, AgentSettings, make_agent_ref
-from agents.tasks import ccaa_harness
-from agents.tasks.base import Task, TaskParams
-from agents.tasks.ccaa import CcaaTask
-from agents.tasks.gym_harness import CONTROLS, RESULT_MARKER, run_episode
-from agents.tasks.pendulum import PendulumTask
-from agents.toolgen.agent import validate
-from bus import subjects
-from bus.connection import connect
-from bus.envelope import MessageContext
-from bus.publisher import Publisher
-from bus.streams import ensure_streams
-from infra import sandbox
-from infra.nats_server import NatsServer
-from infra.sandbox import SandboxRun, available_isolation, run_sandboxed
-from schemas.artifacts import Artifact, Candidate
-from schemas.campaign import SandboxSection
-from schemas.registry import Resource
-from schemas.results import Evaluation, Isolation
-from schemas.tools import ToolSpec
-from schemas.work import EvaluateWork
+from evobus.agents.evaluator.agent import (
+    HARNESS,
+    sandbox_files,
+    setup,
+    to_evaluation,
+    with_tool_calls,
+)
+from evobus.agents.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
+from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref
+from evobus.agents.tasks import ccaa_harness
+from evobus.agents.tasks.base import Task, TaskParams
+from evobus.agents.tasks.ccaa import CcaaTask
+from evobus.agents.tasks.gym_harness import CONTROLS, RESULT_MARKER, run_episode
+from evobus.agents.tasks.pendulum import PendulumTask
+from evobus.agents.toolgen.agent import validate
+from evobus.bus import subjects
+from evobus.bus.connection import connect
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Publisher
+from evobus.bus.streams import ensure_streams
+from evobus.infra import sandbox
+from evobus.infra.nats_server import NatsServer
+from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Evaluation, Isolation
+from evobus.schemas.tools import ToolSpec
+from evobus.schemas.work import EvaluateWork
 from tests.integration.test_sandbox import no_process_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -1113,8 +1119,8 @@ import json, sys
 
 import anyio
 
-from infra.sandbox import run_sandboxed
-from schemas.campaign import SandboxSection
+from evobus.infra.sandbox import run_sandboxed
+from evobus.schemas.campaign import SandboxSection
 
 
 async def main():

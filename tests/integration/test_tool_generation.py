@@ -16,21 +16,21 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from agents.registry.client import RegistryClient
-from agents.registry.errors import RegistryUnavailable, ResourceNotFound
-from bus import codec, subjects
-from bus.connection import connect
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_streams, key_value
-from infra.llm_sim.server import RunningSim, serve_sim_in_thread
-from infra.nats_server import NatsServer
-from schemas.artifacts import Artifact, Candidate
-from schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, LLMSection
-from schemas.llm import ToolNeed
-from schemas.registry import Resource
-from schemas.results import Evaluation, Result, ToolResult
-from schemas.tools import ToolRef
-from schemas.work import EvaluateWork, ToolWork, Work
+from evobus.agents.registry.client import RegistryClient
+from evobus.agents.registry.errors import RegistryUnavailable, ResourceNotFound
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_streams, key_value
+from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, LLMSection
+from evobus.schemas.llm import ToolNeed
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Evaluation, Result, ToolResult
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import EvaluateWork, ToolWork, Work
 from tests.integration.test_model_path import ACTOR, TOOL_CODE, TOOL_DRAFT
 from tests.processes import start_evobus
 

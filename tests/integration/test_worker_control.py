@@ -13,16 +13,16 @@ import pytest
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
-from bus import codec, subjects
-from bus.consumer import Handler, PullConsumer
-from bus.control import send_workers_target
-from bus.envelope import MessageContext
-from bus.publisher import Outbound, Publisher
-from bus.streams import ensure_work_consumer
-from infra.nats_server import NatsServer
-from schemas.agents import Heartbeat, WorkersTarget
-from schemas.artifacts import Artifact, Candidate
-from schemas.work import EvaluateWork, Work
+from evobus.bus import codec, subjects
+from evobus.bus.consumer import Handler, PullConsumer
+from evobus.bus.control import send_workers_target
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_work_consumer
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.agents import Heartbeat, WorkersTarget
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.work import EvaluateWork, Work
 from tests.integration.test_bus import SENDER, jetstream
 from tests.processes import start_evobus
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.bench.bus import BusBenchOptions, Dispatcher
-from agents.bench.errors import BenchError
-from agents.bench.noop_worker import bench_work, noop_evaluation
-from agents.bench.timings import ItemTimes, latency, quantile, summarize
-from agents.cli import build_parser
-from bus import codec, subjects
-from bus.envelope import MessageContext
-from schemas.results import WorkFailed
-from schemas.work import EvaluateWork
+from evobus.agents.bench.bus import BusBenchOptions, Dispatcher
+from evobus.agents.bench.errors import BenchError
+from evobus.agents.bench.noop_worker import bench_work, noop_evaluation
+from evobus.agents.bench.timings import ItemTimes, latency, quantile, summarize
+from evobus.agents.cli import build_parser
+from evobus.bus import codec, subjects
+from evobus.bus.envelope import MessageContext
+from evobus.schemas.results import WorkFailed
+from evobus.schemas.work import EvaluateWork
 
 CTX = MessageContext(
     subject="evo.x.result.evaluate", msg_id="m", campaign="x", attempt=1, sender=None

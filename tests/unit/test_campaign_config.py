@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.campaign import load_campaign, parse_campaign, validate_campaign_id
-from schemas.errors import CampaignConfigError
+from evobus.schemas.campaign import load_campaign, parse_campaign, validate_campaign_id
+from evobus.schemas.errors import CampaignConfigError
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bus.connection import FIRST_CONNECT_TIMEOUT, connect
-from bus.errors import ConnectError, NoServerAnswered
+from evobus.bus.connection import FIRST_CONNECT_TIMEOUT, connect
+from evobus.bus.errors import ConnectError, NoServerAnswered
 
 pytestmark = pytest.mark.anyio
 
@@ -28,7 +28,7 @@ async def test_no_server_fails_with_the_redacted_url_and_the_last_error(
     refused_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = f"nats://watcher:s3cret@127.0.0.1:{refused_port}"
-    caplog.set_level(logging.DEBUG, logger="bus.connection")
+    caplog.set_level(logging.DEBUG, logger="evobus.bus.connection")
     with pytest.raises(NoServerAnswered) as failed:
         await connect(url, name="deadline-test", first_connect_timeout=1.5)
     error = failed.value

@@ -7,9 +7,9 @@ import re
 import msgspec
 import pytest
 
-from agents.actor.mutation import bias_of
-from agents.critic.rules import ENGINE, DiagnosisFields, as_diagnosis, diagnose
-from schemas.results import Evaluation, InstanceScore
+from evobus.agents.actor.mutation import bias_of
+from evobus.agents.critic.rules import ENGINE, DiagnosisFields, as_diagnosis, diagnose
+from evobus.schemas.results import Evaluation, InstanceScore
 
 # Statements at a line start, fences, lambdas, calls ending a header, assignments.
 CODE = re.compile(

@@ -12,8 +12,8 @@ import math
 import httpx
 import pytest
 
-from agents.evolution.epsilon_net import cosine_distance
-from infra.embedders import (
+from evobus.agents.evolution.epsilon_net import cosine_distance
+from evobus.infra.embedders import (
     EmbedderError,
     HashedNgramEmbedder,
     OpenAIEmbedder,
@@ -21,7 +21,7 @@ from infra.embedders import (
     embeddings_url,
     make_embedder,
 )
-from schemas.registry import EmbedderSpec
+from evobus.schemas.registry import EmbedderSpec
 
 POLICY = """def policy(obs):
     cos_theta, sin_theta, omega = obs

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import msgspec
 
-from agents.events_view import EVENT_KINDS
-from schemas.events import Event
+from evobus.agents.events_view import EVENT_KINDS
+from evobus.schemas.events import Event
 
 README = Path(__file__).parent.parent.parent / "README.md"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agents.evolution.analysis import (
+from evobus.agents.evolution.analysis import (
     Analysis,
     analyze,
     error_kind,
@@ -13,8 +13,8 @@ from agents.evolution.analysis import (
     patterns_over_threshold,
     render_analysis,
 )
-from agents.evolution.history import EvolutionHistory, HistoryEntry
-from schemas.results import Evaluation, InstanceScore
+from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
+from evobus.schemas.results import Evaluation, InstanceScore
 
 
 def score(

@@ -8,7 +8,7 @@ import random
 import msgspec
 import pytest
 
-from agents.evolution.bandit import (
+from evobus.agents.evolution.bandit import (
     BURST_OPERATORS,
     BanditSnapshot,
     BurstSnapshot,

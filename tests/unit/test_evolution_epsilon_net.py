@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.evolution.epsilon_net import (
+from evobus.agents.evolution.epsilon_net import (
     admit_to_epsilon_net,
     cosine_distance,
     euclidean_distance,

@@ -9,7 +9,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from agents.evolution.pool import (
+from evobus.agents.evolution.pool import (
     CandidatePool,
     CandidateStats,
     PoolSnapshot,

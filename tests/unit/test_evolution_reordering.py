@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.evolution.reordering import PassHistory, passed, reorder
+from evobus.agents.evolution.reordering import PassHistory, passed, reorder
 
 
 def _history(streaks: dict[str, int]) -> PassHistory:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from agents.evolution.analysis import FailurePattern
-from agents.evolution.skills import (
+from evobus.agents.evolution.analysis import FailurePattern
+from evobus.agents.evolution.skills import (
     MAX_SNIPPET_LINES,
     ORIGIN_DIFF,
     ORIGIN_SEED,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.evolution.speculative import SpeculativeSet, speculative_prefix
+from evobus.agents.evolution.speculative import SpeculativeSet, speculative_prefix
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.evolution.intensity import (
+from evobus.agents.evolution.intensity import (
     intensity_tier,
     mutation_intensity,
     progress_fraction,
 )
-from agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
+from evobus.agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
 
 
 def test_stagnant_after_exactly_window_steps_without_enough_gain() -> None:

@@ -6,7 +6,7 @@ from typing import Literal
 
 import pytest
 
-from agents.evolution.staleness import PoolChange, PoolLog, StaleDecision, decide_staleness
+from evobus.agents.evolution.staleness import PoolChange, PoolLog, StaleDecision, decide_staleness
 
 
 def _change(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.evolution.workers import RateMeter, StageBounds, reallocate
+from evobus.agents.evolution.workers import RateMeter, StageBounds, reallocate
 
 _WIDE = StageBounds(minimum=1, maximum=10)
 

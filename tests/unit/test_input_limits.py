@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.actor.agent import _first_usable, child_problem
-from agents.critic.agent import prose
-from agents.evaluator.agent import PNG_SIGNATURE, _shares, bounded, evidence_image
-from agents.supervisor import seed_source
-from bus import codec
-from infra.sandbox import SandboxRun
-from schemas.artifacts import Artifact
-from schemas.campaign import load_campaign
-from schemas.errors import CampaignConfigError
-from schemas.limits import (
+from evobus.agents.actor.agent import _first_usable, child_problem
+from evobus.agents.critic.agent import prose
+from evobus.agents.evaluator.agent import PNG_SIGNATURE, _shares, bounded, evidence_image
+from evobus.agents.supervisor import seed_source
+from evobus.bus import codec
+from evobus.infra.sandbox import SandboxRun
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import load_campaign
+from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.limits import (
     MAX_EVIDENCE_BYTES,
     MAX_FEEDBACK_CHARS,
     MAX_SOURCE_CHARS,
@@ -29,8 +29,8 @@ from schemas.limits import (
     source_problem,
     truncate,
 )
-from schemas.llm import ActorDraft
-from schemas.results import Evaluation, InstanceScore
+from evobus.schemas.llm import ActorDraft
+from evobus.schemas.results import Evaluation, InstanceScore
 from tests.samples import EVALUATION, SOURCE
 
 
@@ -113,7 +113,7 @@ def test_an_evidence_image_over_the_limit_is_skipped_naming_its_size(
 ) -> None:
     big = PNG_SIGNATURE + b"\x00" * MAX_EVIDENCE_BYTES
     fine = PNG_SIGNATURE + b"\x00" * 100
-    with caplog.at_level(logging.WARNING, logger="agents.evaluator.agent"):
+    with caplog.at_level(logging.WARNING, logger="evobus.agents.evaluator.agent"):
         assert evidence_image(run_with({"a.png": big}), ["a.png"]) is None
         assert evidence_image(run_with({"a.png": big, "b.png": fine}), ["a.png", "b.png"]) == fine
     assert f"{len(big)} bytes, over the limit of {MAX_EVIDENCE_BYTES}" in caplog.text

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from infra.llm import (
+from evobus.infra.llm import (
     BudgetExhausted,
     InvalidModelOutput,
     LLMClient,
@@ -34,10 +34,10 @@ from infra.llm import (
     text_message,
     user_message,
 )
-from infra.llm.routing import backoff_delay
-from infra.llm.structured import decode_answer, json_candidates
-from schemas.campaign import LLMSection
-from schemas.llm import CriticVerdict, Usage
+from evobus.infra.llm.routing import backoff_delay
+from evobus.infra.llm.structured import decode_answer, json_candidates
+from evobus.schemas.campaign import LLMSection
+from evobus.schemas.llm import CriticVerdict, Usage
 
 KEY = "sk-evobus-test-7f3a9c1d"
 URL_A = "http://gpu-a:8000/v1"

@@ -9,11 +9,11 @@ from dataclasses import replace
 import msgspec
 import pytest
 
-from infra.llm_sim.answers import ChatMessage, ChatRequest, GenericAnswerer, schema_example
-from infra.llm_sim.engine import Completed, Engine, Faults, count_tokens
-from infra.llm_sim.profiles import QWEN3_8B_H100, TINY, Profile, get_profile, list_profiles
-from infra.llm_sim.script import Script, ScriptError, parse_rules
-from schemas.llm import ActorDraft, CriticVerdict
+from evobus.infra.llm_sim.answers import ChatMessage, ChatRequest, GenericAnswerer, schema_example
+from evobus.infra.llm_sim.engine import Completed, Engine, Faults, count_tokens
+from evobus.infra.llm_sim.profiles import QWEN3_8B_H100, TINY, Profile, get_profile, list_profiles
+from evobus.infra.llm_sim.script import Script, ScriptError, parse_rules
+from evobus.schemas.llm import ActorDraft, CriticVerdict
 
 DEFAULT = QWEN3_8B_H100
 

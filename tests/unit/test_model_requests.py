@@ -10,11 +10,11 @@ import httpx
 import msgspec
 import pytest
 
-from agents.critic.agent import EVIDENCE_ATTACHED, EVIDENCE_TEXT_ONLY, critic_messages
-from agents.prompts import BUILT_IN, Prompt
-from infra.llm import LLMClient
-from schemas.llm import CriticVerdict
-from schemas.work import DiagnoseWork
+from evobus.agents.critic.agent import EVIDENCE_ATTACHED, EVIDENCE_TEXT_ONLY, critic_messages
+from evobus.agents.prompts import BUILT_IN, Prompt
+from evobus.infra.llm import LLMClient
+from evobus.schemas.llm import CriticVerdict
+from evobus.schemas.work import DiagnoseWork
 from tests.samples import EVALUATION, SEED
 
 pytestmark = pytest.mark.anyio

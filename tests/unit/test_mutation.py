@@ -9,17 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.actor.errors import (
+from evobus.agents.actor.errors import (
     EntrypointMissingError,
     NothingToMutateError,
     ProposalError,
     UnparseableParentError,
     UnsupportedProposalError,
 )
-from agents.actor.mutation import ENGINE, bias_of, crossover, mutate, propose
-from agents.tasks.pendulum import SEED_SOURCE
-from schemas.artifacts import Artifact
-from schemas.results import Diagnosis
+from evobus.agents.actor.mutation import ENGINE, bias_of, crossover, mutate, propose
+from evobus.agents.tasks.pendulum import SEED_SOURCE
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.results import Diagnosis
 
 SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
 

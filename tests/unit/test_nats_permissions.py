@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bus import subjects
-from bus.connection import Credentials, credentials_from_env, redact_url, tls_from_env
-from bus.errors import ConnectError
-from bus.permissions import (
+from evobus.bus import subjects
+from evobus.bus.connection import Credentials, credentials_from_env, redact_url, tls_from_env
+from evobus.bus.errors import ConnectError
+from evobus.bus.permissions import (
     REGISTRY_OPS,
     ROLE_STAGES,
     USERS,
@@ -23,7 +23,7 @@ from bus.permissions import (
     role_credentials,
     role_environment,
 )
-from schemas.work import STAGES
+from evobus.schemas.work import STAGES
 
 DEPLOY_CONF = Path(__file__).parent.parent.parent / "infra" / "deploy" / "nats.conf"
 

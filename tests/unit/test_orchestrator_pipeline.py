@@ -3,17 +3,17 @@ result through the orchestrator's state machine."""
 
 from __future__ import annotations
 
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SEED_ID, WORKERS_PERIOD_SECONDS, Step
-from schemas.events import (
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import SEED_ID, WORKERS_PERIOD_SECONDS, Step
+from evobus.schemas.events import (
     CandidateAccepted,
     CandidateRejected,
     SpeculativeDecided,
     StaleDecided,
     WorkersChanged,
 )
-from schemas.results import PartialEvaluation, Repaired
-from schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, RepairWork
+from evobus.schemas.results import PartialEvaluation, Repaired
+from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, RepairWork
 from tests.unit.test_orchestrator_state import (
     EVALUATOR,
     diagnosis,

@@ -6,12 +6,12 @@ from typing import TypeVar
 
 import msgspec
 
-from agents.orchestrator import snapshot
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
-from schemas.agents import AgentRef
-from schemas.artifacts import Artifact
-from schemas.campaign import (
+from evobus.agents.orchestrator import snapshot
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import (
     Budget,
     CampaignRecord,
     CampaignSection,
@@ -19,7 +19,7 @@ from schemas.campaign import (
     LLMSection,
     StrategySection,
 )
-from schemas.events import (
+from evobus.schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
@@ -32,9 +32,9 @@ from schemas.events import (
     ToolRegistered,
     WorkAbandoned,
 )
-from schemas.llm import Usage
-from schemas.registry import Rejection
-from schemas.results import (
+from evobus.schemas.llm import Usage
+from evobus.schemas.registry import Rejection
+from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
     InstanceScore,
@@ -43,7 +43,7 @@ from schemas.results import (
     ToolResult,
     WorkFailed,
 )
-from schemas.work import (
+from evobus.schemas.work import (
     DiagnoseWork,
     EvaluateWork,
     ExtractWork,

@@ -7,11 +7,11 @@ import zlib
 
 import msgspec
 
-from agents.orchestrator import backlog, snapshot
-from agents.orchestrator.persist import digest
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SEED_ID, SkillRegistration, Step
-from schemas.events import (
+from evobus.agents.orchestrator import backlog, snapshot
+from evobus.agents.orchestrator.persist import digest
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import SEED_ID, SkillRegistration, Step
+from evobus.schemas.events import (
     AdmittedUnfiltered,
     BestConfirmed,
     CandidateAccepted,
@@ -20,9 +20,9 @@ from schemas.events import (
     CandidateRejected,
     SkillLearned,
 )
-from schemas.registry import Rejection
-from schemas.results import SkillExtracted
-from schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork
+from evobus.schemas.registry import Rejection
+from evobus.schemas.results import SkillExtracted
+from evobus.schemas.work import DiagnoseWork, EvaluateWork, ExtractWork, ProposeWork
 from tests.unit.test_orchestrator_pipeline import SPECULATIVE, partial
 from tests.unit.test_orchestrator_state import (
     EVALUATOR,

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.tasks import (
+from evobus.agents.tasks import (
     RESULT_MARKER,
     InvalidInstanceError,
     PendulumTask,
@@ -30,9 +30,9 @@ from agents.tasks import (
     get_task,
     pendulum_harness,
 )
-from agents.tasks.pendulum_harness import InvalidActionError, run_episode, torque_of
-from schemas.campaign import TaskSection
-from schemas.results import InstanceScore
+from evobus.agents.tasks.pendulum_harness import InvalidActionError, run_episode, torque_of
+from evobus.schemas.campaign import TaskSection
+from evobus.schemas.results import InstanceScore
 
 TASK = PendulumTask()
 

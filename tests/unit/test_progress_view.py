@@ -11,15 +11,15 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from agents.progress_view import (
+from evobus.agents.progress_view import (
     PLAIN_EVERY_SECONDS,
     LiveProgress,
     PlainProgress,
     make_progress,
     progress_line,
 )
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     BestConfirmed,
     CampaignFinished,
     CampaignProgress,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.actor.errors import ProposalError, UnsupportedProposalError
-from agents.actor.prompt_mutation import (
+from evobus.agents.actor.errors import ProposalError, UnsupportedProposalError
+from evobus.agents.actor.prompt_mutation import (
     BANK,
     ENGINE,
     FRAMES,
@@ -20,10 +20,10 @@ from agents.actor.prompt_mutation import (
     propose_prompt,
     themes_of,
 )
-from agents.tasks.pendulum import PendulumTask
-from agents.tasks.prompt_qa import SEED_PROMPT
-from schemas.artifacts import Artifact, Operator
-from schemas.results import Diagnosis
+from evobus.agents.tasks.pendulum import PendulumTask
+from evobus.agents.tasks.prompt_qa import SEED_PROMPT
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.results import Diagnosis
 
 SEEDS = st.integers(min_value=0, max_value=2**64 - 1)
 OPERATORS: tuple[Operator, ...] = ("m_text", "m_diag", "x_div", "i1")

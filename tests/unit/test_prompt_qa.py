@@ -9,9 +9,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agents.tasks import Ask, ModelTask, PromptQaTask, Task, TaskError, get_task
-from agents.tasks.errors import InvalidInstanceError
-from agents.tasks.prompt_qa import (
+from evobus.agents.tasks import Ask, ModelTask, PromptQaTask, Task, TaskError, get_task
+from evobus.agents.tasks.errors import InvalidInstanceError
+from evobus.agents.tasks.prompt_qa import (
     MAX_DATASET_BYTES,
     SEED_PROMPT,
     QaItem,
@@ -21,9 +21,9 @@ from agents.tasks.prompt_qa import (
     parse_dataset,
     render,
 )
-from schemas.artifacts import Artifact
-from schemas.campaign import TaskSection, load_campaign, parse_campaign
-from schemas.errors import CampaignConfigError
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import TaskSection, load_campaign, parse_campaign
+from evobus.schemas.errors import CampaignConfigError
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 

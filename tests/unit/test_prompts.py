@@ -9,12 +9,12 @@ import string
 import msgspec
 import pytest
 
-from agents.prompts import BUILT_IN, Prompt
-from agents.prompts.context import evaluation_json, skills_md, task_values, tools_md
-from agents.sim_answers import offline_answer
-from schemas.artifacts import Artifact
-from schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
-from schemas.registry import Resource
+from evobus.agents.prompts import BUILT_IN, Prompt
+from evobus.agents.prompts.context import evaluation_json, skills_md, task_values, tools_md
+from evobus.agents.sim_answers import offline_answer
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
+from evobus.schemas.registry import Resource
 from tests.samples import DIAGNOSIS, EVALUATION, SOURCE
 
 PENDULUM = Artifact(source=SOURCE)

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from agents.registry import lifecycle
-from agents.registry.contracts import consolidated, generate_contract
-from agents.registry.errors import InvalidRequest, RegistryError, ResourceNotFound, VersionNotFound
-from agents.registry.protocol import error_from_reply, error_reply, operation
-from bus import codec, subjects
-from infra.bm25 import K1, document_weights, query_weights, text_tokens
-from infra.library import valid_name
-from schemas.registry import (
+from evobus.agents.registry import lifecycle
+from evobus.agents.registry.contracts import consolidated, generate_contract
+from evobus.agents.registry.errors import (
+    InvalidRequest,
+    RegistryError,
+    ResourceNotFound,
+    VersionNotFound,
+)
+from evobus.agents.registry.protocol import error_from_reply, error_reply, operation
+from evobus.bus import codec, subjects
+from evobus.infra.bm25 import K1, document_weights, query_weights, text_tokens
+from evobus.infra.library import valid_name
+from evobus.schemas.registry import (
     Admission,
     AdmissionReply,
     AdmitRequest,

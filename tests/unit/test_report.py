@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import EXIT_FAILED, main
-from agents.events_view import EVENT_LOG, append_events, read_events
-from agents.report.build import NoEventLog, build_report, collect, lineage_nodes
-from schemas.artifacts import Operator
-from schemas.campaign import CampaignSummary
-from schemas.events import (
+from evobus.agents.cli import EXIT_FAILED, main
+from evobus.agents.events_view import EVENT_LOG, append_events, read_events
+from evobus.agents.report.build import NoEventLog, build_report, collect, lineage_nodes
+from evobus.schemas.artifacts import Operator
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
     AgentExited,
     AgentRestarted,
     BestConfirmed,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.restarts import (
+from evobus.agents.restarts import (
     MAX_DELAY_SECONDS,
     NOT_RESTARTED,
     QUICK_EXIT_SECONDS,
@@ -22,8 +22,8 @@ from agents.restarts import (
     describe_outage,
     restart_delay,
 )
-from schemas.agents import AgentRef, Heartbeat
-from schemas.campaign import RoleOutage
+from evobus.schemas.agents import AgentRef, Heartbeat
+from evobus.schemas.campaign import RoleOutage
 
 
 def quick_exits(count: int, streak: int = 0) -> list[float]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bus import codec
+from evobus.bus import codec
 from tests.samples import SAMPLES
 
 GOLDEN = Path(__file__).parent.parent / "golden"

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.errors import SEED_FAILED, CampaignFailed
-from agents.events_view import EVENT_LOG, append_events
-from agents.orchestrator.failures import SEED_ERROR_LINES, evaluation_error, seed_failure
-from agents.orchestrator.steps import SEED_ID
-from agents.report.build import build_report, collect, error_rows
-from schemas.events import CampaignFinished, CandidateEvaluated, Event
-from schemas.limits import MAX_ERROR_CHARS
-from schemas.results import Evaluation, InstanceScore
-from schemas.work import DiagnoseWork, EvaluateWork
+from evobus.agents.errors import SEED_FAILED, CampaignFailed
+from evobus.agents.events_view import EVENT_LOG, append_events
+from evobus.agents.orchestrator.failures import SEED_ERROR_LINES, evaluation_error, seed_failure
+from evobus.agents.orchestrator.steps import SEED_ID
+from evobus.agents.report.build import build_report, collect, error_rows
+from evobus.schemas.events import CampaignFinished, CandidateEvaluated, Event
+from evobus.schemas.limits import MAX_ERROR_CHARS
+from evobus.schemas.results import Evaluation, InstanceScore
+from evobus.schemas.work import DiagnoseWork, EvaluateWork
 from tests.unit.test_orchestrator_state import EVALUATOR, make_state, of_type
 
 FAILURE = -2000.0

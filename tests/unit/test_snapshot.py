@@ -3,10 +3,10 @@ same way as the state it was taken from."""
 
 from __future__ import annotations
 
-from agents.orchestrator import snapshot
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.steps import SkillUse
-from schemas.work import DiagnoseWork
+from evobus.agents.orchestrator import snapshot
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.steps import SkillUse
+from evobus.schemas.work import DiagnoseWork
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals
 from tests.unit.test_orchestrator_state import diagnosis, make_state
 

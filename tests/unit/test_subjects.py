@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bus import subjects
-from bus.errors import SubjectError
+from evobus.bus import subjects
+from evobus.bus.errors import SubjectError
 
 
 def test_subject_families() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from agents.tasks import AcrobotTask
-from schemas.campaign import TaskSection
+from evobus.agents.tasks import AcrobotTask
+from evobus.schemas.campaign import TaskSection
 from tests.unit.test_tasks_control import assert_png, run_harness
 
 TASK = AcrobotTask()

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.tasks import CcaaTask, InvalidInstanceError, TaskOutputError
-from agents.tasks.ccaa_harness import (
+from evobus.agents.tasks import CcaaTask, InvalidInstanceError, TaskOutputError
+from evobus.agents.tasks.ccaa_harness import (
     RING_SIZES,
     InvalidDesignError,
     directivity_dbi,
@@ -19,7 +19,7 @@ from agents.tasks.ccaa_harness import (
     parse_design,
     score_design,
 )
-from schemas.campaign import TaskSection
+from evobus.schemas.campaign import TaskSection
 from tests.unit.test_tasks_control import assert_png, run_harness
 
 TASK = CcaaTask()

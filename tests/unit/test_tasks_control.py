@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from matplotlib import image
 
-from agents.tasks import (
+from evobus.agents.tasks import (
     BUILTIN_TASKS,
     EVIDENCE_FILE,
     AcrobotTask,
@@ -35,9 +35,9 @@ from agents.tasks import (
     get_task,
     gym_harness,
 )
-from agents.tasks.gym_harness import InvalidActionError, discrete_action_of
-from schemas.campaign import TaskSection
-from schemas.results import InstanceScore
+from evobus.agents.tasks.gym_harness import InvalidActionError, discrete_action_of
+from evobus.schemas.campaign import TaskSection
+from evobus.schemas.results import InstanceScore
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.tasks import LunarLanderTask, TaskLoadError, get_task
-from agents.tasks.lunar_lander import SEED_SOURCE
+from evobus.agents.tasks import LunarLanderTask, TaskLoadError, get_task
+from evobus.agents.tasks.lunar_lander import SEED_SOURCE
 from tests.unit.test_tasks_control import assert_png, run_harness
 
 TASK = LunarLanderTask()

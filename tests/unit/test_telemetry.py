@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from agents.orchestrator.state import CampaignState
-from agents.orchestrator.trace import CampaignTrace
-from agents.trace_view import (
+from evobus.agents.orchestrator.state import CampaignState
+from evobus.agents.orchestrator.trace import CampaignTrace
+from evobus.agents.trace_view import (
     TraceNotFound,
     campaign_root,
     candidate_root,
@@ -22,15 +22,15 @@ from agents.trace_view import (
     render_tree,
     span_files,
 )
-from infra.telemetry import (
+from evobus.infra.telemetry import (
     REDACTED,
     RedactingExporter,
     Redactor,
     SpanFileExporter,
     otlp_wanted,
 )
-from schemas.events import CandidateAccepted
-from schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
+from evobus.schemas.events import CandidateAccepted
+from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
 from tests.unit.test_orchestrator_state import (
     EVALUATOR,
     diagnosis,

@@ -1,0 +1,1 @@
+"""evobus: LLM-driven evolution of programs, prompts, tools and skills on a NATS JetStream bus."""
