@@ -89,11 +89,15 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
     return source
 
 
+# What errors name as the file of a campaign built in Python.
+PYTHON_ORIGIN = "<python>"
+
+
 @dataclass
 class RunOptions:
     """Options of ``evobus run``."""
 
-    campaign_file: Path
+    campaign_file: Path | None = None
     nats_url: str | None = None
     campaign_id: str | None = None
     out_dir: Path = Path("runs")
@@ -101,6 +105,9 @@ class RunOptions:
     # The rich live view of the progress: True, False (plain lines through ``echo``), or None
     # for live when stdout is a terminal (the ``evobus run`` command line).
     live: bool | None = False
+    # A campaign built in Python instead of read from ``campaign_file``; its relative paths are
+    # relative to the working directory.
+    spec: CampaignSpec | None = None
 
 
 def default_campaign_id(spec: CampaignSpec) -> str:
@@ -192,9 +199,14 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
         CampaignFailed: the campaign did not complete.
         AgentError, InfraError, ConnectError: infrastructure failures, with what failed.
     """
-    spec = load_campaign(options.campaign_file)
-    seed = seed_source(spec, options.campaign_file)
-    await probe_models(spec.llm, echo, path=str(options.campaign_file))
+    if options.spec is not None:
+        spec, origin = options.spec, options.campaign_file or Path(PYTHON_ORIGIN)
+    elif options.campaign_file is not None:
+        spec, origin = load_campaign(options.campaign_file), options.campaign_file
+    else:
+        raise CampaignConfigError(PYTHON_ORIGIN, "", "give a campaign file or a CampaignSpec")
+    seed = seed_source(spec, origin)
+    await probe_models(spec.llm, echo, path=str(origin))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
 
     async def submit(kv: KeyValue) -> CampaignSpec:
