@@ -7,6 +7,10 @@ with the diagnosis, the retrieved skills, the registered tools' contracts and th
 history; tools it asks for are requested from the tool generator before the proposal is
 published. Offline, the classical engine mutates the parent (programs: agents/actor/mutation.py,
 prompts: agents/actor/prompt_mutation.py).
+
+A program with EVOLVE-BLOCK markers changes only inside its blocks: every child, from the offline
+engine or a model, is spliced into its parent's fixed text before it is used
+(agents/actor/blocks.py), and a model's answer that lost a block is not a usable child.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from evobus.agents.actor.blocks import splice
 from evobus.agents.actor.errors import ProposalError
 from evobus.agents.actor.mutation import Offspring, propose
 from evobus.agents.actor.prompt_mutation import propose_prompt
@@ -26,7 +31,14 @@ from evobus.agents.actor.skills import apply_skills
 from evobus.agents.actor.tool_requests import request_tools
 from evobus.agents.evolution.skills import skill_from_diff, skill_slug
 from evobus.agents.models import CampaignModels, ModelAccess, engine_name, model_failure
-from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, skills_md, task_values, tools_md
+from evobus.agents.prompts.context import (
+    MAX_CONTEXT_CHARS,
+    clip,
+    evolve_blocks,
+    skills_md,
+    task_values,
+    tools_md,
+)
 from evobus.agents.registry.client import RegistryClient
 from evobus.agents.registry.errors import RegistryError
 from evobus.agents.runtime import AgentProcess, WorkBinding
@@ -75,6 +87,42 @@ def child_problem(parent: Artifact, code: str) -> str:
     if parent.entrypoint and parent.entrypoint not in defined:
         return f"the code defines no top-level function {parent.entrypoint!r}"
     return ""
+
+
+def kept_outside(parent: Artifact, code: str) -> str:
+    """``code`` with ``parent``'s text outside its EVOLVE-BLOCKs (programs only; a program
+    without markers evolves as a whole, so its child is ``code`` as it is).
+
+    Raises:
+        BlockMarkerError: the parent's or the code's markers do not pair up.
+        BlockMismatchError: the code has another number of blocks than the parent.
+    """
+    return splice(parent.source, code) if parent.kind == "program" else code
+
+
+def skills_in_blocks(
+    parent: Artifact, skills: Sequence[tuple[str, str]]
+) -> tuple[str, tuple[str, ...]]:
+    """``apply_skills`` where the parent may change: a skill counts as used only when it changed
+    code inside the parent's EVOLVE-BLOCKs (its edits outside them are dropped).
+
+    Raises:
+        BlockMarkerError: the parent's markers do not pair up.
+    """
+    source, used = parent.source, list[str]()
+    for name, snippet in skills:
+        edited, applied = apply_skills(source, [(name, snippet)])
+        if not applied:
+            continue
+        edited = kept_outside(parent, edited)
+        try:
+            ast.parse(edited)
+        except SyntaxError:  # its edit needed a line outside the blocks to stay valid
+            continue
+        if edited != source:
+            source = edited
+            used.append(name)
+    return source, tuple(used)
 
 
 def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
@@ -131,12 +179,19 @@ class Actor:
                 return [result_outbound(await self.with_model(models, work, skills), "propose")]
             except LLMError as exc:
                 return [model_failure(work, "propose", exc)]
+            except ProposalError as exc:  # the parent's EVOLVE-BLOCK markers do not pair up
+                return [work_failed(work, "propose", str(exc))]
         parent = work.parent.artifact
-        source, used = apply_skills(parent.source, [(s.name, s.source) for s in skills])
         try:
+            source, used = skills_in_blocks(parent, [(s.name, s.source) for s in skills])
             child = offline_child(work, msgspec.structs.replace(parent, source=source))
+            # The engine edits inside the blocks only; splicing makes that a guarantee.
+            kept = kept_outside(parent, child.artifact.source)
         except ProposalError as exc:
             return [work_failed(work, "propose", f"offline engine: {exc}")]
+        child = msgspec.structs.replace(
+            child, artifact=msgspec.structs.replace(child.artifact, source=kept)
+        )
         rationale = child.rationale
         if used:
             rationale = f"applied skills {', '.join(used)}; {rationale}"
@@ -156,10 +211,12 @@ class Actor:
         self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
     ) -> Proposal:
         """The actor model's child: one structured call with ``samples`` choices, the first
-        usable one taken; one repair round when none is usable.
+        usable one taken; one repair round when none is usable. Each answer is spliced into the
+        parent's text outside its EVOLVE-BLOCKs before it is judged.
 
         Raises:
             LLMError: the model did not answer, or never gave a usable child.
+            BlockMarkerError: the parent's EVOLVE-BLOCK markers do not pair up.
         """
         section = models.section
         prompt = await models.prompts.get(f"actor.{work.operator}")
@@ -181,6 +238,7 @@ class Actor:
             "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
             "operator": work.operator,
             "intensity": f"{work.intensity:.2f}",
+            "evolve_blocks": evolve_blocks(parent),
         }
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
@@ -219,7 +277,7 @@ class Actor:
         tools = await request_tools(
             self.proc.js, self.proc.publisher, work, draft.tool_requests, wait_seconds=timeout
         )
-        code = unfenced(draft.code)
+        code = draft.code  # unfenced and spliced by _first_usable
         requested = {ref.name for ref in tools.refs}
         imported = imported_tools(code)
         tools.refs += [
@@ -258,9 +316,10 @@ class Actor:
                     rng_seed=zlib.crc32(work.work_id.encode()),
                     co_parent=work.best.artifact,
                 )
-                artifact: Artifact | None = child.artifact
+                source = kept_outside(work.artifact, child.artifact.source)
+                artifact: Artifact | None = msgspec.structs.replace(child.artifact, source=source)
                 why = f"crossed with the current best {work.best.id}: {child.rationale}"
-                if too_big := source_problem(child.artifact.source):
+                if too_big := source_problem(source):
                     raise ProposalError(too_big)
             except ProposalError as exc:
                 artifact, why = work.artifact, f"kept as it is ({exc})"
@@ -276,10 +335,24 @@ class Actor:
             result = await self.repair_with_model(models, work)
         except LLMError as exc:
             return [model_failure(work, "repair", exc)]
+        except ProposalError as exc:  # the proposal's EVOLVE-BLOCK markers do not pair up
+            result = Repaired(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                candidate_id=work.candidate_id,
+                artifact=work.artifact,
+                rationale=truncate(f"kept as it is ({exc})", MAX_TEXT_CHARS, "rationale"),
+            )
         return [result_outbound(result, "repair")]
 
     async def repair_with_model(self, models: CampaignModels, work: RepairWork) -> Repaired:
-        """The ``stale_repair`` prompt: a patched child, or the current best back (discard)."""
+        """The ``stale_repair`` prompt: a patched child (spliced into the proposal's text outside
+        its EVOLVE-BLOCKs), or the current best back (discard).
+
+        Raises:
+            LLMError: the model did not answer.
+            BlockMarkerError: the proposal's EVOLVE-BLOCK markers do not pair up.
+        """
         values = task_values(work.task, work.artifact) | {
             "old_version": work.stale_version,
             "new_version": work.pool_version,
@@ -288,10 +361,11 @@ class Actor:
             "best_code": work.best.artifact.source,
             "skills": "",
             "tools": "",
+            "evolve_blocks": evolve_blocks(work.artifact),
         }
         out, prompt = await models.ask("actor", "stale_repair", values, ActorDraft)
         draft, problem = _first_usable(work.artifact, out.values)
-        code = unfenced(draft.code) if draft else ""
+        code = draft.code if draft else ""
         covered = draft is None or code.strip() == work.best.artifact.source.strip()
         return Repaired(
             work_id=work.work_id,
@@ -391,11 +465,18 @@ def parent_ids(work: ProposeWork) -> tuple[str, ...]:
 
 
 def _first_usable(parent: Artifact, drafts: Sequence[ActorDraft]) -> tuple[ActorDraft | None, str]:
+    """The first draft that makes a usable child, its code unfenced and spliced into the
+    parent's fixed text; else None and why the last one did not."""
     problem = "no answer"
     for draft in drafts:
-        problem = child_problem(parent, unfenced(draft.code))
+        try:
+            code = kept_outside(parent, unfenced(draft.code))
+        except ProposalError as exc:  # a block lost, or markers that do not pair up
+            problem = exc.reason
+            continue
+        problem = child_problem(parent, code)
         if not problem:
-            return draft, ""
+            return msgspec.structs.replace(draft, code=code), ""
     return None, problem
 
 

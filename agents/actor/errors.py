@@ -40,10 +40,15 @@ class EntrypointMissingError(ProposalError):
 
 
 class NothingToMutateError(ProposalError):
-    """The parent has no numeric constant and no ordering comparison the offline engine can edit."""
+    """The parent has no numeric constant and no ordering comparison the offline engine can edit.
 
-    def __init__(self) -> None:
-        super().__init__("parent source has no numeric constant or comparison to mutate")
+    Attributes:
+        where: the part of the parent that was searched (the whole source, or its EVOLVE-BLOCKs).
+    """
+
+    def __init__(self, where: str = "parent source") -> None:
+        self.where = where
+        super().__init__(f"{where} has no numeric constant or comparison to mutate")
 
 
 class UnsupportedProposalError(ProposalError):
@@ -56,3 +61,35 @@ class UnsupportedProposalError(ProposalError):
     def __init__(self, what: str, reason: str) -> None:
         self.what = what
         super().__init__(reason)
+
+
+class BlockMarkerError(ProposalError):
+    """EVOLVE-BLOCK markers that do not pair up: nested, an END outside a block, or unclosed.
+
+    Attributes:
+        what: whose markers (the parent, the code a proposer wrote).
+        line: the 1-based line of the marker at fault.
+    """
+
+    def __init__(self, what: str, line: int, problem: str) -> None:
+        self.what = what
+        self.line = line
+        super().__init__(f"{what} has {problem} at line {line}")
+
+
+class BlockMismatchError(ProposalError):
+    """A child with another number of EVOLVE-BLOCKs than its parent: its blocks cannot be put
+    back into the parent's fixed code.
+
+    Attributes:
+        expected: the parent's blocks.
+        found: the child's blocks.
+    """
+
+    def __init__(self, expected: int, found: int) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"the code has {found} EVOLVE-BLOCK(s) but the parent has {expected}: keep every "
+            "`# EVOLVE-BLOCK-START` and `# EVOLVE-BLOCK-END` line of the parent"
+        )

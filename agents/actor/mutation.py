@@ -6,6 +6,9 @@ always give the same child. Edits are made on the AST and written back into the 
 the edited tokens only — comments and layout survive, and a parent→child diff shows just the
 change. The text edit is checked against the AST edit; where they could disagree the source is
 regenerated with ``ast.unparse`` instead.
+
+A program with EVOLVE-BLOCK markers (agents/actor/blocks.py) is edited only inside its blocks:
+sites whose tokens lie outside are never chosen, for mutation as for crossover.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Literal
 
 import msgspec
 
+from evobus.agents.actor import blocks
 from evobus.agents.actor.errors import (
     EntrypointMissingError,
     NothingToMutateError,
@@ -152,6 +156,43 @@ def _sites(tree: ast.AST) -> list[_Site]:
         return (node.lineno, node.col_offset, isinstance(site, _Comparison))
 
     return sorted(sites, key=position)
+
+
+def _site_lines(site: _Site) -> tuple[int, int]:
+    """The first and last line of the site's tokens (a comparison's operator lies between its
+    operands)."""
+    if isinstance(site, _Number):
+        assert site.node.end_lineno is not None
+        return site.node.lineno, site.node.end_lineno
+    before = site.node.comparators[site.index - 1] if site.index else site.node.left
+    assert before.end_lineno is not None
+    return before.end_lineno, site.node.comparators[site.index].lineno
+
+
+def _editable_sites(tree: ast.AST, layout: blocks.Layout) -> list[_Site]:
+    """The sites the engine may edit: all of them, or those inside the EVOLVE-BLOCKs."""
+    return [site for site in _sites(tree) if layout.editable(*_site_lines(site))]
+
+
+def _kept_outside(layout: blocks.Layout, child: str) -> str:
+    """``child``, checked to keep the parent's text outside its blocks.
+
+    Only the ``ast.unparse`` fallback of ``_apply`` can lose it (it drops the marker comments).
+
+    Raises:
+        ProposalError: the child's text outside the blocks differs from the parent's.
+    """
+    if not layout.marked:
+        return child
+    try:
+        kept = blocks.parse(child).fixed == layout.fixed
+    except ProposalError:
+        kept = False
+    if not kept:
+        raise ProposalError(
+            "the edit could not be written without reformatting code outside the EVOLVE-BLOCKs"
+        )
+    return child
 
 
 def _entrypoint_args(tree: ast.Module, entrypoint: str) -> tuple[object, ...]:
@@ -360,11 +401,14 @@ def _mutation(
     source: str, rng: random.Random, intensity: float, bias: Bias, lead: str
 ) -> MutationResult:
     tree = _parse(source)
+    layout = blocks.parse(source, what="the parent")
     numbers: list[_Site] = []
     comparisons: list[_Site] = []
-    for site in _sites(tree):
+    for site in _editable_sites(tree, layout):
         (numbers if isinstance(site, _Number) else comparisons).append(site)
     if not numbers and not comparisons:
+        if layout.marked:
+            raise NothingToMutateError("code inside the EVOLVE-BLOCK markers")
         raise NothingToMutateError()
     most = max(1, round(3 * intensity))
     count = 1
@@ -380,13 +424,15 @@ def _mutation(
             new = _flip(type(site.node.ops[site.index]), rng)
         edits.append(_Edit(site, new, _describe(site, new)))
     edits.sort(key=lambda e: _line(e.site))
-    return MutationResult(source=_apply(source, tree, edits), rationale=_rationale(edits, lead))
+    child = _kept_outside(layout, _apply(source, tree, edits))
+    return MutationResult(source=child, rationale=_rationale(edits, lead))
 
 
 def mutate(
     source: str, *, rng: random.Random, intensity: float = 1.0, bias: Bias = "none"
 ) -> MutationResult:
-    """Perturb one to three numeric constants or comparison operators of ``source``.
+    """Perturb one to three numeric constants or comparison operators of ``source`` (of its
+    EVOLVE-BLOCKs when it has markers).
 
     Args:
         source: Python source of the parent.
@@ -396,7 +442,9 @@ def mutate(
 
     Raises:
         UnparseableParentError: ``source`` is not valid Python.
-        NothingToMutateError: it has no numeric constant and no ordering comparison.
+        BlockMarkerError: its EVOLVE-BLOCK markers do not pair up.
+        NothingToMutateError: it has no numeric constant and no ordering comparison (inside its
+            blocks, when it has markers).
     """
     return _mutation(source, rng, intensity, bias, lead="")
 
@@ -420,15 +468,17 @@ def crossover(source_a: str, source_b: str, *, rng: random.Random) -> MutationRe
     """Uniform crossover of constants and comparisons between two parents of the same shape.
 
     The child keeps ``source_a``'s text and takes, position by position, some of ``source_b``'s
-    values — at least one, and not all. Parents of different shapes, or differing at fewer than
-    two sites (the child would copy a parent), fall back to mutating ``source_a``, and the
-    rationale says so.
+    values — at least one, and not all. Only sites inside ``source_a``'s EVOLVE-BLOCKs count when
+    it has markers. Parents of different shapes, or differing at fewer than two such sites (the
+    child would copy a parent), fall back to mutating ``source_a``, and the rationale says so.
 
     Raises:
         UnparseableParentError: ``source_a`` is not valid Python.
+        BlockMarkerError: ``source_a``'s EVOLVE-BLOCK markers do not pair up.
         NothingToMutateError: on fallback, ``source_a`` has nothing to mutate.
     """
     tree_a = _parse(source_a)
+    layout = blocks.parse(source_a, what="the parent")
     try:
         tree_b: ast.Module | None = _parse(source_b)
     except UnparseableParentError:
@@ -441,7 +491,7 @@ def crossover(source_a: str, source_b: str, *, rng: random.Random) -> MutationRe
     differing = [
         i
         for i, (a, b) in enumerate(zip(sites_a, sites_b, strict=True))
-        if _site_value(a) != _site_value(b)
+        if _site_value(a) != _site_value(b) and layout.editable(*_site_lines(a))
     ]
     if len(differing) < 2:  # nothing to mix: the child would copy one of the parents
         lead = f"the parents differ at {len(differing)} site(s), so the first was mutated: "
@@ -456,7 +506,7 @@ def crossover(source_a: str, source_b: str, *, rng: random.Random) -> MutationRe
         for i in taken
         for value in [_site_value(sites_b[i])]
     ]
-    child = _apply(source_a, tree_a, edits)
+    child = _kept_outside(layout, _apply(source_a, tree_a, edits))
     lead = f"crossover took {len(taken)} of {len(differing)} differing sites from the co-parent: "
     return MutationResult(source=child, rationale=_rationale(edits, lead))
 
@@ -485,11 +535,13 @@ def propose(
 
     ``m_diag`` biases constant steps by the diagnosis' suggested fix, ``m_text`` makes a fine
     local move, ``i1`` mutates heavily (the actor hands it the task's seed as ``parent``), and
-    ``x_div`` crosses ``parent`` with ``co_parent``.
+    ``x_div`` crosses ``parent`` with ``co_parent``. A parent with EVOLVE-BLOCK markers changes
+    only inside its blocks.
 
     Raises:
         ProposalError: the parent is not a Python program, does not parse, lacks its entrypoint,
-            has nothing to mutate; ``x_div`` without a co-parent; the ``seed`` operator.
+            has broken EVOLVE-BLOCK markers, has nothing to mutate (in its blocks); ``x_div``
+            without a co-parent; the ``seed`` operator.
     """
     if parent.kind != "program" or parent.language != "python":
         raise UnsupportedProposalError(

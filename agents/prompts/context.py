@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from evobus.agents.actor.blocks import block_rule
 from evobus.agents.tasks import TaskError, get_task
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.registry import Resource
@@ -40,6 +41,17 @@ def task_values(task_name: str, artifact: Artifact) -> dict[str, object]:
         "language": "python" if artifact.language == "python" else "text",
         "entrypoint": artifact.entrypoint or "(none: the whole text is the artifact)",
     }
+
+
+def evolve_blocks(artifact: Artifact) -> str:
+    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
+    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds).
+
+    Raises:
+        BlockMarkerError: the program's markers do not pair up.
+    """
+    rule = block_rule(artifact.source) if artifact.kind == "program" else ""
+    return f"{rule}\n" if rule else ""
 
 
 class _InstanceView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -50,7 +50,10 @@ $skills
 $tools
 """
 
-_OUTPUT_ACTOR = """Output STRICTLY one JSON object with the keys:
+# $evolve_blocks is empty unless the parent has EVOLVE-BLOCK markers (agents/actor/blocks.py):
+# then it says which code may change. The whole file is still asked for, markers kept.
+_OUTPUT_ACTOR = """$evolve_blocks
+Output STRICTLY one JSON object with the keys:
 - "rationale": one or two sentences on what you changed and why;
 - "code": the complete new $artifact_kind (the whole file, defining `$entrypoint`);
 - "tool_requests": a list (usually empty) of tools you need that are not listed above, each

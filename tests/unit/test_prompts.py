@@ -9,8 +9,15 @@ import string
 import msgspec
 import pytest
 
+from evobus.agents.actor.blocks import outside_equal
 from evobus.agents.prompts import BUILT_IN, Prompt
-from evobus.agents.prompts.context import evaluation_json, skills_md, task_values, tools_md
+from evobus.agents.prompts.context import (
+    evaluation_json,
+    evolve_blocks,
+    skills_md,
+    task_values,
+    tools_md,
+)
 from evobus.agents.sim_answers import offline_answer
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
@@ -41,6 +48,7 @@ ACTOR_VALUES = task_values("pendulum", PENDULUM) | {
     "context": "recent changes: none",
     "operator": "m_diag",
     "intensity": "0.50",
+    "evolve_blocks": "",
 }
 VALUES: dict[str, dict[str, object]] = {
     "critic": task_values("pendulum", PENDULUM)
@@ -70,6 +78,7 @@ VALUES: dict[str, dict[str, object]] = {
         "proposal_code": SOURCE,
         "pool_changes": "c0004 joined",
         "best_code": SOURCE.replace("2.0", "2.5"),
+        "evolve_blocks": "",
     },
     "tool_generator": {"need": "clamp", "tests": "assert 1", "tools": "", "tool_name": "clamp"},
     "tool_refiner": {
@@ -121,6 +130,55 @@ def test_offline_answer_to_an_actor_prompt_is_a_parseable_child(name: str) -> No
     assert any(isinstance(n, ast.FunctionDef) and n.name == "policy" for n in tree.body)
     assert draft.code != SOURCE
     assert "not a language model" in draft.rationale
+
+
+MARKED = """\
+import math
+
+GAIN = 4.0  # fixed: outside the blocks
+
+
+def clamp(u):
+    return max(-2.0, min(2.0, u))
+
+
+# EVOLVE-BLOCK-START
+def policy(obs):
+    return clamp(-2.0 * obs[1] if obs[0] > 0.5 else 0.3 * obs[2])
+# EVOLVE-BLOCK-END
+
+
+if __name__ == "__main__":
+    print(policy([1.0, 0.0, 0.0]) * 10)
+"""
+
+
+@pytest.mark.parametrize(
+    "name", ["actor.m_diag", "actor.m_text", "actor.x_div", "actor.i1", "stale_repair"]
+)
+def test_actor_prompts_state_the_block_rule_only_for_a_parent_with_markers(name: str) -> None:
+    marked = Artifact(source=MARKED)
+    rule = evolve_blocks(marked)
+    text = render(name, VALUES[name] | {"parent_code": MARKED, "evolve_blocks": rule})
+    assert "Code outside the EVOLVE-BLOCK markers is fixed and must be returned unchanged" in text
+    assert "the parent has one block" in text
+    assert "EVOLVE-BLOCK" not in render(name)
+    assert evolve_blocks(PENDULUM) == "" == evolve_blocks(PROMPT_ARTIFACT)
+
+
+@pytest.mark.parametrize("name", ["actor.m_diag", "actor.m_text", "actor.x_div", "actor.i1"])
+def test_the_simulators_offline_answer_keeps_the_code_outside_the_blocks(name: str) -> None:
+    values = ACTOR_VALUES | {
+        "operator": name.removeprefix("actor."),
+        "parent_code": MARKED,
+        "co_parent_code": MARKED.replace("0.3 *", "0.7 *").replace("0.5:", "0.25:"),
+        "evolve_blocks": evolve_blocks(Artifact(source=MARKED)),
+    }
+    for seed in range(5):
+        answer = offline_answer("ActorDraft", render(name, values), seed)
+        draft = msgspec.json.decode(answer or "", type=ActorDraft)
+        assert draft.code != MARKED
+        assert outside_equal(draft.code, MARKED), draft.code
 
 
 def test_offline_answer_edits_a_prompt_artifact_and_keeps_its_placeholder() -> None:
