@@ -7,9 +7,10 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,6 +23,9 @@ from evobus.infra.errors import InfraError
 from evobus.infra.telemetry import setup_tracing, shutdown_tracing
 from evobus.schemas.agents import ROLES, Role
 from evobus.schemas.errors import SchemaError
+
+if TYPE_CHECKING:
+    from evobus.schemas.events import Event
 
 EXIT_CONFIG = 2  # the user's input: a bad campaign file, a seed that fails on every instance
 EXIT_FAILED = 1
@@ -51,6 +55,13 @@ def _workers(values: Sequence[str]) -> dict[Role, int]:
     return workers
 
 
+def _positive(text: str) -> int:
+    """A whole number of at least 1 (``--proposals``)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``evobus``."""
     parser = argparse.ArgumentParser(
@@ -60,10 +71,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a campaign file with its own agent processes")
-    run.add_argument("campaign", type=Path, help="campaign TOML file")
+    run = sub.add_parser(
+        "run",
+        help="run a campaign file (or an initial program and its evaluator file) with its own "
+        "agent processes",
+    )
+    run.add_argument(
+        "campaign",
+        type=Path,
+        nargs="?",
+        help="campaign TOML file (optional with --program and --evaluator)",
+    )
+    run.add_argument(
+        "--program",
+        type=Path,
+        help="the initial program (OpenEvolve's initial_program.py); replaces campaign.program",
+    )
+    run.add_argument(
+        "--evaluator",
+        type=Path,
+        help="the evaluator file defining evaluate(program_path) (OpenEvolve's evaluator.py); "
+        "replaces campaign.evaluator",
+    )
+    run.add_argument(
+        "--proposals",
+        type=_positive,
+        metavar="N",
+        help="proposal budget; replaces campaign.budget.proposals",
+    )
     run.add_argument("--nats", help="NATS URL (default: $NATS_URL, else an embedded server)")
-    run.add_argument("--id", dest="campaign_id", help="campaign id (default: <name>-<time>)")
+    run.add_argument(
+        "--id",
+        dest="campaign_id",
+        help="campaign id (default: <name, else task>-<YYYYmmdd-HHMMSS>)",
+    )
     run.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
     run.add_argument(
         "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
@@ -104,11 +145,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="dense vectors fused with BM25 in the registry's search (registry only)",
     )
 
-    events = sub.add_parser("events", help="print a campaign's events live, or replay them")
-    events.add_argument("--campaign", help="campaign id (default: every campaign)")
-    events.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
+    events = sub.add_parser(
+        "events",
+        help="print a campaign's events live from a bus, or replay them from its run folder",
+        description=EVENTS_DESCRIPTION,
+    )
+    events.add_argument(
+        "--campaign", help="campaign id (default on a bus: every campaign; needed for a folder)"
+    )
+    events.add_argument("--nats", help="read this bus (default: $NATS_URL; neither: --out)")
+    events.add_argument(
+        "--out",
+        type=Path,
+        help="replay OUT/<campaign>/events.jsonl (default without a NATS URL: runs)",
+    )
     events.add_argument("--json", action="store_true", help="one JSON object per line")
-    events.add_argument("--from-start", action="store_true", help="replay from the first event")
+    events.add_argument(
+        "--from-start",
+        action="store_true",
+        help="replay from the first event (a run folder's log always is)",
+    )
     events.add_argument(
         "--until-finished", action="store_true", help="exit after the campaign_finished event"
     )
@@ -164,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("file", nargs="?", type=Path, help="set: the new user template")
     prompts.add_argument("--system", type=Path, help="set: a new system message from a file")
     prompts.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
+    serve = sub.add_parser(
+        "serve",
+        help="start a run folder's embedded nats-server and registry again, until Ctrl-C",
+        description=SERVE_DESCRIPTION,
+    )
+    serve.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
+    serve.add_argument("--port", type=int, help="port to listen on (default: a free one)")
     bench = sub.add_parser("bench", help="measure evobus itself")
     benches = bench.add_subparsers(dest="bench", required=True)
     bench_bus = benches.add_parser(
@@ -249,6 +312,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EVENTS_DESCRIPTION = (
+    "Print a campaign's events. With a NATS URL (--nats, else $NATS_URL) they come from the "
+    "bus: live, or from the first with --from-start. Without one, or with --out, the run "
+    "folder's log OUT/<campaign>/events.jsonl (OUT: runs unless given) is replayed, and the "
+    "command exits at its end; that works after `evobus run` and its embedded server have "
+    "ended. The filters are the same either way."
+)
+
+SERVE_DESCRIPTION = (
+    "`evobus run` without a NATS URL starts an embedded nats-server on OUT/.nats and the "
+    "registry on OUT/.registry, and stops them when the campaign ends. `evobus serve --out "
+    "OUT` starts both again on the same store and library and prints NATS_URL=...: with it, "
+    "`evobus prompts` and `evobus events --from-start` (from JetStream) work on a finished run. "
+    "While it runs, give `evobus run`/`resume` --nats with that URL."
+)
+
 ROLLBACK_DESCRIPTION = (
     "Make one candidate the campaign's best: the candidate a tag was made for (seed, "
     "accept/<n>), the best at a tag (best, rollback/<n>), or a candidate named by its id. The "
@@ -312,49 +391,95 @@ async def _serve_agent(args: argparse.Namespace, settings: AgentSettings) -> int
 
 
 async def _events(args: argparse.Namespace) -> int:
-    from evobus.agents.events_view import check_kind, concerns, describe, event_stream
+    from evobus.agents.events_view import check_kind, describe, event_stream, matches
     from evobus.bus import codec
     from evobus.schemas.events import CampaignFinished
 
-    url = url_from_env(args.nats)
-    if url is None:
-        raise AgentError("evobus events needs --nats URL or NATS_URL")
     kind = check_kind(args.kind) if args.kind else None
     if args.until_finished and kind not in (None, "campaign_finished"):
         raise AgentError("--until-finished waits for campaign_finished, which --kind filters out")
+    if args.out is not None and args.nats:
+        raise AgentError("evobus events reads a bus (--nats) or a run folder (--out), not both")
+    url = None if args.out is not None else url_from_env(args.nats)
+
+    def show(event: Event) -> bool:
+        """Print ``event`` if it passes the filters; whether the reading ends with it."""
+        if matches(event, kind=kind, candidate=args.candidate):
+            print(codec.to_json(event).decode() if args.json else describe(event), flush=True)
+        return bool(args.until_finished) and isinstance(event, CampaignFinished)
+
+    if url is None:
+        return _replay_events(args.out or Path("runs"), args.campaign, show)
     nc = await connect(url, name="evobus-events")
     try:
         js = nc.jetstream()
         stream = event_stream(js, args.campaign, from_start=args.from_start, kind=kind)
         async with stream as events:
             async for event in events:
-                if args.candidate and not concerns(event, args.candidate):
-                    if args.until_finished and isinstance(event, CampaignFinished):
-                        break
-                    continue
-                line = codec.to_json(event).decode() if args.json else describe(event)
-                print(line, flush=True)
-                if args.until_finished and isinstance(event, CampaignFinished):
+                if show(event):
                     break
     finally:
         await nc.drain()
     return 0
 
 
+def _replay_events(out: Path, campaign: str | None, show: Callable[[Event], bool]) -> int:
+    """``evobus events`` without a bus: the run folder's events.jsonl, through ``show``."""
+    from evobus.agents.events_view import EVENT_LOG, read_events
+    from evobus.schemas.campaign import validate_campaign_id
+    from evobus.schemas.events import CampaignFinished
+
+    if not campaign:
+        raise AgentError(
+            "evobus events without a NATS URL (--nats, $NATS_URL) replays a run folder: give "
+            f"--campaign ID to read {out}/ID/{EVENT_LOG} (--out for another root than {out})"
+        )
+    path = out / validate_campaign_id(campaign) / EVENT_LOG
+    if not path.is_file():
+        raise AgentError(
+            f"no event log {path}: campaign {campaign} did not run with --out {out} (give the "
+            "--out of its run, or --nats URL to read a bus)"
+        )
+    events = read_events(path)
+    for event in events:
+        if show(event):
+            return 0
+    if not any(isinstance(event, CampaignFinished) for event in events):
+        print(
+            f"evobus: {path} ends before campaign_finished: the campaign is still running "
+            "(follow it live with --nats and the URL `evobus run` printed) or was stopped "
+            f"(`evobus resume {campaign} --out {out}` goes on with it)",
+            file=sys.stderr,
+        )
+    return 0
+
+
 async def _run(args: argparse.Namespace) -> int:
-    from evobus.agents.events_view import score
+    from evobus.agents.events_view import describe_splits, score
     from evobus.agents.restarts import describe_outage
-    from evobus.agents.supervisor import RunOptions, resume_campaign, run_campaign
+    from evobus.agents.supervisor import (
+        COMMAND_LINE_ORIGIN,
+        RunOptions,
+        command_line_spec,
+        resume_campaign,
+        run_campaign,
+    )
 
     resuming = args.command == "resume"
+    spec, campaign_file = None, Path()
+    if not resuming:  # --program, --evaluator, --proposals: in place of the file's keys
+        spec = command_line_spec(args.campaign, args.program, args.evaluator, args.proposals)
+        # A campaign of the flags alone: errors name the command line as its file.
+        campaign_file = args.campaign or Path(COMMAND_LINE_ORIGIN)
     summary = await (resume_campaign if resuming else run_campaign)(
         RunOptions(
-            campaign_file=Path() if resuming else args.campaign,
+            campaign_file=campaign_file,
             nats_url=url_from_env(args.nats),
             campaign_id=args.campaign if resuming else args.campaign_id,
             out_dir=args.out,
             workers=_workers(args.workers),
             live=None,  # the rich live view on a terminal, plain lines elsewhere
+            spec=spec,
         ),
         echo=lambda line: print(line, flush=True),
     )
@@ -363,6 +488,7 @@ async def _run(args: argparse.Namespace) -> int:
         f"{summary.wall_seconds:.1f} s\n"
         f"  seed score {score(summary.seed_score)} -> best {score(summary.best_score)} "
         f"({summary.best_candidate})\n"
+        f"  scores: {describe_splits(summary.splits)}\n"
         f"  {summary.proposals} proposals, {summary.evaluations} evaluations, "
         f"{summary.accepted} accepted"
         + (
@@ -441,19 +567,22 @@ async def _workspace_command(args: argparse.Namespace) -> int:
 
     if args.command == "rollback":
         return _rollback(args)
+    from evobus.agents.events_view import score as shown_score
+
     workspace = lineage.open_workspace(args.out, args.campaign)
     if args.command == "best":
         record, source = lineage.best(workspace)
         score = lineage.recorded_score(record)
-        head = f"{args.campaign}: best {record.candidate_id} scores {score:.1f}"
+        split = "validation" if record.validation is not None else "its minibatch (train)"
+        head = f"{args.campaign}: best {record.candidate_id} scores {shown_score(score)} on {split}"
         print(f"# {head} ({record.tag})")
         print(source, end="")
     elif args.command == "lineage":
         for record in lineage.lineage(workspace):
             parents = "+".join(record.parent_ids) or "-"
-            shown = f"{record.score:.1f}"
+            shown = shown_score(record.score)
             if record.validation is not None:
-                shown += f" (validation {record.validation:.1f})"
+                shown += f" (validation {shown_score(record.validation)})"
             line = (
                 f"{record.candidate_id:>6} {shown:>28}  {record.operator:<6} "
                 f"from {parents:<13} {record.tag:<10} {record.diagnosis}"
@@ -484,8 +613,10 @@ def _rollback(args: argparse.Namespace) -> int:
             )
             return EXIT_FAILED
     record = lineage.rollback(workspace, args.to)
+    from evobus.agents.events_view import score as shown_score
+
     score = lineage.recorded_score(record)
-    print(f"{args.campaign}: best is {record.candidate_id} ({score:.1f}) from {args.to}")
+    print(f"{args.campaign}: best is {record.candidate_id} ({shown_score(score)}) from {args.to}")
     if summary is None:
         print(f"  no {path} (the campaign has not finished): nothing else to update")
         return 0
@@ -531,7 +662,11 @@ async def _prompts(args: argparse.Namespace) -> int:
 
     url = url_from_env(args.nats)
     if url is None:
-        raise AgentError("evobus prompts needs --nats URL or NATS_URL (and a registry on it)")
+        raise AgentError(
+            "evobus prompts needs a bus with a registry: --nats URL or $NATS_URL. A finished "
+            "`evobus run` stopped its embedded server: `evobus serve --out runs` starts it "
+            "again (on runs/.nats, with the registry on runs/.registry) and prints NATS_URL"
+        )
     if args.action != "list" and not args.name:
         raise AgentError(f"evobus prompts {args.action} needs a prompt name")
     if args.action == "set" and args.file is None:
@@ -570,6 +705,13 @@ async def _prompts(args: argparse.Namespace) -> int:
         return 0
     finally:
         await nc.drain()
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from evobus.agents.serve import serve_run_folder
+
+    await serve_run_folder(args.out, lambda line: print(line, flush=True), port=args.port)
+    return 0
 
 
 async def _bench(args: argparse.Namespace) -> int:
@@ -635,6 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "nats-config": _nats_config,
         "llm-sim": _llm_sim,
         "prompts": _prompts,
+        "serve": _serve,
         "bench": _bench,
         "best": _workspace_command,
         "lineage": _workspace_command,

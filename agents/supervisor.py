@@ -29,7 +29,16 @@ from evobus.agents.orchestrator.agent import campaign_dir, write_summary
 from evobus.agents.registry.client import RegistryClient
 from evobus.agents.registry.errors import RegistryUnavailable
 from evobus.agents.restarts import AgentChild, Restarts
-from evobus.agents.tasks import ModelTask, TaskError, get_task
+from evobus.agents.tasks import (
+    BUILTIN_TASKS,
+    ModelTask,
+    Task,
+    TaskError,
+    accepts_params,
+    get_task,
+)
+from evobus.agents.tasks.evaluator_files import evaluator_problem
+from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE
 from evobus.bus import subjects
 from evobus.bus.connection import connect, redact_url
 from evobus.bus.permissions import SUPERVISOR, role_credentials
@@ -38,12 +47,15 @@ from evobus.infra.nats_server import NatsServer, default_store_dir
 from evobus.infra.telemetry import SPAN_FILE
 from evobus.schemas.agents import Role
 from evobus.schemas.campaign import (
+    FILES_TASK,
     CampaignRecord,
     CampaignSpec,
     CampaignSummary,
     LLMSection,
+    convert_campaign,
     load_campaign,
     validate_campaign_id,
+    with_program_files,
 )
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import source_problem
@@ -53,10 +65,12 @@ REGISTRY_READY_SECONDS = 60.0
 
 
 def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
-    """The seed artifact's code: the file named in the campaign, else the task's own seed.
+    """The seed artifact's code: the file named in the campaign (``program`` or
+    ``seed_artifact``), else the task's own seed. The task's settings are checked first.
 
     Raises:
-        CampaignConfigError: the task is unknown or the seed file cannot be read.
+        CampaignConfigError: the task is unknown, a ``[task]`` key it does not take is set, its
+            evaluator file does not compile, or the seed file cannot be read.
     """
     try:
         task = get_task(spec.campaign.task)
@@ -68,25 +82,122 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
             "llm.provider",
             f'task {task.name} runs its candidates through a model: set provider = "openai"',
         )
+    check_task_settings(task, spec, campaign_file)
     task.task_params(spec.task)  # a task's own settings (a dataset, …) fail here, by key
-    if not spec.campaign.seed_artifact:
+    key = "campaign.program" if spec.campaign.program else "campaign.seed_artifact"
+    named = spec.campaign.program or spec.campaign.seed_artifact
+    if not named:
+        if task.name == FILES_TASK:
+            raise CampaignConfigError(
+                str(campaign_file),
+                "campaign.program",
+                "the files task has no seed of its own: name the initial program",
+            )
         return task.seed_artifact().source
-    path = campaign_file.parent / spec.campaign.seed_artifact
+    path = campaign_file.parent / named
     try:
         source = path.read_text()
     except OSError as exc:
         raise CampaignConfigError(
-            str(campaign_file), "campaign.seed_artifact", f"cannot read {path}: {exc.strerror}"
+            str(campaign_file), key, f"cannot read {path}: {exc.strerror}"
         ) from None
     except UnicodeDecodeError as exc:
         raise CampaignConfigError(
-            str(campaign_file), "campaign.seed_artifact", f"{path} is not UTF-8 text: {exc}"
+            str(campaign_file), key, f"{path} is not UTF-8 text: {exc}"
         ) from None
     if too_big := source_problem(source):  # no work item could carry it
-        raise CampaignConfigError(
-            str(campaign_file), "campaign.seed_artifact", f"{path}: {too_big}"
-        )
+        raise CampaignConfigError(str(campaign_file), key, f"{path}: {too_big}")
     return source
+
+
+def check_task_settings(task: Task, spec: CampaignSpec, campaign_file: Path) -> None:
+    """Refuse ``[task]`` keys the task would ignore, so that a typo shows: ``params`` for a
+    built-in task that takes none, ``cascade_thresholds`` for one without an evaluator file;
+    and check the evaluator file without running it (it must compile and define
+    ``evaluate``).
+
+    Raises:
+        CampaignConfigError: naming the key.
+    """
+    origin = str(campaign_file)
+    if spec.task.params and not accepts_params(task):
+        first = next(iter(spec.task.params))
+        raise CampaignConfigError(
+            origin, f"task.params.{first}", f"task {task.name} takes no params"
+        )
+    if task.name != FILES_TASK:
+        if spec.task.cascade_thresholds and task.name in BUILTIN_TASKS:
+            raise CampaignConfigError(
+                origin,
+                "task.cascade_thresholds",
+                f"only an evaluator file has a cascade (task {FILES_TASK!r}), not {task.name}",
+            )
+        return
+    source = spec.task.evaluator_source
+    if not source:
+        raise CampaignConfigError(
+            origin, "campaign.evaluator", "the files task scores with an evaluator file: name it"
+        )
+    name = spec.campaign.evaluator or EVALUATOR_FILE
+    if problem := evaluator_problem(source, name, cascade=bool(spec.task.cascade_thresholds)):
+        raise CampaignConfigError(origin, "campaign.evaluator", problem)
+
+
+# What errors name as the file of a campaign built from ``evobus run``'s flags alone.
+COMMAND_LINE_ORIGIN = "<command line>"
+
+
+def command_line_spec(
+    campaign_file: Path | None,
+    program: Path | None = None,
+    evaluator: Path | None = None,
+    proposals: int | None = None,
+) -> CampaignSpec | None:
+    """The campaign ``evobus run`` runs when its flags name files or a budget: the campaign
+    file's, with ``--program`` (the seed), ``--evaluator`` and ``--proposals`` in place of its
+    keys; without a file, a ``files`` campaign of the flags alone, with that task's defaults.
+    None when the file is run as it is. Paths on the command line are relative to the working
+    directory.
+
+    Raises:
+        CampaignConfigError: neither a file nor both ``--program`` and ``--evaluator``; a bad
+            campaign file.
+    """
+    if program is None and evaluator is None and proposals is None:
+        if campaign_file is None:
+            raise CampaignConfigError(
+                COMMAND_LINE_ORIGIN, "", "give a campaign file, or --program and --evaluator"
+            )
+        return None
+    if campaign_file is None:
+        if program is None or evaluator is None:
+            missing = "--program" if program is None else "--evaluator"
+            raise CampaignConfigError(
+                COMMAND_LINE_ORIGIN,
+                "campaign.program" if program is None else "campaign.evaluator",
+                f"without a campaign file, give both --program and --evaluator ({missing} is "
+                "missing)",
+            )
+        table: dict[str, object] = {
+            "name": evaluator.resolve().parent.name,
+            "program": str(program.resolve()),
+            "evaluator": str(evaluator.resolve()),
+        }
+        if proposals is not None:
+            table["budget"] = {"proposals": proposals}
+        spec = convert_campaign({"campaign": table}, path=COMMAND_LINE_ORIGIN)
+        return with_program_files(spec, Path(), COMMAND_LINE_ORIGIN)  # a bad file shows now
+    spec = load_campaign(campaign_file)
+    section = spec.campaign
+    if program is not None:
+        section = msgspec.structs.replace(section, program=str(program.resolve()), seed_artifact="")
+    if evaluator is not None:
+        section = msgspec.structs.replace(section, evaluator=str(evaluator.resolve()))
+    if proposals is not None:
+        section = msgspec.structs.replace(
+            section, budget=msgspec.structs.replace(section.budget, proposals=proposals)
+        )
+    return msgspec.structs.replace(spec, campaign=section)
 
 
 # What errors name as the file of a campaign built in Python.
@@ -200,7 +311,9 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
         AgentError, InfraError, ConnectError: infrastructure failures, with what failed.
     """
     if options.spec is not None:
-        spec, origin = options.spec, options.campaign_file or Path(PYTHON_ORIGIN)
+        origin = options.campaign_file or Path(PYTHON_ORIGIN)
+        # Its evaluator file is read now (it may have been written just before the run).
+        spec = with_program_files(options.spec, origin.parent, str(origin))
     elif options.campaign_file is not None:
         spec, origin = load_campaign(options.campaign_file), options.campaign_file
     else:
@@ -292,7 +405,7 @@ async def _supervise(
             await ensure_streams(js)
             await evidence_store(js)  # before the critics, who may only read it
             spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
-            registry = await _ensure_registry(
+            registry = await ensure_registry(
                 nc, url, options.out_dir / ".registry", run_dir / "logs", echo
             )
             children = ([registry] if registry else []) + _spawn(
@@ -311,8 +424,7 @@ async def _supervise(
             with anyio.CancelScope(shield=True):
                 await nc.drain()
     finally:
-        for child in children:
-            child.stop()
+        await _stop_children(children)
         if server is not None:
             server.stop()
     summary = finished.summary
@@ -329,7 +441,7 @@ async def _supervise(
     return summary
 
 
-async def _ensure_registry(
+async def ensure_registry(
     nc: Client, url: str, root: Path, log_dir: Path, echo: Callable[[str], None]
 ) -> AgentChild | None:
     """Use the registry that answers on this bus, else start one under ``root`` and wait for
@@ -365,6 +477,15 @@ async def _ensure_registry(
         await beats.unsubscribe()
     child.stop()
     raise AgentError(f"the registry did not start; its log ends:\n{child.log_tail()}")
+
+
+async def _stop_children(children: list[AgentChild]) -> None:
+    """Stop every child at once, each in a worker thread: the event loop goes on meanwhile
+    (a program that runs a campaign through ``evobus.Campaign`` has other work on it)."""
+    with anyio.CancelScope(shield=True):
+        async with anyio.create_task_group() as tg:
+            for child in children:
+                tg.start_soon(anyio.to_thread.run_sync, child.stop)
 
 
 def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> list[AgentChild]:

@@ -12,12 +12,23 @@ import msgspec.inspect
 
 from evobus.schemas.agents import Role
 from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.limits import SourceText, source_problem
 from evobus.schemas.registry import EmbedderSpec
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 _DAY_SECONDS = 86_400
+
+FILES_TASK = "files"
+"""The built-in task that scores a program with a user's evaluator file (``campaign.evaluator``)."""
+# What a campaign of the files task gets where its file is silent: one evaluation per candidate
+# (evaluators are mostly deterministic: a repeat says nothing new), and one is enough to be
+# reported the best.
+FILES_DEFAULTS: dict[str, dict[str, object]] = {
+    "task": {"validation_episodes": 1},
+    "strategy": {"minibatch": 1, "min_evaluations": 1},
+}
 
 CAMPAIGN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # Second tokens of subjects that are not campaigns (bus/subjects.py): a campaign may not take them.
@@ -40,12 +51,19 @@ class CampaignSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """``[campaign]``: what is evolved and for how long.
 
     ``seed_artifact`` is a path relative to the campaign file; empty means the task's own seed.
+    ``program`` and ``evaluator`` are OpenEvolve's two files (``initial_program.py``,
+    ``evaluator.py``), relative to the campaign file (``load_campaign`` makes them absolute):
+    ``program`` is the seed, as ``seed_artifact`` is (give one of them), and ``evaluator``
+    makes the task ``files`` (``task`` may then be left out), whose score is what the file's
+    ``evaluate(program_path)`` says.
     """
 
     task: str
     name: str = ""
     seed_artifact: str = ""
     budget: Budget = Budget()
+    program: str = ""
+    evaluator: str = ""
 
 
 class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -60,6 +78,14 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     a path relative to the campaign file (``load_campaign`` makes it absolute); ``metric`` is
     ``exact`` (the normalised answer equals the normalised reply) or ``substring`` (the
     normalised answer appears in the normalised reply, as whole words).
+
+    Only ``files`` reads ``cascade_thresholds`` (OpenEvolve's: stage k+1 of the evaluator's
+    cascade runs when the score so far reaches the k-th) and ``params`` (a free table handed to
+    the evaluator as ``evaluate(program_path, params)``); a plug-in task may read ``params``
+    too, the other built-in tasks refuse both. For ``files`` an instance is one evaluation, so
+    ``validation_episodes`` (1 by default there) counts repetitions of a noisy evaluator.
+    ``evaluator_source`` is not a key of a campaign file: evobus fills it with the text of
+    ``campaign.evaluator`` when the campaign is submitted, so that the file travels with it.
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
@@ -68,6 +94,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     train_instances: Annotated[int, msgspec.Meta(ge=0, le=10_000)] = 0
     dataset: str = ""
     metric: Literal["exact", "substring"] = "exact"
+    cascade_thresholds: Annotated[tuple[float, ...], msgspec.Meta(max_length=9)] = ()
+    params: dict[str, int | float | str | bool] = {}
+    evaluator_source: SourceText = ""
 
 
 # The stages whose in-flight targets a campaign sets (FlashEvolve's K_i).
@@ -95,8 +124,8 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         mode: ``async`` runs every stage as a queue with its own in-flight target
             (FlashEvolve §3.1); ``sync`` puts a barrier after each stage of a generation of
             ``in_flight`` steps (GEPA-style, the baseline).
-        workers: in-flight target K per stage (``diagnose``, ``propose``, ``evaluate``; async
-            mode); a stage not named gets ``in_flight``. At most ``queue`` steps are between
+        workers: in-flight target K per stage (``diagnose``, ``propose``, ``evaluate``, ``repair``;
+            async mode); a stage not named gets ``in_flight``. At most ``queue`` steps are between
             their start and their evaluation (0: the propose plus the evaluate target).
         staleness: what happens to a proposal made from an older pool (FlashEvolve §3.2):
             ``full`` keeps it, ``guarded`` discards it when Δ = v − vᵢ > ``max_staleness``,
@@ -236,12 +265,28 @@ class RoleOutage(msgspec.Struct, frozen=True, kw_only=True):
     down_seconds: float
 
 
+class Splits(msgspec.Struct, frozen=True, kw_only=True):
+    """Which instances a campaign's scores are on.
+
+    ``train``: the instances minibatches are drawn from (the scores a child is decided on);
+    ``validation``: the instances a new best is confirmed on (the seed's and the best's
+    scores); ``held_out``: no validation instance is a train instance — False when the task
+    draws its minibatches from the validation instances (``train_instances = 0``).
+    """
+
+    train: int
+    validation: int
+    held_out: bool
+
+
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
-    ``seed_score`` and ``best_score`` are None when the seed was never evaluated.
-    ``outages``: the roles whose processes exited, added by ``evobus run`` (the orchestrator
-    cannot see its own restarts); roles that never exited are left out.
+    ``seed_score`` and ``best_score`` are validation scores (``splits`` says whether held out),
+    None when the seed was never evaluated. ``wall_seconds``: how long the campaign ran (the
+    time it was stopped between a stop and its resume does not count). ``outages``: the roles
+    whose processes exited, added by ``evobus run`` (the orchestrator cannot see its own
+    restarts); roles that never exited are left out.
     """
 
     campaign: str
@@ -261,6 +306,7 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     tokens: int = 0  # prompt + completion tokens of every model call
     model_calls: int = 0
     outages: tuple[RoleOutage, ...] = ()
+    splits: Splits | None = None  # None: a campaign run before the splits were recorded
 
 
 def _key_of(message: str) -> tuple[str, str]:
@@ -331,7 +377,7 @@ def _unrepresentable(raw: dict[str, object]) -> tuple[str, str]:
         key, value = stack.pop()
         if isinstance(value, dict):
             stack.extend((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
-        elif isinstance(value, list):
+        elif isinstance(value, list | tuple):
             stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
         elif isinstance(value, float) and not math.isfinite(value):
             return key, f"Expected a finite number, got {value}"
@@ -403,6 +449,17 @@ def parse_campaign(data: bytes | str, *, path: str = "<campaign>") -> CampaignSp
         raise CampaignConfigError(path, "", _clip(f"not valid TOML: {exc}")) from None
     except RecursionError:  # tomllib parses nested arrays and inline tables recursively
         raise CampaignConfigError(path, "", "not valid TOML: nested too deeply") from None
+    return convert_campaign(raw, path=path)
+
+
+def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> CampaignSpec:
+    """Validate a campaign given as nested tables (what a campaign file decodes to, or what
+    ``evobus.Campaign`` builds from its keywords).
+
+    Raises:
+        CampaignConfigError: naming the bad key and what is wrong with it.
+    """
+    raw = _with_files_defaults(raw, path)
     try:
         spec = msgspec.convert(raw, CampaignSpec)
     except msgspec.ValidationError as exc:
@@ -419,27 +476,110 @@ def parse_campaign(data: bytes | str, *, path: str = "<campaign>") -> CampaignSp
     return spec
 
 
+def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]:
+    """``raw`` with what a campaign of the files task implies: its task when ``evaluator`` is
+    set and ``task`` is not, and ``FILES_DEFAULTS`` where the tables are silent. A table that
+    is no table is left for validation to name.
+
+    Raises:
+        CampaignConfigError: ``task.evaluator_source`` is set (evobus fills it from the file).
+    """
+    task_table = raw.get("task")
+    if isinstance(task_table, dict) and "evaluator_source" in task_table:
+        raise CampaignConfigError(
+            path,
+            "task.evaluator_source",
+            "is filled in by evobus from the evaluator file: name the file in campaign.evaluator",
+        )
+    campaign = raw.get("campaign")
+    if not isinstance(campaign, dict):
+        return raw
+    if "evaluator" in campaign and "task" not in campaign:
+        campaign = {**campaign, "task": FILES_TASK}
+    if campaign.get("task") != FILES_TASK:
+        return raw
+    tables: dict[str, object] = {**raw, "campaign": campaign}
+    for name, defaults in FILES_DEFAULTS.items():
+        table = raw.get(name, {})
+        if isinstance(table, dict):
+            tables[name] = {**defaults, **table}
+    return tables
+
+
 def load_campaign(path: str | Path) -> CampaignSpec:
     """Read and validate a campaign file.
 
-    ``task.dataset``, like ``campaign.seed_artifact``, is written relative to the campaign file;
-    the returned spec holds it as an absolute path, so that what reads it later (the
-    orchestrator, from the submitted spec) needs no campaign file.
+    ``task.dataset``, ``campaign.program`` and ``campaign.evaluator``, like
+    ``campaign.seed_artifact``, are written relative to the campaign file; the returned spec
+    holds them as absolute paths, and the evaluator's text in ``task.evaluator_source``
+    (``with_program_files``), so that what reads them later (the orchestrator, from the
+    submitted spec) needs no campaign file.
 
     Raises:
-        CampaignConfigError: the file is missing, unreadable or has a bad key or value.
+        CampaignConfigError: the file is missing, unreadable or has a bad key or value; the
+            evaluator file is missing, unreadable, not UTF-8 text or too large.
     """
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as exc:
         raise CampaignConfigError(str(p), "", f"cannot read: {exc.strerror}") from None
-    spec = parse_campaign(data, path=str(p))
+    spec = with_program_files(parse_campaign(data, path=str(p)), p.parent, str(p))
     if not spec.task.dataset:
         return spec
     dataset = str((p.parent / spec.task.dataset).resolve())
     task = msgspec.structs.replace(spec.task, dataset=dataset)
     return msgspec.structs.replace(spec, task=task)
+
+
+def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignSpec:
+    """``spec`` with ``campaign.program`` and ``campaign.evaluator`` made absolute (from
+    ``base``, the campaign file's folder) and the evaluator file's text read into
+    ``task.evaluator_source``; ``origin`` is what errors name as the campaign's file. The text
+    is read again each time: the file may have changed since an earlier call.
+
+    Raises:
+        CampaignConfigError: ``program`` beside ``seed_artifact``; ``evaluator`` with a task
+            other than ``files``; the evaluator file missing, unreadable, not UTF-8 or larger
+            than an artifact may be.
+    """
+    section = spec.campaign
+    if section.program and section.seed_artifact:
+        raise CampaignConfigError(
+            origin,
+            "campaign.program",
+            "give the seed once: program or seed_artifact (they mean the same), not both",
+        )
+    if section.evaluator and section.task != FILES_TASK:
+        raise CampaignConfigError(
+            origin,
+            "campaign.task",
+            f"an evaluator file is scored by the {FILES_TASK!r} task, not {section.task!r}: "
+            f"leave task out (or set it to {FILES_TASK!r}), or leave evaluator out",
+        )
+    program = str((base / section.program).resolve()) if section.program else ""
+    if not section.evaluator:
+        return msgspec.structs.replace(
+            spec, campaign=msgspec.structs.replace(section, program=program)
+        )
+    evaluator = (base / section.evaluator).resolve()
+    try:
+        source = evaluator.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CampaignConfigError(
+            origin, "campaign.evaluator", f"cannot read {evaluator}: {exc.strerror}"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise CampaignConfigError(
+            origin, "campaign.evaluator", f"{evaluator} is not UTF-8 text: {exc}"
+        ) from None
+    if too_big := source_problem(source):  # it travels with every evaluation
+        raise CampaignConfigError(origin, "campaign.evaluator", f"{evaluator}: {too_big}")
+    return msgspec.structs.replace(
+        spec,
+        campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
+        task=msgspec.structs.replace(spec.task, evaluator_source=source),
+    )
 
 
 def validate_campaign_id(cid: str) -> str:

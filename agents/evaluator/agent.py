@@ -48,7 +48,7 @@ from evobus.infra.sandbox import SandboxRun, run_sandboxed
 from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
 from evobus.schemas.llm import Usage
 from evobus.schemas.registry import Resource
-from evobus.schemas.results import Evaluation, InstanceScore, PartialEvaluation
+from evobus.schemas.results import Evaluation, InstanceScore, Isolation, PartialEvaluation
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import EvaluateWork, Work
 
@@ -80,7 +80,22 @@ def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation
         scores = tuple(
             InstanceScore(instance=i, score=task.failure_score, error=error) for i in work.instances
         )
-    mean = sum(s.score for s in scores) / len(scores)
+    return evaluation_of(
+        work, scores, isolation=run.isolation, error=error, duration_seconds=run.duration_seconds
+    )
+
+
+def evaluation_of(
+    work: EvaluateWork,
+    scores: tuple[InstanceScore, ...],
+    *,
+    isolation: Isolation,
+    error: str = "",
+    duration_seconds: float = 0.0,
+) -> Evaluation:
+    """The Evaluation of ``work`` from its per-instance scores (one per instance, in order):
+    the mean score, each metric's mean over the instances, the instances' feedback joined.
+    An outside controller's scores (``evobus.Driver``) become a result the same way."""
     metric_names = sorted({name for s in scores for name in s.metrics})
     metrics = {
         name: sum(s.metrics.get(name, 0.0) for s in scores) / len(scores) for name in metric_names
@@ -89,13 +104,13 @@ def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation
         work_id=work.work_id,
         campaign=work.campaign,
         candidate_id=work.candidate.id,
-        score=mean,
+        score=sum(s.score for s in scores) / len(scores),
         instances=scores,
-        isolation=run.isolation,
+        isolation=isolation,
         feedback="\n".join(s.feedback for s in scores if s.feedback),
         metrics=metrics,
         error=error,
-        duration_seconds=run.duration_seconds,
+        duration_seconds=duration_seconds,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Sequence
 from typing import Literal
 
@@ -194,13 +195,19 @@ def _copy(stats: CandidateStats) -> CandidateStats:
     return msgspec.convert(msgspec.to_builtins(stats), CandidateStats)
 
 
+# σ = 1.4826 × MAD for normally distributed scores.
+MAD_TO_SIGMA = 1.4826
+
+
 def noise_scale(pool: CandidatePool) -> float:
     """An estimate of the evaluation noise σ, for a UCB ``beta`` in score units (β = 2σ, POLCA §4).
 
     The pooled within-candidate standard deviation of the members' scores: it measures how much
     one candidate's score varies between evaluations, independent of how candidates differ. With
-    fewer than two observations of any member it falls back to the spread of all members' scores,
-    and to 1.0 when there is no spread at all.
+    fewer than two observations of any member, or none that differ (a deterministic evaluator),
+    it falls back to the spread of all members' scores, measured robustly (1.4826 × the median
+    absolute deviation, σ for normal scores): a failed evaluation's failure score (-1e9 for
+    evaluator files) must not make every β huge. It is 1.0 when there is no spread at all.
     """
     stats = [pool.stats(cid) for cid in pool.members()]
     dof = sum(s.count - 1 for s in stats if s.count > 1)
@@ -210,8 +217,8 @@ def noise_scale(pool: CandidatePool) -> float:
             return pooled
     scores = [x for s in stats for xs in s.per_instance.values() for x in xs]
     if len(scores) > 1:
-        mean = sum(scores) / len(scores)
-        spread = math.sqrt(sum((x - mean) ** 2 for x in scores) / (len(scores) - 1))
+        centre = statistics.median(scores)
+        spread = MAD_TO_SIGMA * statistics.median(abs(x - centre) for x in scores)
         if spread > 0:
             return spread
     return 1.0

@@ -28,7 +28,7 @@ from evobus.agents.orchestrator.state import CampaignState
 from evobus.agents.orchestrator.steps import Step, TaskPlan
 from evobus.agents.registry.client import RegistryClient
 from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
-from evobus.agents.tasks import get_task
+from evobus.agents.tasks import campaign_seed, get_task
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.consumer import PullConsumer
@@ -60,6 +60,7 @@ def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: fl
     whose digests say whether the restored state is the snapshot (they are equal)."""
     snapshot.restore(state, saved)
     restored = snapshot.take(state, last_applied=saved.last_applied, now=saved.saved_at)
+    state.clock.resume(now)  # the budget goes on from what had run, not from the pause
     event = CampaignResumed(
         campaign=state.cid,
         at=now,
@@ -132,7 +133,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             tools=task.tools(),
             failure_score=task.failure_score,
             best_possible=getattr(task, "best_possible", None),
-            seed=task.seed_artifact(),
+            seed=campaign_seed(task, record.spec.task, record.seed_source),
         )
         # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
         leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)

@@ -20,8 +20,10 @@ from evobus.agents.tasks.base import (
     Ask,
     ModelTask,
     RendersEvidence,
+    SeedsFromProgram,
     Task,
     TaskParams,
+    campaign_seed,
     evidence_files,
     parse_result_line,
     wants_evidence,
@@ -34,6 +36,7 @@ from evobus.agents.tasks.errors import (
     TaskOutputError,
     UnknownTaskError,
 )
+from evobus.agents.tasks.evaluator_files import EvaluatorFilesTask
 from evobus.agents.tasks.lunar_lander import LunarLanderTask
 from evobus.agents.tasks.pendulum import PendulumTask
 from evobus.agents.tasks.prompt_qa import PromptQaTask
@@ -46,19 +49,23 @@ __all__ = [
     "AcrobotTask",
     "Ask",
     "CcaaTask",
+    "EvaluatorFilesTask",
     "InvalidInstanceError",
     "LunarLanderTask",
     "ModelTask",
     "PendulumTask",
     "PromptQaTask",
     "RendersEvidence",
+    "SeedsFromProgram",
     "Task",
     "TaskError",
     "TaskLoadError",
     "TaskOutputError",
     "TaskParams",
     "UnknownTaskError",
+    "accepts_params",
     "available_tasks",
+    "campaign_seed",
     "evidence_files",
     "get_task",
     "parse_result_line",
@@ -71,6 +78,7 @@ BUILTIN_TASKS: Mapping[str, Callable[[], Task]] = MappingProxyType(
     {
         "acrobot": AcrobotTask,
         "ccaa": CcaaTask,
+        "files": EvaluatorFilesTask,
         "lunar_lander": LunarLanderTask,
         "pendulum": PendulumTask,
         "prompt_qa": PromptQaTask,
@@ -82,6 +90,12 @@ def available_tasks() -> tuple[str, ...]:
     """Names of the built-in and the installed entry-point tasks, sorted."""
     names = set(BUILTIN_TASKS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return tuple(sorted(names))
+
+
+def accepts_params(task: Task) -> bool:
+    """Whether ``task`` reads ``[task.params]``: ``files`` (they go to its evaluator) and any
+    plug-in task (it reads them in ``task_params``); the other built-in tasks refuse them."""
+    return getattr(task, "accepts_params", False) is True or task.name not in BUILTIN_TASKS
 
 
 def get_task(name: str) -> Task:

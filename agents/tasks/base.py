@@ -124,6 +124,24 @@ class ModelTask(Task, Protocol):
         ...
 
 
+@runtime_checkable
+class SeedsFromProgram(Protocol):
+    """A task whose seed is the campaign's program, shaped by the campaign: ``files`` takes
+    the function its evaluator calls as the seed's entrypoint. Optional for tasks."""
+
+    def campaign_seed(self, params: TaskSection, source: str) -> Artifact:
+        """The seed artifact of a campaign whose ``[task]`` is ``params`` and seed is ``source``."""
+        ...
+
+
+def campaign_seed(task: Task, params: TaskSection, source: str) -> Artifact:
+    """The seed artifact of a campaign of ``task`` whose seed code is ``source``: the task's
+    own seed's kind, language and entrypoint with that code, unless the task shapes it."""
+    if isinstance(task, SeedsFromProgram):
+        return task.campaign_seed(params, source)
+    return msgspec.structs.replace(task.seed_artifact(), source=source)
+
+
 def package_source(module: str) -> str:
     """The text of a module file of this package: harnesses travel to the sandbox as text."""
     return resources.files("evobus.agents.tasks").joinpath(module).read_text(encoding="utf-8")

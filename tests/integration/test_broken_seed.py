@@ -92,3 +92,43 @@ async def test_a_seed_that_does_not_load_fails_the_run_with_its_error(
     assert evaluated and all(e.error.endswith(error) and e.agent_id for e in evaluated)
     evaluators = {a.agent_id for a in summary.agents if a.role == "evaluator"}
     assert {e.agent_id for e in evaluated} <= evaluators
+
+
+@pytest.mark.timeout(60)
+async def test_an_initial_program_that_does_not_compile_fails_a_files_run_with_its_line(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    problem = Path(__file__).parent.parent / "files_problem"
+    source = (problem / "initial_program.py").read_text()
+    program = tmp_path / "initial_program.py"
+    program.write_text(source.replace("def solve() -> list[float]:", "def solve(:"))
+    out = tmp_path / "runs"
+    log = tmp_path / "run.log"
+    run = start_evobus(
+        "run",
+        "--program",
+        str(program),
+        "--evaluator",
+        str(problem / "evaluator.py"),
+        "--nats",
+        nats_server.url,
+        "--id",
+        campaign_id,
+        "--out",
+        str(out),
+        log=log,
+    )
+    try:
+        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(20)
+    output = log.read_text()
+    assert run.returncode == EXIT_CONFIG, output
+    error = "SyntaxError: invalid syntax (line 8 of program.py): def solve(:"
+    assert f"evobus: campaign {campaign_id} failed: {SEED_FAILED}{error}" in output
+    evaluated = [
+        e for e in read_events(out / campaign_id / EVENT_LOG) if isinstance(e, CandidateEvaluated)
+    ]
+    assert evaluated and all(e.error == error for e in evaluated)

@@ -81,7 +81,14 @@ def assert_png(path: Path) -> None:
 
 
 def test_the_builtin_tasks_are_registered_and_are_tasks() -> None:
-    assert set(BUILTIN_TASKS) == {"acrobot", "ccaa", "lunar_lander", "pendulum", "prompt_qa"}
+    assert set(BUILTIN_TASKS) == {
+        "acrobot",
+        "ccaa",
+        "files",
+        "lunar_lander",
+        "pendulum",
+        "prompt_qa",
+    }
     assert set(available_tasks()) >= set(BUILTIN_TASKS)
     kinds = {"acrobot": AcrobotTask, "ccaa": CcaaTask, "lunar_lander": LunarLanderTask}
     for name, kind in {**kinds, "pendulum": PendulumTask}.items():
