@@ -1,4 +1,5 @@
-"""Reading the public event log: subscribing to EVO_EVENTS and rendering events for people."""
+"""Reading the public event log: subscribing to EVO_EVENTS, or reading a run folder's
+``events.jsonl``, filtering and rendering events for people."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from nats.js.api import DeliverPolicy
 
 from evobus.bus import codec, subjects
 from evobus.bus.streams import ensure_streams
+from evobus.schemas.campaign import Splits
 from evobus.schemas.events import (
     AdmittedUnfiltered,
     AgentExited,
@@ -54,6 +56,19 @@ def check_kind(kind: str) -> str:
     if kind not in EVENT_KINDS:
         raise ValueError(f"no event kind {kind!r}; kinds: {', '.join(EVENT_KINDS)}")
     return kind
+
+
+def kind_of(event: Event) -> str:
+    """The kind of ``event`` (its tag: ``candidate_accepted``, …)."""
+    return str(type(event).__struct_config__.tag)
+
+
+def matches(event: Event, *, kind: str | None = None, candidate: str | None = None) -> bool:
+    """Whether ``event`` passes ``evobus events``' filters: of ``kind`` and about ``candidate``
+    (either None: no filter). The bus filters the kind by subject already; a log is read whole."""
+    if kind is not None and kind_of(event) != kind:
+        return False
+    return candidate is None or concerns(event, candidate)
 
 
 def concerns(event: Event, candidate: str) -> bool:
@@ -103,8 +118,26 @@ def _clock(at: float) -> str:
 
 
 def score(value: float | None) -> str:
-    """A score for people: one decimal, or "n/a" when there is none."""
-    return "n/a" if value is None else f"{value:.1f}"
+    """A score for people, or "n/a" when there is none: one decimal from 10 on (control
+    returns in the hundreds), six below (circle packing's sums of radii differ in the 4th)."""
+    if value is None:
+        return "n/a"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.6f}"
+
+
+def describe_splits(splits: Splits | None) -> str:
+    """Which instances a campaign's scores are on, for people."""
+    if splits is None:
+        return "splits not recorded (a campaign run before they were)"
+    if not splits.held_out:
+        return (
+            f"train = validation (no held-out split): seed, best and minibatch scores are all "
+            f"on the same {splits.validation} instances"
+        )
+    return (
+        f"seed and best on validation ({splits.validation} held-out instances), minibatch "
+        f"scores on train ({splits.train} other instances)"
+    )
 
 
 def describe(event: Event) -> str:
@@ -115,6 +148,7 @@ def describe(event: Event) -> str:
             return (
                 f"{head} started: task {event.task}, budget {event.budget_proposals} proposals / "
                 f"{event.budget_wall_seconds:.0f} s; engine: {event.engine}"
+                + (f"; scores: {describe_splits(event.splits)}" if event.splits else "")
             )
         case ToolRegistered():
             verb = "reused" if event.reused else "registered"
@@ -125,16 +159,16 @@ def describe(event: Event) -> str:
         case CandidateEvaluated():
             error = f" ERROR {event.error}" if event.error else ""
             return (
-                f"{head} evaluated {event.candidate_id}: {event.score:.1f} "
+                f"{head} evaluated {event.candidate_id}: {score(event.score)} "
                 f"[{event.isolation}]{error}"
             )
         case CandidateAccepted():
             return (
-                f"{head} ACCEPTED {event.candidate_id}: {event.score:.1f} "
-                f"(was {event.previous_best:.1f}, {event.operator}, tag {event.tag})"
+                f"{head} ACCEPTED {event.candidate_id}: {score(event.score)} "
+                f"(was {score(event.previous_best)}, {event.operator}, tag {event.tag})"
             )
         case CandidateRejected():
-            return f"{head} rejected {event.candidate_id}: {event.score:.1f} ({event.reason})"
+            return f"{head} rejected {event.candidate_id}: {score(event.score)} ({event.reason})"
         case WorkAbandoned():
             kind = f" [{event.error_type}]" if event.error_type else ""
             return f"{head} abandoned {event.stage} {event.work_id}{kind}: {event.error}"
@@ -180,8 +214,8 @@ def describe(event: Event) -> str:
         case BestConfirmed():
             verdict = "new best" if event.is_best else "not better"
             return (
-                f"{head} validated {event.candidate_id}: {event.validation_score:.1f} "
-                f"(train mean {event.train_mean:.1f} over {event.evaluations}): {verdict}"
+                f"{head} validated {event.candidate_id}: {score(event.validation_score)} "
+                f"(train mean {score(event.train_mean)} over {event.evaluations}): {verdict}"
             )
         case BurstStarted():
             return f"{head} burst {'+'.join(event.operators)}: {event.reason}"
@@ -201,7 +235,7 @@ def describe(event: Event) -> str:
             )
         case SpeculativeDecided():
             return (
-                f"{head} speculative {event.candidate_id} {event.action}: {event.score:.1f} vs "
+                f"{head} speculative {event.candidate_id} {event.action}: {score(event.score)} vs "
                 f"threshold {event.threshold:.1f} on {event.instances} instances"
                 + (f", {event.stale} derived items stale" if event.stale else "")
             )

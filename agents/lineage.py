@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 
+from evobus.agents.events_view import score as shown_score
 from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import BEST_TAG, CampaignWorkspace
 from evobus.schemas.artifacts import Candidate, LineageRecord
@@ -85,7 +86,8 @@ def commit_candidate(
     parents = ", ".join(record.parent_ids) or "nothing"
     what = "best" if best else (record.tag or "candidate")
     # The subject's form is what ``_CANDIDATE_SUBJECT`` reads back.
-    message = f"{what}: {candidate.id} scores {record.score:.1f} ({record.operator} from {parents})"
+    shown = shown_score(record.score)
+    message = f"{what}: {candidate.id} scores {shown} ({record.operator} from {parents})"
     files = candidate_files(candidate, record, plan, best=best)
     tag = record.tag if record.tag and not workspace.has(record.tag) else None
     sha = workspace.commit(files, message, tag=tag)
@@ -180,7 +182,8 @@ def rollback(workspace: CampaignWorkspace, target: str) -> LineageRecord:
     candidate_id = resolve(workspace, target)
     record, source, suffix = _candidate(workspace, candidate_id)
     plan = _read(workspace, BEST_TAG, PLAN) or ""
-    plan += f"\n- rolled back to {target} ({candidate_id}, score {recorded_score(record):.1f})\n"
+    shown = shown_score(recorded_score(record))
+    plan += f"\n- rolled back to {target} ({candidate_id}, score {shown})\n"
     n = 1 + sum(t.startswith(ROLLBACK_PREFIX) for t in workspace.tags())
     tag = f"{ROLLBACK_PREFIX}{n}"
     sha = workspace.commit(

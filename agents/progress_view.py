@@ -108,14 +108,15 @@ class _Narrator:
             case BestConfirmed() if event.is_best and event.candidate_id != "c0000":
                 return (
                     f"{self.head(event.at)}  new best {event.candidate_id} "
-                    f"{event.validation_score:9.1f} on validation (train mean "
-                    f"{event.train_mean:.1f} over {event.evaluations} scores)"
+                    f"{score(event.validation_score):>9} on validation (train mean "
+                    f"{score(event.train_mean)} over {event.evaluations} scores)"
                 )
             case CandidateEvaluated() if event.candidate_id == "c0000" and not self.seed_shown:
                 self.seed_shown = True
                 return (
-                    f"{self.head(event.at)}  seed c0000 scores {event.score:.1f} "
-                    f"(sandbox: {event.isolation})"
+                    f"{self.head(event.at)}  seed c0000 scores {score(event.score)}"
+                    + (f" on {event.split}" if event.split else "")
+                    + f" (sandbox: {event.isolation})"
                 )
             case StaleDecided() if event.action == "keep":
                 return None

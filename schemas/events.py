@@ -5,14 +5,17 @@ Each event is published on ``evo.<campaign>.event.<tag>``; the tag is the event'
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from evobus.schemas.artifacts import Operator
-from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.campaign import CampaignSummary, Splits
 
 
 class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_started"):
-    """The orchestrator took the campaign and is evaluating the seed."""
+    """The orchestrator took the campaign and is evaluating the seed (``splits``: which
+    instances its scores are on; None in logs written before they were recorded)."""
 
     campaign: str
     at: float
@@ -20,6 +23,7 @@ class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_s
     engine: str
     budget_proposals: int
     budget_wall_seconds: float
+    splits: Splits | None = None
 
 
 class ToolRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="tool_registered"):
@@ -54,6 +58,9 @@ class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candida
     agent_id: str = ""
     error: str = ""
     work_id: str = ""  # the evaluation's work item: one event per work id, redeliveries or not
+    # Which instances it ran on: a ``train`` minibatch or the ``validation`` split ("" before
+    # the field existed).
+    split: Literal["train", "validation", ""] = ""
 
 
 class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_accepted"):
@@ -248,8 +255,9 @@ class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"
 
     ``best_score`` is the validated best (the campaign's answer so far), ``best_train_mean`` and
     ``pool_mean`` the pool's best and average running means; ``tokens_per_second`` is over the
-    last ``PROGRESS_WINDOW`` seconds. The ``*_left`` fields are ``-1`` where the budget has no
-    limit.
+    last ``PROGRESS_WINDOW`` seconds. ``elapsed`` is the campaign's running time (a stop before
+    a resume does not count), which the wall-clock budget ``seconds_left`` is spent against. The
+    ``*_left`` fields are ``-1`` where the budget has no limit.
     """
 
     campaign: str

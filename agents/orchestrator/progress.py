@@ -26,6 +26,31 @@ _STAGE_OF_KIND = {"seed": "evaluate", "validate": "evaluate"}
 _QUEUE_OF_STAGE = {"propose": "diagnosed", "evaluate": "ready"}
 
 
+class RunningClock:
+    """How long a campaign has run: the stretches from each (re)start of its orchestrator to
+    its finish or last snapshot, summed. The time a campaign is stopped (no orchestrator,
+    before ``evobus resume``) is not counted, so the wall-clock budget survives a pause.
+    """
+
+    def __init__(self, now: float, *, before: float = 0.0, running: bool = True) -> None:
+        self.before = before  # seconds run before the current stretch
+        self.since: float | None = now if running else None  # the stretch's start; None: stopped
+
+    def elapsed(self, now: float) -> float:
+        """Seconds run up to ``now``."""
+        return self.before + (max(0.0, now - self.since) if self.since is not None else 0.0)
+
+    def stop(self, now: float) -> None:
+        """The campaign finished: the clock stands still from ``now`` on."""
+        self.before, self.since = self.elapsed(now), None
+
+    def resume(self, now: float) -> None:
+        """Go on from ``now`` with the seconds run so far (a restored clock stands at its
+        snapshot's time: what lies between that and ``now`` was not run)."""
+        if self.since is not None:
+            self.since = now
+
+
 class TokenRate:
     """Tokens per second over the last ``window`` seconds, from cumulative totals."""
 
@@ -65,7 +90,7 @@ def progress_event(state: CampaignState, now: float) -> CampaignProgress:
     return CampaignProgress(
         campaign=state.cid,
         at=now,
-        elapsed=round(now - state.started_at, 3),
+        elapsed=round(state.clock.elapsed(now), 3),
         phase=state.phase,
         stages=stages,
         proposals=state.proposals,
@@ -90,5 +115,5 @@ def progress_event(state: CampaignState, now: float) -> CampaignProgress:
         if budget.evaluations
         else -1,
         tokens_left=max(0, budget.tokens - state.usage.total_tokens) if budget.tokens else -1,
-        seconds_left=round(max(0.0, budget.wall_seconds - (now - state.started_at)), 3),
+        seconds_left=round(max(0.0, budget.wall_seconds - state.clock.elapsed(now)), 3),
     )

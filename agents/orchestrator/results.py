@@ -243,6 +243,7 @@ def _record_evaluation(
             agent_id=sender.agent_id if sender is not None else "",
             error=evaluation_error(ev),
             work_id=ev.work_id,
+            split="train" if train else "validation",
         ),
         chain,  # a parent re-evaluated for a step belongs to that step's trace
     )

@@ -4,9 +4,10 @@ and restores on start (DESIGN.md "State, versions, resume").
 ``take(state)`` copies everything a campaign's future depends on — pool statistics and version,
 bandit, burst, stagnation, history, candidates and their evaluations, budgets spent, the steps
 in flight with their work ids, the speculative set, pass streaks, rates, counters, the random
-generator, and what waits for the registry (skill uses and registrations, proposals admitted
-unfiltered) — into a ``CampaignSnapshot``; ``restore(state, snapshot)`` puts it back into
-a fresh ``CampaignState`` built from the same campaign record. ``take(restore(s)) == s``.
+generator, what waits for the registry (skill uses and registrations, proposals admitted
+unfiltered), and the seconds it has run — into a ``CampaignSnapshot``; ``restore(state,
+snapshot)`` puts it back into a fresh ``CampaignState`` built from the same campaign record.
+``take(restore(s)) == s``.
 
 The encoding is msgpack, zlib-compressed (candidate sources and feedback compress well), so a
 campaign of a few hundred candidates stays far below NATS's 1 MB payload.
@@ -30,6 +31,7 @@ from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
 from evobus.agents.evolution.pool import CandidatePool, PoolSnapshot
 from evobus.agents.evolution.stagnation import StagnationDetector
 from evobus.agents.evolution.staleness import PoolChange
+from evobus.agents.orchestrator.progress import RunningClock
 from evobus.agents.orchestrator.steps import (
     Chain,
     ChainStage,
@@ -147,6 +149,9 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     skill_uses: tuple[SkillUse, ...] = ()
     skill_registrations: tuple[SkillRegistration, ...] = ()
     unfiltered: tuple[str, ...] = ()
+    # Seconds run up to ``saved_at`` (the wall-clock budget's); None in snapshots written before
+    # it was kept, whose clock ran from ``started_at`` on, stops included.
+    running_seconds: float | None = None
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -258,6 +263,7 @@ def take(state: CampaignState, *, last_applied: str, now: float) -> CampaignSnap
         skill_uses=tuple(state.skill_uses),
         skill_registrations=tuple(state.skill_registrations),
         unfiltered=tuple(state.unfiltered),
+        running_seconds=state.clock.elapsed(now),
     )
 
 
@@ -274,6 +280,12 @@ def restore(state: CampaignState, snap: CampaignSnapshot) -> None:
     strategy = state.strategy
     state.results_applied = snap.results_applied
     state.started_at = snap.started_at
+    running = snap.running_seconds
+    if running is None:
+        running = max(0.0, snap.saved_at - snap.started_at)
+    # The clock stands at the snapshot's time; the shell resumes it (``clock.resume``) as the
+    # campaign goes on, so the time it was stopped is not spent.
+    state.clock = RunningClock(snap.saved_at, before=running, running=snap.phase != "finished")
     state.phase = snap.phase
     state.status = snap.status
     state.stop_reason = snap.stop_reason

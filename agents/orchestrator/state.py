@@ -39,7 +39,12 @@ from evobus.agents.evolution.workers import RateMeter
 from evobus.agents.orchestrator import backlog
 from evobus.agents.orchestrator.pipeline import rebalance
 from evobus.agents.orchestrator.plan import render_plan
-from evobus.agents.orchestrator.progress import PROGRESS_SECONDS, TokenRate, progress_event
+from evobus.agents.orchestrator.progress import (
+    PROGRESS_SECONDS,
+    RunningClock,
+    TokenRate,
+    progress_event,
+)
 from evobus.agents.orchestrator.results import apply_result, evaluate_seed
 from evobus.agents.orchestrator.steps import (
     ANALYSIS_WINDOW,
@@ -62,7 +67,7 @@ from evobus.bus import subjects
 from evobus.bus.publisher import Outbound, event_outbound
 from evobus.schemas.agents import AgentRef, WorkersTarget
 from evobus.schemas.artifacts import Candidate, LineageRecord
-from evobus.schemas.campaign import AgentWork, CampaignRecord, CampaignSummary
+from evobus.schemas.campaign import AgentWork, CampaignRecord, CampaignSummary, Splits
 from evobus.schemas.events import (
     CampaignFinished,
     CampaignStarted,
@@ -95,7 +100,8 @@ class CampaignState:
         self.cid = record.campaign
         self.orchestrator = orchestrator
         self.best_artifact = best_artifact
-        self.started_at = started_at
+        self.started_at = started_at  # the first start; the budget counts ``clock`` instead
+        self.clock = RunningClock(started_at)
         self.phase: Phase = "tools"
         self.rng = random.Random(self.strategy.rng_seed)
         self.pool = CandidatePool()
@@ -240,6 +246,7 @@ class CampaignState:
                 engine=self.engine,
                 budget_proposals=budget.proposals,
                 budget_wall_seconds=budget.wall_seconds,
+                splits=self.splits,
             ),
         )
         for spec in self.plan.tools:
@@ -287,16 +294,23 @@ class CampaignState:
 
     # -- end -------------------------------------------------------------------------------
     @property
+    def splits(self) -> Splits:
+        """Which instances the scores are on: minibatches from train, bests on validation."""
+        train, validation = set(self.plan.train), set(self.plan.validation)
+        return Splits(train=len(train), validation=len(validation), held_out=not train & validation)
+
+    @property
     def best_score(self) -> float | None:
         """The campaign's best: the best validation score so far (None before the seed's)."""
         return self.best_validation
 
     def tick(self, now: float) -> Step:
-        """Check the wall-clock budget; rebalance the stages' targets when that is on; say
-        where the campaign is (a ``progress`` event) every few seconds."""
+        """Check the wall-clock budget (against the running time, ``clock``); rebalance the
+        stages' targets when that is on; say where the campaign is (a ``progress`` event)
+        every few seconds."""
         step = Step()
         budget = self.spec.campaign.budget
-        if self.phase != "finished" and now - self.started_at >= budget.wall_seconds:
+        if self.phase != "finished" and self.clock.elapsed(now) >= budget.wall_seconds:
             status: Status = "completed" if self.best_id else "failed"
             self.finish(step, now, status, "wall-clock budget spent")
         elif self.phase == "evolving" and now - self.workers_checked_at >= WORKERS_PERIOD_SECONDS:
@@ -331,6 +345,7 @@ class CampaignState:
         self.phase = "finished"
         self.status = status
         self.stop_reason = reason
+        self.clock.stop(now)
         self.emit(step, progress_event(self, now))
         self.emit(step, CampaignFinished(campaign=self.cid, at=now, summary=self.summary(now)))
 
@@ -383,9 +398,10 @@ class CampaignState:
             proposals=self.proposals,
             evaluations=self.evaluations,
             accepted=self.accepted,
-            wall_seconds=round(now - self.started_at, 3),
+            wall_seconds=round(self.clock.elapsed(now), 3),
             engine=self.engine,
             agents=agents,
             tokens=self.usage.total_tokens,
             model_calls=self.usage.calls,
+            splits=self.splits,
         )

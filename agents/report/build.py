@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from evobus.agents.errors import AgentError
-from evobus.agents.events_view import EVENT_LOG, read_events
-from evobus.schemas.campaign import CampaignSummary
+from evobus.agents.events_view import EVENT_LOG, describe_splits, kind_of, read_events
+from evobus.schemas.campaign import CampaignSummary, Splits
 from evobus.schemas.events import (
     AgentExited,
     AgentRestarted,
@@ -110,6 +110,13 @@ class Run:
         return bests[-1] if bests else ""
 
     @property
+    def splits(self) -> Splits | None:
+        """Which instances the scores are on (None: a log written before they were recorded)."""
+        if self.summary is not None and self.summary.splits is not None:
+            return self.summary.splits
+        return self.started.splits if self.started is not None else None
+
+    @property
     def seed_score(self) -> float | None:
         if self.summary is not None and self.summary.seed_score is not None:
             return self.summary.seed_score
@@ -123,7 +130,7 @@ def collect(events: Sequence[Event], cid: str) -> Run:
     t0 = starts[0] if starts else (min(e.at for e in events) if events else 0.0)
     run = Run(cid=events[0].campaign if events else cid, t0=t0, events=len(events))
     for event in events:
-        run.kinds[str(type(event).__struct_config__.tag)] += 1
+        run.kinds[kind_of(event)] += 1
         run.last_at = max(run.last_at, event.at)
         match event:
             case CampaignStarted() if run.started is None:
@@ -289,7 +296,7 @@ def plot_scores(run: Run, figure: Figure) -> str:
             ".",
             color="tab:green",
             markersize=4,
-            label="accepted (minibatch score)",
+            label="accepted (train minibatch score)",
         )
     if not (progress or run.confirmed or run.accepted):
         _note(by_time, "no data: no progress, validation or acceptance events")
@@ -312,10 +319,19 @@ def plot_scores(run: Run, figure: Figure) -> str:
         series(by_calls, [float(p.model_calls) for p in progress])
     _style(by_calls, "score over model calls", "model calls", "score")
     _legend(by_calls)
+    splits = run.splits
+    if splits is None:
+        validated = "validation score"
+    elif splits.held_out:
+        validated = f"score on the {splits.validation} held-out validation instances"
+    else:
+        validated = (
+            "validation score; train = validation (no held-out split), so it is not held out"
+        )
     text = (
-        "Validated best (held-out validation score), best train mean and pool mean from the "
-        "progress events; stars are validations that made a new best, green dots accepted "
-        "children's minibatch scores."
+        f"Validated best ({validated}), best train mean and pool mean (means of train "
+        "minibatch scores) from the progress events; stars are validations that made a new "
+        "best, green dots accepted children's train minibatch scores."
     )
     return text + (f" Note: {'; '.join(notes)}." if notes else "")
 
@@ -715,10 +731,11 @@ def _header_rows(run: Run) -> list[tuple[str, str]]:
         ("task", task),
         ("status", status),
         ("stop reason", stop),
-        ("seed → best", seed_best),
+        ("seed → best (validation)", seed_best),
+        ("scores", describe_splits(run.splits)),
         ("proposals / evaluations / accepted", counts),
         ("model use", usage),
-        ("wall time", wall),
+        ("running time", wall),
         ("engine", engine),
         ("started", _when(started.at if started else None)),
     ]
@@ -737,7 +754,16 @@ def _accepted_table(run: Run) -> str:
         return "<p>No candidate was accepted.</p>"
     head = "".join(
         f"<th>{h}</th>"
-        for h in ("id", "operator", "parents", "score", "previous", "Δ", "tag", "t (s)")
+        for h in (
+            "id",
+            "operator",
+            "parents",
+            "minibatch score (train)",
+            "parent's",
+            "Δ",
+            "tag",
+            "t (s)",
+        )
     )
     rows = []
     for a in run.accepted:

@@ -12,7 +12,7 @@ from evobus.agents.cli import EXIT_FAILED, main
 from evobus.agents.events_view import EVENT_LOG, append_events, read_events
 from evobus.agents.report.build import NoEventLog, build_report, collect, lineage_nodes
 from evobus.schemas.artifacts import Operator
-from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.campaign import CampaignSummary, Splits
 from evobus.schemas.events import (
     AgentExited,
     AgentRestarted,
@@ -53,7 +53,10 @@ def _images(page: str) -> list[str]:
     return parser.sources
 
 
-def _started() -> CampaignStarted:
+HELD_OUT = Splits(train=8, validation=5, held_out=True)
+
+
+def _started(splits: Splits | None = HELD_OUT) -> CampaignStarted:
     return CampaignStarted(
         campaign=CID,
         at=T0,
@@ -61,6 +64,7 @@ def _started() -> CampaignStarted:
         engine=ENGINE,
         budget_proposals=12,
         budget_wall_seconds=60.0,
+        splits=splits,
     )
 
 
@@ -280,6 +284,21 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     assert "accept/3" in page and "<td>c0004</td>" not in page
     assert "no model calls (offline engine)" in page
     assert "Agent restarts" not in page  # no agent exited
+    # Which split each score is on: the best on held-out validation, the rest on train.
+    assert "seed and best on validation (5 held-out instances)" in page
+    assert "score on the 5 held-out validation instances" in page
+    assert "<th>minibatch score (train)</th>" in page
+
+
+def test_a_campaign_without_a_held_out_split_says_so(tmp_path: Path) -> None:
+    same = Splits(train=5, validation=5, held_out=False)
+    events = [_started(same) if isinstance(e, CampaignStarted) else e for e in _campaign()]
+    page = build_report(_write(tmp_path / CID, events)).read_text(encoding="utf-8")
+    assert "train = validation (no held-out split)" in page
+    assert "held-out validation instances" not in page
+    older = tmp_path / "older"  # a log from before the splits were recorded
+    page = build_report(_write(older / CID, [_started(None)])).read_text(encoding="utf-8")
+    assert "splits not recorded" in page
 
 
 def test_agent_restarts_get_a_table_by_role(tmp_path: Path) -> None:

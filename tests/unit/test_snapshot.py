@@ -3,12 +3,16 @@ same way as the state it was taken from."""
 
 from __future__ import annotations
 
+import msgspec
+
 from evobus.agents.orchestrator import snapshot
+from evobus.agents.orchestrator.agent import resume
 from evobus.agents.orchestrator.state import CampaignState
 from evobus.agents.orchestrator.steps import SkillUse
+from evobus.schemas.events import CampaignFinished, CampaignProgress, CampaignResumed
 from evobus.schemas.work import DiagnoseWork
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals
-from tests.unit.test_orchestrator_state import diagnosis, make_state
+from tests.unit.test_orchestrator_state import diagnosis, make_state, of_type
 
 
 def midway() -> CampaignState:
@@ -69,3 +73,28 @@ def test_a_snapshot_of_another_campaign_is_refused() -> None:
         assert "'cid'" in str(exc) and "'other'" in str(exc)
     else:
         raise AssertionError("restored another campaign's snapshot")
+
+
+def test_the_wall_clock_budget_counts_running_time_across_a_pause() -> None:
+    # 30 s run of a 100 s budget, then stopped for an hour: the resumed campaign has 70 s left.
+    taken = snapshot.take(midway(), last_applied="", now=30.0)
+    assert taken.running_seconds == 30.0
+    state = make_state(**ASYNC)
+    resumed = resume(state, snapshot.decode(snapshot.encode(taken)), revision=7, now=3600.0)
+    (announced,) = of_type(resumed, CampaignResumed)
+    assert announced.restored_digest == announced.digest  # the clock restores exactly too
+    (progress,) = of_type(state.tick(3600.0), CampaignProgress)
+    assert (progress.elapsed, progress.seconds_left) == (30.0, 70.0)
+    assert not of_type(state.tick(3669.0), CampaignFinished)
+    (finished,) = of_type(state.tick(3670.0), CampaignFinished)
+    assert finished.summary.stop_reason == "wall-clock budget spent"
+    assert finished.summary.wall_seconds == 100.0  # running time, not 3670 s
+    # A finished campaign's clock stands still: reported again a day later, it ran 100 s.
+    final = snapshot.take(state, last_applied="", now=3671.0)
+    again = make_state(**ASYNC)
+    resume(again, final, revision=8, now=90_000.0)
+    assert again.summary(90_000.0).wall_seconds == 100.0
+    # A snapshot from before the running time was kept: its clock ran from the first start.
+    older = make_state(**ASYNC)
+    snapshot.restore(older, msgspec.structs.replace(taken, running_seconds=None))
+    assert older.clock.elapsed(30.0) == 30.0
