@@ -2,10 +2,16 @@
 
 Each run gets a fresh working directory, ``python -I``, a scrubbed environment, rlimits, a
 wall-clock timeout that kills everything the candidate started, capped output, no network and,
-when we are root, the uid "nobody". Namespaces come from bubblewrap when it works, else from
-util-linux ``unshare``; without either, runs are refused unless the campaign allows them. Files
-the run wrote (an evidence image) can be read back before the directory goes: only regular
-files inside it, never through a link, each capped.
+when we are root, a uid of its own (sandbox_slots.py). Namespaces come from bubblewrap when it
+works, else from util-linux ``unshare``; without either, runs are refused unless the campaign
+allows them. Files the run wrote (an evidence image) can be read back before the directory
+goes: only regular files inside it, never through a link, each capped.
+
+Nothing of a run outlives its evaluator: the init of the run's pid namespace holds the read end
+of a pipe (the lifeline) whose write end only the evaluator holds; when the evaluator dies,
+however it dies, the kernel closes it, init sees the end of the pipe and exits, and the kernel
+kills every other process of the namespace with it. The same init also ends the run on its own
+a little after the timeout, should the evaluator be alive but stuck.
 """
 
 from __future__ import annotations
@@ -20,9 +26,8 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
 
 import anyio
@@ -31,11 +36,16 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from evobus.infra.errors import SandboxUnavailable
 from evobus.infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
+from evobus.infra.sandbox_slots import RunSlot, claim_slot, make_workdir, remove_workdir
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.results import Isolation
 
-NOBODY = 65534
-MAX_PROCESSES = 64  # per uid, so shared by concurrent runs; the pid namespace bounds each run
+# Counted per uid: each run has its own when we are root (sandbox_slots.py), else its own
+# user namespace; either way one run's processes, threads included.
+MAX_PROCESSES = 64
+# How long past its timeout the run's init waits before it ends the run by itself: the
+# evaluator's own timeout, which reports ``timed_out``, comes first unless it is stuck.
+INIT_GRACE_SECONDS = 10.0
 _MIB = 1 << 20
 COLLECT_MAX_BYTES = 2 * _MIB
 # The workdir is a directory of the host's disk, and RLIMIT_FSIZE bounds each file, not their
@@ -75,6 +85,9 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     did; ``stdout`` and ``stderr`` keep at most ``max_output_bytes`` each. ``over_limit`` says
     why the sandbox killed the run early (its workdir grew too large), else "". ``files`` holds
     the collected files that could be read back, ``files_skipped`` why each other one was not.
+    ``uid`` is the uid the candidate ran as on the host when we are root: the run's own
+    (sandbox_slots.py; "nobody" where our uid map lacks their range). None without root: it
+    ran as "root" of a user namespace of its own, mapped to our uid (or, unisolated, as us).
     """
 
     returncode: int | None
@@ -87,6 +100,7 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     over_limit: str = ""
     files: dict[str, bytes] = {}
     files_skipped: dict[str, str] = {}
+    uid: int | None = None
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded."""
@@ -128,7 +142,8 @@ async def run_sandboxed(
     """Write ``files`` into a fresh directory and run ``[python, "-I", *argv]`` there.
 
     A candidate that fails, hangs or misbehaves gives a SandboxRun with a ``failure()``; the
-    directory is always removed. ``-I`` keeps the directory off ``sys.path``.
+    directory is always removed, and every process of the run is killed, here or, when this
+    process dies first, by the run's own init. ``-I`` keeps the directory off ``sys.path``.
 
     Args:
         files: contents by relative path (subdirectories allowed).
@@ -146,6 +161,7 @@ async def run_sandboxed(
     Raises:
         SandboxUnavailable: that isolation does not work here, or none does and
             ``limits.allow_unisolated`` is false.
+        SandboxError: no run slot could be had (sandbox_slots.py).
         ValueError: a file or collect path is absolute or leaves the directory.
     """
     for name in (*files, *collect):
@@ -157,20 +173,26 @@ async def run_sandboxed(
         raise SandboxUnavailable(isolation)
     if chosen == "none" and not limits.allow_unisolated:
         raise SandboxUnavailable("none")
-    workdir = await anyio.to_thread.run_sync(tempfile.mkdtemp, "", "evobus-sandbox-")
+    slot = await anyio.to_thread.run_sync(claim_slot)
     try:
-        interpreter = python or sys.executable
-        prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir, files)
-        command = await anyio.to_thread.run_sync(prepare)
-        run = await _execute(command, workdir, limits, chosen, stdin)
-        if not collect:
-            return run
-        read = functools.partial(_collect, workdir, collect, collect_max_bytes)
-        found, skipped = await anyio.to_thread.run_sync(read)
-        return msgspec.structs.replace(run, files=found, files_skipped=skipped)
+        workdir = await anyio.to_thread.run_sync(make_workdir, slot)
+        try:
+            interpreter = python or sys.executable
+            prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir)
+            with _lifeline() as lifeline:
+                command, uid = await anyio.to_thread.run_sync(prepare, files, slot, lifeline)
+                run = await _execute(command, workdir, limits, chosen, stdin, lifeline)
+            run = msgspec.structs.replace(run, uid=uid)
+            if not collect:
+                return run
+            read = functools.partial(_collect, workdir, collect, collect_max_bytes)
+            found, skipped = await anyio.to_thread.run_sync(read)
+            return msgspec.structs.replace(run, files=found, files_skipped=skipped)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove, workdir)
     finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(_remove, workdir)
+        slot.release()  # after the workdir went: until then its name tells the run lives
 
 
 def _prepare(
@@ -180,14 +202,20 @@ def _prepare(
     limits: SandboxSection,
     workdir: str,
     files: Mapping[str, str | bytes],
-) -> list[str]:
-    """Write the files and build the command line: wrapper, then the bootstrap that execs."""
+    slot: RunSlot,
+    lifeline: int,
+) -> tuple[list[str], int | None]:
+    """Write the files and build the command line (wrapper, then the bootstrap that execs);
+    with the uid the run will have, if it drops to one. ``lifeline``: the descriptor the run
+    inherits, the read end of the pipe whose end tells it that we are gone."""
     python = os.path.abspath(python)
     interpreter = _interpreter_dirs(python)
     hidden = {h for p in (*interpreter, os.path.dirname(workdir)) if (h := _hidden_from_others(p))}
-    # Drop to "nobody" whenever we are root, unless that uid could not reach the interpreter.
-    drop = os.geteuid() == 0 and (isolation != "none" or not hidden)
-    _write_files(workdir, files, NOBODY if drop else None)
+    # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the
+    # interpreter (only unisolated: the namespaces re-expose it).
+    uid = slot.uid if isolation != "none" or not hidden else None
+    drop = uid is not None
+    _write_files(workdir, files, uid)
     shared = ("/tmp",) if isolation == "bwrap" else _SHARED_WRITABLE
     covers = {p: (p, 0o1777, limits.memory_mb * _MIB) for p in shared if os.path.isdir(p)}
     if drop:  # e.g. a python under /root: cover /root, re-expose only the interpreter
@@ -201,15 +229,17 @@ def _prepare(
         "covers": outer if mounts else [],
         "binds": [[p, True] for p in read_only] + [[workdir, False]] if mounts else [],
         "workdir": workdir,
-        "uid": NOBODY if drop else None,
+        "uid": uid,
         "rlimits": _rlimits(limits, processes=drop or isolation != "none"),
         "argv": [python, "-I", *argv],
+        "lifeline": lifeline,
+        "deadline_seconds": limits.timeout_seconds + INIT_GRACE_SECONDS,
     }
     if isolation == "bwrap":
         prefix = _bwrap_argv(outer, read_only, workdir)
     else:
         prefix = _unshare_argv() if mounts else []
-    return [*prefix, python, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(config)]
+    return [*prefix, python, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(config)], uid
 
 
 def _rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
@@ -221,7 +251,7 @@ def _rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int,
         (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
         (resource.RLIMIT_CORE, 0, 0),
     ]
-    if processes:  # counted per uid: only meaningful for "nobody" or inside a user namespace
+    if processes:  # counted per uid: meaningful for a run's own uid or in a user namespace
         rlimits.append((resource.RLIMIT_NPROC, MAX_PROCESSES, MAX_PROCESSES))
     return rlimits
 
@@ -232,7 +262,7 @@ def _bwrap_argv(
     """bwrap's command line; ``covers`` are private tmpfs as (path, mode, size in bytes)."""
     if os.geteuid() == 0:
         # --unshare-all would add a user namespace mapping the sandbox to real root; as root a
-        # real drop to "nobody" (by the bootstrap, hence CAP_SETUID/SETGID) is the stronger one.
+        # real drop to the run's uid (by the bootstrap, hence CAP_SETUID/SETGID) is stronger.
         namespaces = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         namespaces += ["--unshare-cgroup-try", "--cap-drop", "ALL"]
         namespaces += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -246,7 +276,7 @@ def _bwrap_argv(
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for path, mode, size in covers:
         argv += ["--perms", f"{mode:o}", "--size", str(size), "--tmpfs", path]
-    # bwrap would create the directories leading to a bind mount as 0700: "nobody" needs 0755.
+    # bwrap would create the directories leading to a bind mount as 0700: the run needs 0755.
     leading = {str(d) for p in [*read_only, workdir or "/"] for d in PurePosixPath(p).parents}
     for directory in sorted(leading):
         if any(_is_under(directory, c[0]) and directory != c[0] for c in covers):
@@ -254,7 +284,7 @@ def _bwrap_argv(
     for path in read_only:
         argv += ["--ro-bind", path, path]
     if workdir is not None:
-        argv += ["--bind", workdir, workdir]  # the bootstrap enters it, as "nobody"
+        argv += ["--bind", workdir, workdir]  # the bootstrap enters it, as the run's uid
     return [*argv, "--"]
 
 
@@ -402,8 +432,26 @@ async def _feed(stream: ByteSendStream, data: bytes) -> None:
     await stream.aclose()
 
 
+@contextlib.contextmanager
+def _lifeline() -> Iterator[int]:
+    """A pipe for one run: its read end (yielded) goes to the run, its write end stays here,
+    never inherited (close-on-exec), so that only our death or the end of the block closes it.
+    """
+    read_end, write_end = os.pipe()
+    try:
+        yield read_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 async def _execute(
-    command: list[str], workdir: str, limits: SandboxSection, isolation: Isolation, stdin: bytes
+    command: list[str],
+    workdir: str,
+    limits: SandboxSection,
+    isolation: Isolation,
+    stdin: bytes,
+    lifeline: int,
 ) -> SandboxRun:
     stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
     started = time.monotonic()
@@ -413,6 +461,7 @@ async def _execute(
         cwd=workdir,
         env={**_ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
+        pass_fds=(lifeline,),
     )
     assert process.stdout is not None and process.stderr is not None
     over_limit: list[str] = []
@@ -491,13 +540,8 @@ def _workdir_over(workdir: str, budget: int) -> str:
 def _remove(path: str) -> None:
     # The rest of a killed pid namespace dies a moment after its wrapper: retry briefly.
     for attempt in range(20):
-        if os.geteuid() != 0:  # the candidate ran as our uid and may have locked directories
-            for directory, subdirectories, _ in os.walk(path):
-                for sub in (os.path.join(directory, d) for d in subdirectories):
-                    if not os.path.islink(sub):
-                        os.chmod(sub, 0o700)
         try:
-            return shutil.rmtree(path)
+            return remove_workdir(path)
         except OSError:
             if attempt == 19:
                 raise

@@ -1,4 +1,4 @@
-"""The first code that runs inside a sandbox: mounts, rlimits, dropping to nobody, then exec.
+"""The first code that runs inside a sandbox: mounts, rlimits, dropping to the run's uid, exec.
 
 infra/sandbox.py starts it from its source with ``python -I -c`` (nothing of evobus is importable
 there), so ``bootstrap`` imports only the standard library, inside its own body.
@@ -13,11 +13,15 @@ def bootstrap(config_json: str) -> None:
     """Run inside the sandbox, as root where we are root: mounts, limits, uid drop, exec.
 
     It runs from its source with ``python -I -c``, so it imports only the standard library.
+    In a pid namespace it is the namespace's init and stays: the candidate runs as its child,
+    and the run ends (the kernel killing every process of the namespace) when init exits, which
+    it does when the evaluator is gone (the ``lifeline`` pipe ends) or its deadline passes.
     """
     import ctypes
     import json
     import os
     import resource
+    import select
 
     config = json.loads(config_json)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -40,7 +44,11 @@ def bootstrap(config_json: str) -> None:
             flags = kept & (8 | 1024 | 2048) | (1 << 21 if kept & 4096 else 0)
             mount(None, path, remount | bind | nosuid_nodev | 1 | flags)  # 1: MS_RDONLY
         os.close(fd)
-    if os.getpid() == 1:
+    lifeline = config["lifeline"]  # its end: the evaluator is gone, whichever way it went
+    watch = select.poll()
+    watch.register(lifeline, select.POLLIN)  # no one writes: readable means hung up
+    in_namespace = os.getpid() == 1
+    if in_namespace:
         # The init of a pid namespace ignores signals such as SIGXCPU: the candidate runs as
         # its child, and init reaps until it is gone (its exit ends the namespace).
         child = os.fork()
@@ -53,11 +61,34 @@ def bootstrap(config_json: str) -> None:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
-        while child:
-            pid, status = os.waitpid(-1, 0)
-            if pid == child:
-                code = os.waitstatus_to_exitcode(status)
-                os._exit(code if code >= 0 else 128 - code)
+            # Init, single-threaded (no task of its own in the namespace): a SIGCHLD or the
+            # end of the lifeline wakes it. It reaps, and ends the run when the lifeline ends
+            # (the evaluator is gone: its wrapper, unshare, would live on, and the namespace
+            # with it) or its deadline passes (the evaluator is alive but stuck).
+            import signal
+            import time
+
+            deadline = time.monotonic() + config["deadline_seconds"]
+            wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            signal.set_wakeup_fd(wake_write)
+            signal.signal(signal.SIGCHLD, lambda number, frame: None)
+            watch.register(wake_read, select.POLLIN)
+            while True:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == child:
+                    code = os.waitstatus_to_exitcode(status)
+                    os._exit(code if code >= 0 else 128 - code)
+                if pid:
+                    continue  # an orphan of the candidate's: there may be more
+                left = deadline - time.monotonic()
+                woken = {fd for fd, _ in watch.poll(max(0, int(left * 1000) + 1))}
+                if lifeline in woken or left <= 0:
+                    os._exit(128 + 9)  # as if killed: the kernel kills the rest of the namespace
+                while True:
+                    try:
+                        os.read(wake_read, 512)
+                    except BlockingIOError:
+                        break
     for limit, soft, hard in config["rlimits"]:
         resource.setrlimit(limit, (soft, hard))
     if config["uid"] is not None:
@@ -75,6 +106,14 @@ def bootstrap(config_json: str) -> None:
         libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL, where ambient sets exist
     if libc.prctl(38, 1, 0, 0, 0):  # PR_SET_NO_NEW_PRIVS: setuid binaries cannot win root back
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if not in_namespace:
+        # Unisolated, no init to end the run: the candidate itself at least dies with the
+        # evaluator, its parent. Armed after the uid drop, which would clear it; then the
+        # lifeline tells whether the evaluator died before.
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+        if watch.poll(0):
+            os._exit(128 + 9)
+    os.close(lifeline)
     os.chdir(config["workdir"])
     os.execv(config["argv"][0], config["argv"])
 

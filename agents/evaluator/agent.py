@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+import anyio
 import msgspec
 from nats.errors import Error as NatsError
 from opentelemetry import trace
@@ -45,6 +46,7 @@ from evobus.bus.streams import evidence_store
 from evobus.infra.errors import SandboxUnavailable
 from evobus.infra.llm import LLMUnavailable, user_message
 from evobus.infra.sandbox import SandboxRun, run_sandboxed
+from evobus.infra.sandbox_slots import remove_dead_workdirs
 from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
 from evobus.schemas.llm import Usage
 from evobus.schemas.registry import Resource
@@ -320,7 +322,11 @@ def bounded(evaluation: Evaluation) -> Evaluation:
 
 
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-    """Serve the ``evaluate`` stage."""
+    """Serve the ``evaluate`` stage, once the workdirs of dead sandbox runs (an evaluator
+    killed mid-run) are removed."""
+    removed = await anyio.to_thread.run_sync(remove_dead_workdirs)
+    if removed:
+        log.info("removed %d workdirs of dead sandbox runs", len(removed))
     registry = RegistryClient(proc.nc)
     models = ModelAccess(proc, registry)
     evidence = await evidence_store(proc.js)

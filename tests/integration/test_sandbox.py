@@ -15,6 +15,7 @@ import pytest
 
 from evobus.infra.errors import SandboxUnavailable
 from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
+from evobus.infra.sandbox_slots import SLOT_COUNT, UID_BASE
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.results import Isolation
 
@@ -100,8 +101,11 @@ async def test_happy_path_prints_json_and_reports_isolation(isolation: Isolation
     payload = json.loads(result.stdout)
     assert payload["data"] == "42"
     assert payload["home"] == payload["cwd"]
-    if os.geteuid() == 0:
-        assert payload["uid"] == 65534
+    if os.geteuid() == 0:  # a uid of its own, from the sandbox's range
+        assert UID_BASE <= payload["uid"] < UID_BASE + SLOT_COUNT
+        assert result.uid == payload["uid"]
+    else:  # "root" of its own user namespace
+        assert result.uid is None
     assert not await anyio.Path(payload["cwd"]).exists()
 
 

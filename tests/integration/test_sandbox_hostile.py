@@ -8,8 +8,9 @@ Each asserts that the attack stayed inside (the host, the test process and other
 unchanged, no secret out), that the run ended promptly, and that the Evaluation is a failure
 (an error and the task's failure score on every instance) or, where the candidate goes on to
 play, exactly the score of the same play without the attack ("no better than honest play").
-A generated tool is validated by the tool generator's own ``validate``; the last test runs the
-evaluator as an unprivileged user, where the candidate shares its uid (root can test it here).
+A generated tool is validated by the tool generator's own ``validate``; a test runs the
+evaluator as an unprivileged user, where the candidate shares its uid (root can test it here);
+the last one evaluates an honest candidate beside a fork bomb and a thread bomb.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import gymnasium as gym
 import msgspec
 import pytest
@@ -58,6 +60,7 @@ from evobus.bus.streams import ensure_streams
 from evobus.infra import sandbox
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
+from evobus.infra.sandbox_slots import claim_slot, make_workdir
 from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.registry import Resource
@@ -207,8 +210,9 @@ def assert_plays_as_honest(outcome: Outcome) -> None:
 
 @pytest.fixture
 def sentinel() -> Iterator[subprocess.Popen[bytes]]:
-    """A host process of the candidate's own uid ("nobody" when we are root): signalable by
-    the candidate if its pid namespace did not hide it."""
+    """A host process signalable by the candidate if its pid namespace did not hide it: of
+    our uid, the candidate's, without root; as root, of "nobody", which every run was before
+    runs had uids of their own (test_bombs_beside_an_honest_candidate_change_nothing)."""
     user = 65534 if os.geteuid() == 0 else None
     process = subprocess.Popen(["sleep", "1000"], user=user, start_new_session=True)
     try:
@@ -381,7 +385,8 @@ def other_campaigns(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
     checkout's ``runs/`` and under tmp, and a directory shaped like a concurrent run's."""
     text = f"other-campaign-{uuid.uuid4().hex}"
     campaign = REPO / "runs" / f"hostile-{uuid.uuid4().hex[:8]}"
-    decoy = Path(tempfile.mkdtemp(prefix="evobus-sandbox-"))
+    slot = claim_slot()  # held, as a live run's: no evaluator starting meanwhile removes it
+    decoy = Path(make_workdir(slot))
     files = [
         campaign / "workspace" / "best.py",
         campaign / "summary.json",
@@ -401,6 +406,7 @@ def other_campaigns(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
     finally:
         shutil.rmtree(campaign, ignore_errors=True)
         shutil.rmtree(decoy, ignore_errors=True)
+        slot.release()
 
 
 async def test_other_campaigns_and_host_files_are_out_of_reach(
@@ -1200,3 +1206,66 @@ def test_without_root_the_candidate_cannot_reach_init_nor_peel_the_covers(backen
     assert set(seen["caps"]) == {"0000000000000000"}  # no capability left to the candidate
     assert seen["umount /tmp"] == "Invalid argument"  # the covers are locked in place
     assert seen["host file"] is False
+
+
+# 10. Bombs beside an honest neighbour: every run counts its own processes.
+
+FORK_BOMB = """\
+import os, time
+
+while True:
+    try:
+        os.fork()
+    except OSError:  # at its limit: say so, and keep every process it has
+        open("full", "w").close()
+        time.sleep(0.05)
+"""
+THREAD_BOMB = """\
+import threading, time
+
+threading.stack_size(1 << 18)  # small stacks: the process limit, not memory, stops it
+while True:
+    try:
+        threading.Thread(target=time.sleep, args=(1000,), daemon=True).start()
+    except RuntimeError:  # can't start new thread: at its limit
+        open("full", "w").close()
+        time.sleep(0.05)
+"""
+
+
+@pytest.fixture(params=["bwrap", "unshare"])
+def backend(request: pytest.FixtureRequest) -> Isolation:
+    """Each backend by name; one that does not work here is skipped, never passed."""
+    name: Isolation = request.param
+    if available_isolation(name) != name:
+        pytest.skip(f"{name} does not work on this host")
+    return name
+
+
+async def bomb_is_full(name: str) -> None:
+    """Poll until the bomb in the workdir holding ``name`` has hit its limit."""
+    pattern = f"evobus-sandbox-*/{name}"
+    for _ in range(400):
+        async for path in anyio.Path(tempfile.gettempdir()).glob(pattern):
+            if await (path.parent / "full").exists():
+                return
+        await anyio.sleep(0.05)
+    pytest.fail(f"the bomb {name} never reached its limit")
+
+
+async def test_bombs_beside_an_honest_candidate_change_nothing(backend: Isolation) -> None:
+    limits = SandboxSection(timeout_seconds=60.0, cpu_seconds=60, memory_mb=1024)
+    bombs = {f"fork_{uuid.uuid4().hex}.py": FORK_BOMB, f"thread_{uuid.uuid4().hex}.py": THREAD_BOMB}
+    async with anyio.create_task_group() as tasks:
+        for name, code in bombs.items():
+            tasks.start_soon(
+                functools.partial(run_sandboxed, isolation=backend), {name: code}, [name], limits
+            )
+        for name in bombs:
+            await bomb_is_full(name)
+        # Both bombs sit at their process limit while the honest candidate is evaluated.
+        outcome = await evaluate(HONEST, backend)
+        tasks.cancel_scope.cancel()
+    assert_plays_as_honest(outcome)
+    for name in bombs:
+        await no_process_left(name)
