@@ -37,6 +37,7 @@ from evobus.schemas.events import (
     Event,
     RolledBack,
     SkillLearned,
+    SkillRetired,
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
@@ -227,6 +228,12 @@ def describe(event: Event) -> str:
             return (
                 f"{head} skill {event.name}: utility {event.utility:.3f} after {event.uses} "
                 f"uses (Δ {event.delta:+.1f})"
+            )
+        case SkillRetired():
+            return (
+                f"{head} skill {event.name} RETIRED (v{event.version}): utility "
+                f"{event.utility:.3f} over {event.uses} uses; {event.active} active skills, cap "
+                f"{event.cap} (passed by {event.registered})"
             )
         case StaleDecided():
             return (

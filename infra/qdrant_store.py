@@ -90,6 +90,16 @@ def _point_id(*parts: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, "/".join(parts)))
 
 
+def _active(kind: str) -> models.Filter:
+    """The filter of the active (not retired) resources of ``kind``."""
+    return models.Filter(
+        must=[
+            models.FieldCondition(key="kind", match=models.MatchValue(value=kind)),
+            models.FieldCondition(key="retired", match=models.MatchValue(value=False)),
+        ]
+    )
+
+
 def pool_collection(campaign: str) -> str:
     """The collection of a campaign's ε-net pool."""
     return f"candidates-{campaign}"
@@ -255,12 +265,7 @@ class QdrantStore:
         BM25 alone without a dense query vector; with one, the sparse and the dense prefetches
         are fused by Qdrant with reciprocal rank fusion.
         """
-        active = models.Filter(
-            must=[
-                models.FieldCondition(key="kind", match=models.MatchValue(value=kind)),
-                models.FieldCondition(key="retired", match=models.MatchValue(value=False)),
-            ]
-        )
+        active = _active(kind)
         sparse = _sparse(query_weights(text_tokens(query)))
         with _translated(f"search {kind}"):
             if dense is None:
@@ -286,6 +291,29 @@ class QdrantStore:
             (_resource_decoder.decode((point.payload or {})["resource"]), float(point.score))
             for point in response.points
         ]
+
+    async def nearest_resource(
+        self, kind: str, dense: list[float], max_distance: float
+    ) -> tuple[Resource, float] | None:
+        """The active resource of ``kind`` whose dense vector is closest to ``dense`` by cosine,
+        with its distance, when that is below ``max_distance`` (Qdrant's score threshold on the
+        cosine similarity); None otherwise or when the collection has no dense vectors."""
+        threshold = 1.0 - max_distance
+        with _translated(f"nearest {kind}"):
+            response = await self._client.query_points(
+                RESOURCES,
+                query=dense,
+                using=DENSE,
+                query_filter=_active(kind),
+                limit=1,
+                score_threshold=threshold,
+            )
+        for point in response.points:
+            # The threshold is inclusive; "below max_distance" is not.
+            if point.score > threshold:
+                resource = _resource_decoder.decode((point.payload or {})["resource"])
+                return resource, 1.0 - float(point.score)
+        return None
 
     # ---- ε-net pools ----
 

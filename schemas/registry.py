@@ -75,7 +75,9 @@ class RegisterRequest(msgspec.Struct, frozen=True, kw_only=True, tag="register")
 
     An identical re-registration returns the latest version unchanged (a retried request never
     mints a second version). An empty ``contract`` is generated from the resource. An existing
-    skill keeps its ``utility`` and ``uses`` params (they change only by skill use).
+    skill keeps its ``utility`` and ``uses`` params (they change only by skill use). A skill
+    under a new name that near-duplicates an active one becomes that skill's next version (the
+    reply's resource then has the other name; agents/registry/skill_library.py).
     """
 
     kind: ResourceKind
@@ -145,7 +147,8 @@ class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, tag="history"):
 
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
-    """The ``k`` active resources of ``kind`` that best match ``query`` (BM25, fused with dense)."""
+    """The ``k`` active resources of ``kind`` that best match ``query`` (BM25, fused with dense;
+    skills re-ranked with their utility)."""
 
     kind: ResourceKind
     query: str
@@ -230,7 +233,8 @@ class ResourcesReply(msgspec.Struct, frozen=True, kw_only=True, tag="resources")
 
 
 class SearchHit(msgspec.Struct, frozen=True, kw_only=True):
-    """A search result: the resource and its score (BM25, or the RRF score when fused)."""
+    """A search result: the resource and its score (BM25, or the RRF score when fused; for a
+    skill, its similarity relative to the best hit's plus 0.5 × its optimistic mean utility)."""
 
     resource: Resource
     score: float

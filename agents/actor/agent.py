@@ -150,7 +150,9 @@ class Actor:
         self.models = models
 
     async def retrieve(self, work: ProposeWork) -> list[Resource]:
-        """Top-K skills for the diagnosis; none when there is no diagnosis or no registry."""
+        """Top-K skills for the diagnosis, best first as the registry ranks them (similarity
+        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``); none
+        when there is no diagnosis or no registry."""
         if not work.skills or work.diagnosis is None:
             return []
         try:

@@ -1,24 +1,42 @@
-"""Skills: REFLEX's utility rule and extraction from diffs, A-Evolve's auto-seeded skills.
+"""Skills: REFLEX's utility rule and extraction from diffs, A-Evolve's auto-seeded skills, and
+the rules that keep a skill library useful (retrieval by utility, eviction, near-duplicates).
 
 A skill is (trigger, code snippet, utility) (reflex.md §3.4). REFLEX extracts one from the
 parent→child diff when a child improves on its parent and updates the utility of the skills a
 child was made with; A-Evolve injects a guidance skill when a failure pattern crosses a threshold
 (a-evolve-adaptive.md, Phase 5). Without a model, extraction keeps the changed lines themselves
 and a seeded skill's snippet is a guidance comment.
+
+REFLEX §3.4 retrieves by BM25 alone and says utility "promotes" skills that help and "evicts"
+those that fail, without a formula; Figure 3 shows a library that promotes, archives and evicts.
+The rules here (the registry applies them, agents/registry/skill_library.py):
+
+* **Retrieval** (``rank_for_retrieval``): k·m skills by similarity, re-ranked by
+  ``similarity / best similarity + λ · optimistic mean utility``. The optimistic mean is the
+  mean normalised gain with a prior of one use that gained the most a use can (1.0), so an
+  unused skill ranks as if it had helped, and the prior fades as real uses come in — UCB's
+  optimism in the face of uncertainty (REFLEX's bandit spirit) without a second bandit.
+  λ = 0.5 lets utility reorder skills whose similarity differs by at most half the best one's.
+* **Eviction** (``eviction_order``): past the library's cap, the skills ``should_evict`` says
+  failed, lowest mean utility first; a skill not yet tried enough is never evicted.
+* **Near-duplicates** (``skill_stem``): a diff skill's name is its trigger's slug plus the
+  snippet's digest, so skills for the same trigger share the stem before the digest.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import re
 import textwrap
+from collections.abc import Sequence
 
 import msgspec
 
 from evobus.agents.evolution.analysis import FailurePattern
 from evobus.agents.evolution.bandit import normalised_reward
-from evobus.schemas.registry import Resource
+from evobus.schemas.registry import ParamValue, Resource
 
 ORIGIN_DIFF = "diff"  # extracted from an improving parent→child diff (REFLEX §3.4)
 ORIGIN_SEED = "auto-seed"  # seeded from a failure pattern (A-Evolve Phase 5)
@@ -27,6 +45,12 @@ EVICT_MIN_USES = 5
 EVICT_MIN_MEAN = 0.05
 _SLUG_WORDS = 6
 _SLUG_CHARS = 40
+_DIGEST_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+
+RETRIEVAL_DEPTH = 4  # m: k·m skills are fetched by similarity before the utility re-rank
+UTILITY_WEIGHT = 0.5  # λ: how much a skill's mean utility weighs against its similarity
+PRIOR_UTILITY = 1.0  # an unused skill's optimistic mean gain: the most one use can gain
+PRIOR_USES = 1.0  # how many uses that prior counts for
 
 
 class SkillDraft(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +98,67 @@ def should_evict(
     less than ``min_mean`` per use. (The paper's additive utility never decreases, so failure is
     read from the utility per use.)"""
     return uses >= min_uses and mean_utility(utility, uses) < min_mean
+
+
+def skill_stats(skill: Resource) -> tuple[float, int]:
+    """A skill's (utility, uses) from its params; a missing or non-numeric one counts as 0."""
+
+    def number(value: ParamValue | None) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return 0.0
+        return float(value) if math.isfinite(value) else 0.0
+
+    return number(skill.params.get("utility")), max(0, int(number(skill.params.get("uses"))))
+
+
+def optimistic_utility(
+    utility: float, uses: int, *, prior: float = PRIOR_UTILITY, prior_uses: float = PRIOR_USES
+) -> float:
+    """The mean gain per use with ``prior_uses`` imagined uses that gained ``prior`` each:
+    ``prior`` for an unused skill, tending to ``mean_utility`` as uses accumulate."""
+    return (utility + prior * prior_uses) / (uses + prior_uses)
+
+
+def rank_for_retrieval(
+    hits: Sequence[tuple[Resource, float]], k: int, *, weight: float = UTILITY_WEIGHT
+) -> list[tuple[Resource, float]]:
+    """The ``k`` best skills of ``hits`` (similarity-ranked, best first) by retrieval score.
+
+    The score is ``similarity / best similarity + weight · optimistic_utility`` (see the module
+    docstring): the similarity is made relative because BM25 and RRF scores have no fixed
+    scale. Equal scores keep the similarity order.
+    """
+    best = max((score for _, score in hits), default=0.0)
+    scored = [
+        (
+            skill,
+            (score / best if best > 0 else 0.0) + weight * optimistic_utility(*skill_stats(skill)),
+        )
+        for skill, score in hits
+    ]
+    ranked = sorted(enumerate(scored), key=lambda item: (-item[1][1], item[0]))
+    return [hit for _, hit in ranked[:k]]
+
+
+def eviction_order(skills: Sequence[Resource], *, over: int, keep: str = "") -> list[Resource]:
+    """Which of the active ``skills`` to retire when the library holds ``over`` too many.
+
+    Only skills ``should_evict`` says failed qualify (REFLEX §3.4 evicts "those that fail"),
+    lowest mean utility first, then the most used (the surer verdict), then by name; ``keep``
+    (the skill just registered) never does. Fewer than ``over`` come back when fewer failed:
+    the cap yields to skills that have not had their chance.
+    """
+    if over <= 0:
+        return []
+    failed = [s for s in skills if s.name != keep and should_evict(*skill_stats(s))]
+    failed.sort(key=lambda s: (mean_utility(*skill_stats(s)), -skill_stats(s)[1], s.name))
+    return failed[:over]
+
+
+def skill_stem(name: str) -> str:
+    """A skill's name without the snippet digest ``skill_from_diff`` and ``seed_skill_for``
+    end it with: what skills made for the same trigger share."""
+    return _DIGEST_SUFFIX.sub("", name)
 
 
 def skill_slug(text: str) -> str:

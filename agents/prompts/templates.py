@@ -121,8 +121,9 @@ Artifact kind: $artifact_kind
 """
         + instruction
         + """
-Change size: intensity $intensity on a 0-1 scale; below 0.3 make small, local edits, above 0.7
-you may restructure.
+Change size: intensity $intensity multiplies the usual size of a change (A-Evolve's graduated
+scope): 0.50 minimal, the parent is among the best, make small, local edits; 1.00 targeted, a
+focused change; 2.00 comprehensive, the parent is far from good, you may restructure.
 
 """
         + _OUTPUT_ACTOR,

@@ -24,16 +24,18 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from evobus.agents.events_view import describe
-from evobus.agents.registry.dispatch import answer
+from evobus.agents.evolution.skills import skill_stats
+from evobus.agents.registry.dispatch import Answer, answer
 from evobus.agents.registry.errors import RegistryError
 from evobus.agents.registry.service import Registry
+from evobus.agents.registry.skill_library import SkillEviction
 from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.bus import codec, subjects, tracing
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Publisher, PublishError
 from evobus.schemas.agents import AgentRef, Heartbeat
-from evobus.schemas.events import StoreRecovered
-from evobus.schemas.registry import EmbedderSpec, ErrorReply, RegistryReply
+from evobus.schemas.events import SkillRetired, StoreRecovered
+from evobus.schemas.registry import EmbedderSpec, ErrorReply
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,40 @@ async def announce_recovery(
             log.warning("registry: recovery event not published: %s", exc)
 
 
+def retirement_events(evicted: tuple[SkillEviction, ...], now: float) -> list[SkillRetired]:
+    """``skill_retired`` events for the skills a registration retired, on the reserved campaign
+    id ``registry`` (the library serves every campaign)."""
+    events = []
+    for eviction in evicted:
+        utility, uses = skill_stats(eviction.skill)
+        events.append(
+            SkillRetired(
+                campaign=subjects.REGISTRY_EVENTS,
+                at=now,
+                name=eviction.skill.name,
+                version=eviction.skill.version,
+                utility=utility,
+                uses=uses,
+                active=eviction.active,
+                cap=eviction.cap,
+                registered=eviction.registered,
+            )
+        )
+    return events
+
+
+async def announce_retirements(proc: RegistryProcess, events: list[SkillRetired]) -> None:
+    """Publish ``skill_retired`` events (only logged without EVO_EVENTS, as recoveries are).
+    The id is the retired version's, so a retried registration announces nothing twice."""
+    publisher = Publisher(proc.js, proc.agent, patience=RECOVERY_PUBLISH_SECONDS)
+    for event in events:
+        log.info("registry: %s", describe(event))
+        try:
+            await publisher.event(event, f"skill-retired-{event.name}-v{event.version}")
+        except PublishError as exc:
+            log.warning("registry: skill_retired not published: %s", exc)
+
+
 def _answering(
     proc: RegistryProcess, sub: Subscription, registry: Registry
 ) -> Callable[[], Awaitable[None]]:
@@ -171,18 +207,20 @@ async def _answer_one(
     try:
         with anyio.CancelScope(shield=True) as scope:
             scope.deadline = anyio.current_time() + proc.settings.shutdown_timeout
-            reply = await _reply_to(registry, msg)
+            done = await _reply_to(registry, msg)
             if msg.reply:
-                await msg.respond(codec.encode(reply))
+                await msg.respond(codec.encode(done.reply))
             else:
                 log.warning("registry: request on %s has no reply subject", msg.subject)
             proc.answered += 1
+            if done.evicted:
+                await announce_retirements(proc, retirement_events(done.evicted, time.time()))
     finally:
         proc.answering -= 1
         slots.release()
 
 
-async def _reply_to(registry: Registry, msg: Msg) -> RegistryReply:
+async def _reply_to(registry: Registry, msg: Msg) -> Answer:
     headers: dict[str, Any] = dict(msg.headers or {})
     with tracing.consumer_span(msg.subject, "", 1, headers) as span:
         try:
@@ -191,4 +229,4 @@ async def _reply_to(registry: Registry, msg: Msg) -> RegistryReply:
             log.exception("registry: request on %s failed", msg.subject)
             span.record_exception(exc)
             error = RegistryError("internal", f"{type(exc).__name__}: {exc}")
-            return ErrorReply(code=error.code, message=error.message)
+            return Answer(reply=ErrorReply(code=error.code, message=error.message))

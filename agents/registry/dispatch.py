@@ -1,16 +1,20 @@
 """From request bytes to a reply: decode, check the subject, call the registry, type the errors.
 
 Everything a request can do wrong ends as an ``ErrorReply``; only a bug escapes ``answer``
-(the process boundary in ``agent.py`` records and answers those).
+(the process boundary in ``agent.py`` records and answers those). Besides the reply, an answer
+carries the skills a registration retired (``agent.py`` announces them).
 """
 
 from __future__ import annotations
 
 import logging
 
+import msgspec
+
 from evobus.agents.registry.errors import InvalidRequest, RegistryError
 from evobus.agents.registry.protocol import error_reply, operation
 from evobus.agents.registry.service import Registry
+from evobus.agents.registry.skill_library import SkillEviction
 from evobus.bus import codec, subjects
 from evobus.infra.embedders import EmbedderError
 from evobus.infra.library import LibraryError
@@ -42,33 +46,49 @@ from evobus.schemas.registry import (
 log = logging.getLogger(__name__)
 
 
-async def answer(registry: Registry, subject: str, data: bytes) -> RegistryReply:
-    """The reply to the request ``data`` received on ``subject``."""
+class Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's reply, and the skills its registration retired (to be announced)."""
+
+    reply: RegistryReply
+    evicted: tuple[SkillEviction, ...] = ()
+
+
+async def answer(registry: Registry, subject: str, data: bytes) -> Answer:
+    """The answer to the request ``data`` received on ``subject``."""
     try:
         request = codec.REGISTRY_REQUEST_DECODER.decode(data)
     except codec.DecodeError as exc:
         log.warning("registry: undecodable request on %s: %s", subject, exc)
-        return error_reply(InvalidRequest(f"undecodable request on {subject}: {exc}"))
+        return _failed(InvalidRequest(f"undecodable request on {subject}: {exc}"))
     op = operation(request)
     # The subject names the operation so NATS permissions can grant some operations only
     # (an actor may search and get, not retire); a body that disagrees is refused.
     if subjects.registry_op(subject) != op:
-        return error_reply(InvalidRequest(f"a {op!r} request cannot be sent on {subject}"))
+        return _failed(InvalidRequest(f"a {op!r} request cannot be sent on {subject}"))
     try:
-        return await dispatch(registry, request)
+        if isinstance(request, RegisterRequest):
+            registered = await registry.registered(request)
+            return Answer(
+                reply=ResourceReply(resource=registered.resource), evicted=registered.evicted
+            )
+        return Answer(reply=await dispatch(registry, request))
     except RegistryError as exc:
-        return error_reply(exc)
+        return _failed(exc)
     except PoolDimensionMismatch as exc:
-        return error_reply(InvalidRequest(str(exc)))
+        return _failed(InvalidRequest(str(exc)))
     except EmbedderError as exc:
         log.warning("registry: %s failed: %s", op, exc)
-        return error_reply(RegistryError("embedder_failed", str(exc)))
+        return _failed(RegistryError("embedder_failed", str(exc)))
     except StoreError as exc:
         log.warning("registry: %s failed: %s", op, exc)
-        return error_reply(RegistryError("store_failed", str(exc)))
+        return _failed(RegistryError("store_failed", str(exc)))
     except LibraryError as exc:
         log.warning("registry: %s failed: %s", op, exc)
-        return error_reply(RegistryError("library_failed", str(exc)))
+        return _failed(RegistryError("library_failed", str(exc)))
+
+
+def _failed(exc: RegistryError) -> Answer:
+    return Answer(reply=error_reply(exc))
 
 
 async def dispatch(registry: Registry, request: RegistryRequest) -> RegistryReply:

@@ -59,3 +59,15 @@ class RegistryUnavailable(RegistryError):
 
     def __init__(self, message: str) -> None:
         super().__init__("unavailable", message)
+
+
+class InvalidSetting(RegistryError):
+    """A registry setting has a value it cannot take (raised when the registry opens).
+
+    Attributes:
+        variable: the environment variable that holds it.
+    """
+
+    def __init__(self, variable: str, message: str) -> None:
+        self.variable = variable
+        super().__init__("invalid_setting", f"{variable}: {message}")

@@ -4,14 +4,16 @@ The library holds every version of every resource and is the source of truth; Qd
 search index of the latest versions (re-built from the library when it is missing, stale or
 laid out for another embedder) and the campaigns' ε-net pools. Git work runs in a worker thread
 so the event loop (heartbeats, other requests) keeps going.
+
+Skills get upkeep (agents/registry/skill_library.py): search ranks them by similarity and
+utility, a near-duplicate registers as a version of the skill it duplicates, and a library past
+its cap retires the skills that failed.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,10 +24,18 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from evobus.agents.evolution.epsilon_net import admit_to_epsilon_net
+from evobus.agents.evolution.skills import RETRIEVAL_DEPTH, eviction_order, rank_for_retrieval
 from evobus.agents.registry import lifecycle
 from evobus.agents.registry.contracts import consolidated
 from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from evobus.agents.registry.pools import EpsilonPools
+from evobus.agents.registry.skill_library import (
+    Registered,
+    SkillEviction,
+    SkillLibraryPolicy,
+    merged_request,
+    same_stem,
+)
 from evobus.infra.embedders import Embedder, EmbedderError, make_embedder
 from evobus.infra.gitstore import Recovery
 from evobus.infra.library import Change, Library, valid_name
@@ -43,7 +53,6 @@ from evobus.schemas.registry import (
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_CAMPAIGN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_SEARCH_K = 100
 
 
@@ -72,22 +81,34 @@ class Registry:
     ``library/`` (the git repo) and ``qdrant/`` (local-mode Qdrant, unless ``qdrant_url``).
     """
 
-    def __init__(self, store: QdrantStore, library: Library, embedder: Embedder | None) -> None:
+    def __init__(
+        self,
+        store: QdrantStore,
+        library: Library,
+        embedder: Embedder | None,
+        skill_policy: SkillLibraryPolicy | None = None,
+    ) -> None:
         self._store = store
         self._library = library
+        self.skill_policy = skill_policy or SkillLibraryPolicy()
+        """The skill library's cap and merge distance."""
         self.library_recovery: Recovery = library.recovery
         """What opening the library put right after a killed writer."""
         self.index_repair = IndexRepair()
         """What opening the registry re-indexed (``reindex`` on open)."""
         self._embedder = embedder
         self._write_lock = anyio.Lock()
-        self._pool_locks: dict[str, anyio.Lock] = {}
-        self._pool_embedders: dict[EmbedderSpec, Embedder] = {}
+        self._pools = EpsilonPools(store)
         self._closed = False
 
     @classmethod
     async def open(
-        cls, root: Path, *, embedder: EmbedderSpec | None = None, qdrant_url: str | None = None
+        cls,
+        root: Path,
+        *,
+        embedder: EmbedderSpec | None = None,
+        qdrant_url: str | None = None,
+        skill_policy: SkillLibraryPolicy | None = None,
     ) -> Registry:
         """Open (creating when missing) the library and the store, and bring the index up to date.
 
@@ -95,10 +116,14 @@ class Registry:
             root: the registry's folder.
             embedder: a dense embedder for resource search (fused with BM25); None: BM25 only.
             qdrant_url: a Qdrant server; default ``QDRANT_URL``, else local mode under ``root``.
+            skill_policy: the skill library's cap and merge distance; default from the environment
+                (``EVOBUS_SKILL_CAP``, ``EVOBUS_SKILL_MERGE_DISTANCE``).
 
         Raises:
+            InvalidSetting: a skill library variable has a bad value.
             LibraryError, StoreError, EmbedderError: a part could not be opened.
         """
+        policy = skill_policy if skill_policy is not None else SkillLibraryPolicy.from_env()
         dense = make_embedder(embedder) if embedder is not None else None
         try:
             library = await anyio.to_thread.run_sync(Library, root / "library")
@@ -112,7 +137,7 @@ class Registry:
                 with anyio.CancelScope(shield=True):
                     await dense.aclose()
             raise
-        registry = cls(store, library, dense)
+        registry = cls(store, library, dense, policy)
         try:
             registry.index_repair = await registry.reindex()
         except BaseException:
@@ -126,12 +151,10 @@ class Registry:
         if self._closed:
             return
         self._closed = True
-        embedders = [*self._pool_embedders.values()]
-        if self._embedder is not None:
-            embedders.append(self._embedder)
         try:
-            for embedder in embedders:
-                await embedder.aclose()
+            await self._pools.aclose()
+            if self._embedder is not None:
+                await self._embedder.aclose()
             await self._store.close()
         finally:
             self._library.close()
@@ -178,9 +201,10 @@ class Registry:
         """The version the index holds of each resource, by (kind, name)."""
         return await self._store.indexed_versions()
 
-    async def _index(self, resource: Resource) -> None:
+    async def _index(self, resource: Resource, dense: list[float] | None = None) -> None:
         text = index_text(resource)
-        dense = (await self._embedder.embed([text]))[0] if self._embedder is not None else None
+        if dense is None and self._embedder is not None:
+            dense = (await self._embedder.embed([text]))[0]
         await self._store.index_resource(resource, text, dense)
 
     # ---- lifecycle (AGP: register / update / restore / retire) ----
@@ -188,19 +212,107 @@ class Registry:
     async def _transact(self, kind: str, name: str, change: Change) -> Resource:
         _check_name(name)
         async with self._write_lock:
-            resource, _ = await self._in_thread(
-                functools.partial(self._library.transact, kind, name, change)
-            )
-            assert resource is not None  # every change either raises or leaves a version
-            # Indexed even when nothing changed: a retried request repairs a failed indexing.
-            await self._index(resource)
+            return await self._commit(kind, name, change)
+
+    async def _commit(
+        self, kind: str, name: str, change: Change, dense: list[float] | None = None
+    ) -> Resource:
+        """``change`` committed and indexed; the caller holds the write lock."""
+        resource, _ = await self._in_thread(
+            functools.partial(self._library.transact, kind, name, change)
+        )
+        assert resource is not None  # every change either raises or leaves a version
+        # Indexed even when nothing changed: a retried request repairs a failed indexing.
+        await self._index(resource, dense)
         return resource
 
     async def register(self, request: RegisterRequest) -> Resource:
-        """Register a resource (version 1), or its next version when it differs from the latest."""
+        """Register a resource (version 1), or its next version when it differs from the latest;
+        a skill may merge into a near-duplicate (see ``registered``)."""
+        return (await self.registered(request)).resource
+
+    async def registered(self, request: RegisterRequest) -> Registered:
+        """``register``, and for a skill the library's upkeep (skill_library.py): a new name
+        that near-duplicates an active skill registers as that skill's next version, and a
+        library past its cap retires its failed skills.
+
+        A retried request does the same again: the merged skill holds the same content by
+        then (no new version), and only a library still over its cap retires more.
+        """
+        _check_name(request.name)
         now = time.time()
-        return await self._transact(
-            request.kind, request.name, lambda current: lifecycle.register(current, request, now)
+        if request.kind != "skill":
+            resource = await self._transact(
+                request.kind,
+                request.name,
+                lambda current: lifecycle.register(current, request, now),
+            )
+            return Registered(resource=resource)
+        async with self._write_lock:
+            skills = await self._in_thread(functools.partial(self._library.all_latest, "skill"))
+            into, dense = await self._duplicate_of(request, skills, now)
+            wanted = request if into is None else merged_request(request, into)
+            resource = await self._commit(
+                "skill",
+                wanted.name,
+                lambda current: lifecycle.register(current, wanted, now),
+                dense if into is None else None,
+            )
+            evicted = await self._evict(resource.name, now)
+        merged_from = request.name if resource.name != request.name else ""
+        return Registered(resource=resource, merged_from=merged_from, evicted=evicted)
+
+    async def _duplicate_of(
+        self, request: RegisterRequest, skills: Sequence[Resource], now: float
+    ) -> tuple[Resource | None, list[float] | None]:
+        """The active skill a skill registered under a new name duplicates (same name stem,
+        or a dense vector within the merge distance), and the new skill's dense vector when
+        one was made for the comparison (it is the one to index when nothing matches)."""
+        if any(s.name == request.name for s in skills):
+            return None, None  # the name is a skill already: its own next version
+        if (stem := same_stem(request.name, skills)) is not None:
+            return stem, None
+        if self._embedder is None or self.skill_policy.merge_distance <= 0:
+            return None, None
+        outcome = lifecycle.register(None, request, now)
+        assert outcome is not None  # a first version always changes something
+        dense = (await self._embedder.embed([index_text(outcome[0])]))[0]
+        nearest = await self._store.nearest_resource(
+            "skill", dense, self.skill_policy.merge_distance
+        )
+        if nearest is None:
+            return None, dense
+        # The library's record, not the index's copy: an index point may lag behind it.
+        match = next((s for s in skills if s.name == nearest[0].name and not s.retired), None)
+        return match, dense
+
+    async def _evict(self, registered: str, now: float) -> tuple[SkillEviction, ...]:
+        """Retire the failed skills that take the library past its cap, lowest utility first
+        (``eviction_order``); the caller holds the write lock."""
+        cap = self.skill_policy.cap
+        if cap <= 0:
+            return ()
+        skills = await self._in_thread(functools.partial(self._library.all_latest, "skill"))
+        active = [s for s in skills if not s.retired]
+        victims = eviction_order(active, over=len(active) - cap, keep=registered)
+        retired = [
+            await self._commit(
+                "skill",
+                victim.name,
+                functools.partial(lifecycle.retire, now=now, kind="skill", name=victim.name),
+            )
+            for victim in victims
+        ]
+        left = len(active) - len(retired)
+        if retired:
+            log.info(
+                "registry: %d skills past the cap of %d: retired %s",
+                len(active) - cap,
+                cap,
+                ", ".join(r.name for r in retired),
+            )
+        return tuple(
+            SkillEviction(skill=r, active=left, cap=cap, registered=registered) for r in retired
         )
 
     async def update(self, kind: ResourceKind, name: str, changes: ResourceChanges) -> Resource:
@@ -281,7 +393,11 @@ class Registry:
     ) -> list[tuple[Resource, float]]:
         """The ``k`` active resources of ``kind`` best matching ``query`` (REFLEX: BM25 over
         triggers), fused by RRF with the dense embedder's ranking when one is configured (BM25
-        alone, with a warning, when the embedder fails)."""
+        alone, with a warning, when the embedder fails).
+
+        Skills are ranked by utility too: the ``k·RETRIEVAL_DEPTH`` best by similarity are
+        re-ranked by ``rank_for_retrieval`` (relative similarity + λ · optimistic mean
+        utility), whose score is the one returned."""
         if not 1 <= k <= MAX_SEARCH_K:
             raise InvalidRequest(f"k must be in 1..{MAX_SEARCH_K}, got {k}")
         dense = None
@@ -291,7 +407,10 @@ class Registry:
             except EmbedderError as exc:
                 # Retrieval degrades to BM25 rather than failing the actor's proposal.
                 log.warning("registry: dense query embedding failed, BM25 only: %s", exc)
-        return await self._store.search_resources(kind, query, dense, k)
+        if kind != "skill":
+            return await self._store.search_resources(kind, query, dense, k)
+        hits = await self._store.search_resources(kind, query, dense, k * RETRIEVAL_DEPTH)
+        return rank_for_retrieval(hits, k)
 
     async def contract(self, kind: ResourceKind, name: str | None = None) -> str:
         """One resource's contract, or the consolidated contract of every active one of ``kind``."""
@@ -299,7 +418,7 @@ class Registry:
             return (await self.get(kind, name)).contract
         return consolidated(kind, await self.list_latest(kind))
 
-    # ---- ε-net pools (POLCA Algorithm 4) ----
+    # ---- ε-net pools (POLCA Algorithm 4, agents/registry/pools.py) ----
 
     async def admit(
         self,
@@ -308,50 +427,13 @@ class Registry:
         epsilon: float,
         embedder: EmbedderSpec,
     ) -> Admission:
-        """Admit the proposals that keep the campaign's pool an ε-net, and add them to the pool.
-
-        Only each proposal's nearest pool member can decide its fate (its distance to the pool
-        is the distance to that member), so the pool handed to the rule is those members, found
-        by Qdrant, rather than the whole pool. A proposal already in the pool (a retried request)
-        counts as admitted. Admissions of one campaign run one at a time in this process.
-        """
-        _check_campaign(campaign)
-        if not (math.isfinite(epsilon) and 0.0 <= epsilon <= 2.0):
-            raise InvalidRequest(f"ε is a cosine distance in [0, 2], got {epsilon}")
-        ids = [p.candidate_id for p in proposals]
-        if len(set(ids)) != len(ids) or not all(ids):
-            raise InvalidRequest("proposal ids must be unique and non-empty")
-        if not proposals:
-            return Admission(admitted=())
-        model = self._pool_embedder(embedder)
-        lock = self._pool_locks.setdefault(campaign, anyio.Lock())
-        async with lock:
-            await self._store.ensure_pool(campaign, model.dim)
-            known = await self._store.pool_members(campaign, ids)
-            fresh = [p for p in proposals if p.candidate_id not in known]
-            vectors = await model.embed([p.text for p in fresh])
-            nearest = await self._store.nearest_in_pool(campaign, vectors)
-            pool = {member[0]: member[1] for member in nearest if member is not None}
-            batch = [(p.candidate_id, v) for p, v in zip(fresh, vectors, strict=True)]
-            try:
-                verdict = admit_to_epsilon_net(batch, list(pool.items()), epsilon)
-            except ValueError as exc:
-                raise InvalidRequest(f"ε-net admission: {exc}") from exc
-            by_id = dict(batch)
-            await self._store.add_to_pool(campaign, [(c, by_id[c]) for c in verdict.admitted])
-        already = tuple(cid for cid in ids if cid in known)
-        return Admission(admitted=already + verdict.admitted, rejected=verdict.rejected)
+        """Admit the proposals that keep the campaign's pool an ε-net, and add them to the pool
+        (``EpsilonPools.admit``)."""
+        return await self._pools.admit(campaign, proposals, epsilon, embedder)
 
     async def forget(self, campaign: str, candidate_ids: Sequence[str]) -> int:
         """Remove candidates from a campaign's pool; returns how many were in it."""
-        _check_campaign(campaign)
-        async with self._pool_locks.setdefault(campaign, anyio.Lock()):
-            return await self._store.remove_from_pool(campaign, candidate_ids)
-
-    def _pool_embedder(self, spec: EmbedderSpec) -> Embedder:
-        if spec not in self._pool_embedders:
-            self._pool_embedders[spec] = make_embedder(spec)
-        return self._pool_embedders[spec]
+        return await self._pools.forget(campaign, candidate_ids)
 
 
 def _check_name(name: str) -> None:
@@ -359,8 +441,3 @@ def _check_name(name: str) -> None:
         raise InvalidRequest(
             f"{name!r} is not a resource name (letters, digits, '_', '-', '.'; 1-128 characters)"
         )
-
-
-def _check_campaign(campaign: str) -> None:
-    if not _CAMPAIGN.match(campaign):
-        raise InvalidRequest(f"{campaign!r} is not a campaign id")

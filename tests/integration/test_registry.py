@@ -16,6 +16,7 @@ from evobus.agents.registry.agent import RegistryProcess, run_registry
 from evobus.agents.registry.client import RegistryClient
 from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.registry.service import Registry
+from evobus.agents.registry.skill_library import SKILL_CAP_ENV
 from evobus.agents.runtime import AgentSettings
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
@@ -23,7 +24,7 @@ from evobus.bus.streams import ensure_streams
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.qdrant_store import StoreInUse
 from evobus.schemas.agents import Heartbeat
-from evobus.schemas.events import StoreRecovered
+from evobus.schemas.events import SkillRetired, StoreRecovered
 from evobus.schemas.registry import (
     EmbedderSpec,
     ErrorReply,
@@ -163,8 +164,9 @@ async def test_search_fuses_bm25_with_the_dense_embedder(
         await register_skills(client)
         hits = await client.search("skill", "pump energy to swing the pendulum up", k=3)
         assert hits[0][0].name == "energy-pump"
-        # Reciprocal rank fusion of two prefetches: at most 2 · 1/(0 + 2) (Qdrant's k = 2).
-        assert 0.0 < hits[0][1] <= 1.0
+        # Skills are re-ranked: the best fused similarity counts 1, plus 0.5 × an unused
+        # skill's optimistic utility 1.0.
+        assert hits[0][1] == pytest.approx(1.5)
         # A query without a single BM25 word still ranks by the dense prefetch.
         assert len(await client.search("skill", "== ( )", k=3)) == 3
 
@@ -319,3 +321,84 @@ async def test_a_registry_opening_what_a_killed_one_left_repairs_it_and_says_so(
     assert library_event.rolled_back == ()
     assert index_event.reindexed == ("skill/torque-clip",)
     assert not list((library / ".git").rglob("index.lock"))
+
+
+@pytest.mark.timeout(30)
+async def test_near_duplicate_skills_merge_into_versions_of_one_skill(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    trigger = "never swings up: the torque saturates at the limit"
+    snippets = [f"torque = {gain}.5 * omega" for gain in range(6)]
+    names = [f"never-swings-up-the-torque-saturates-{gain:08x}" for gain in range(6)]
+    async with registry_service(nats_server.url, tmp_path, EmbedderSpec(kind="hashed")) as (
+        client,
+        _,
+    ):
+        for i, (name, snippet) in enumerate(zip(names, snippets, strict=True)):
+            merged = await client.register("skill", name, description=trigger, source=snippet)
+            assert (merged.name, merged.version) == (names[0], i + 1 + (i > 0))
+            if i == 0:  # a use between registrations: merges keep the utility and the uses
+                await client.record_skill_use(names[0], delta=5.0, delta_max=10.0)
+        (only,) = await client.list("skill")
+        assert only == merged and only.source == snippets[-1]
+        assert only.params == {"utility": 0.5, "uses": 1}
+        assert only.metadata["merged_from"] == names[-1]
+        history = await client.history("skill", names[0])
+        assert [v.source for v in history if v.version != 2] == snippets
+        # Registered again (a retried request), the merge mints no new version.
+        again = await client.register("skill", names[-1], description=trigger, source=snippets[-1])
+        assert again == only
+        # A model names skills without a digest: another stem, but an index vector within the
+        # merge distance of the first's (about 0.05 apart with the hashed embedder).
+        gain = "raise the swing gain when the pendulum never swings up"
+        first = await client.register("skill", "raise-swing-gain", description=gain, source="k = 2")
+        renamed = await client.register(
+            "skill", "raise-the-swing-gain", description=gain, source="k = 3"
+        )
+        assert (renamed.name, renamed.version, renamed.source) == (first.name, 2, "k = 3")
+        distinct = await client.register(
+            "skill", "pd-balance", description=SKILLS["pd-balance"][0], source="x = 2"
+        )
+        assert (distinct.name, distinct.version) == ("pd-balance", 1)
+        listed = sorted(s.name for s in await client.list("skill"))
+        assert listed == [names[0], "pd-balance", "raise-swing-gain"]
+
+
+@pytest.mark.timeout(40)
+async def test_skill_search_ranks_by_utility_and_a_full_library_retires_failed_skills(
+    nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SKILL_CAP_ENV, "3")
+    query = "swing the pendulum up by pumping energy"
+    nc = await connect(nats_server.url, name="registry-retire-test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        sub = await js.subscribe(subjects.events_filter(subjects.REGISTRY_EVENTS))
+        async with registry_service(nats_server.url, tmp_path) as (client, _):
+            await client.register("skill", "pump-hard", description=query, source="x = 1")
+            await client.register(
+                "skill", "pump-gently", description=f"{query} gently, a little", source="x = 2"
+            )
+            await client.register("skill", "pd-balance", description=SKILLS["pd-balance"][0])
+            before = [s.name for s, _ in await client.search("skill", query, k=2)]
+            assert before == ["pump-hard", "pump-gently"]  # by similarity: both unused
+            for use in range(5):  # five uses that gained nothing: it failed
+                await client.record_skill_use("pump-hard", 0.0, 10.0, use_id=f"c/{use}")
+            after = [s.name for s, _ in await client.search("skill", query, k=2)]
+            assert after == ["pump-gently", "pump-hard"]
+
+            # A fourth skill passes the cap of 3: the failed one is retired.
+            await client.register("skill", "energy-pump", description=SKILLS["energy-pump"][0])
+            event = codec.EVENT_DECODER.decode((await sub.next_msg(timeout=10)).data)
+            assert isinstance(event, SkillRetired)
+            assert (event.name, event.uses, event.utility) == ("pump-hard", 5, 0.0)
+            assert (event.active, event.cap, event.registered) == (3, 3, "energy-pump")
+            retired = await client.get("skill", "pump-hard")
+            assert retired.retired and retired.version == event.version
+            assert "pump-hard" not in [s.name for s, _ in await client.search("skill", query)]
+            # A fifth finds no failed skill to retire: the cap yields to untried skills.
+            await client.register("skill", "torque-clip", description=SKILLS["torque-clip"][0])
+            assert len(await client.list("skill")) == 4
+    finally:
+        await nc.drain()

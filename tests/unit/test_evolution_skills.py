@@ -10,14 +10,20 @@ from evobus.agents.evolution.skills import (
     MAX_SNIPPET_LINES,
     ORIGIN_DIFF,
     ORIGIN_SEED,
+    eviction_order,
     mean_utility,
+    optimistic_utility,
+    rank_for_retrieval,
     seed_skill_for,
     should_evict,
     skill_from_diff,
     skill_resource,
     skill_slug,
+    skill_stats,
+    skill_stem,
     update_utility,
 )
+from evobus.schemas.registry import ParamValue, Resource
 
 PARENT = """\
 import math
@@ -139,3 +145,65 @@ def test_skill_resource_is_a_registry_skill() -> None:
     assert resource.description == draft.trigger and resource.source == draft.snippet
     assert resource.params == {"utility": 1.5, "uses": 3}
     assert resource.metadata == {"origin": ORIGIN_DIFF}
+
+
+def skill(name: str, utility: float = 0.0, uses: int = 0) -> Resource:
+    return Resource(name=name, kind="skill", version=1, params={"utility": utility, "uses": uses})
+
+
+def test_the_optimistic_utility_starts_at_the_prior_and_tends_to_the_mean() -> None:
+    assert optimistic_utility(0.0, 0) == 1.0  # unused: as if it had helped fully
+    assert optimistic_utility(0.0, 1) == 0.5  # one use that gained nothing
+    assert optimistic_utility(0.0, 9) == pytest.approx(0.1)
+    assert optimistic_utility(45.0, 99) == pytest.approx(0.46)  # near the mean 45/99
+    params: dict[str, ParamValue] = {"utility": "lots", "uses": True}
+    assert skill_stats(Resource(name="odd", kind="skill", version=1, params=params)) == (0.0, 0)
+
+
+def test_retrieval_reranks_close_matches_by_utility() -> None:
+    failing = skill("failing", utility=0.0, uses=9)  # optimistic 0.1
+    helping = skill("helping", utility=6.0, uses=9)  # optimistic 0.7
+    fresh = skill("fresh")  # optimistic 1.0
+    hits = [(failing, 10.0), (helping, 9.0), (fresh, 6.0)]
+    ranked = rank_for_retrieval(hits, k=3)
+    # 1.0 + 0.05, 0.9 + 0.35, 0.6 + 0.5: utility reorders the close pair, the new one is tried.
+    assert [s.name for s, _ in ranked] == ["helping", "fresh", "failing"]
+    assert [score for _, score in ranked] == pytest.approx([1.25, 1.1, 1.05])
+    assert [s.name for s, _ in rank_for_retrieval(hits, k=1)] == ["helping"]
+    # A match far weaker than the best stays below it, whatever its utility.
+    assert [s.name for s, _ in rank_for_retrieval([(failing, 10.0), (fresh, 2.0)], k=2)] == [
+        "failing",
+        "fresh",
+    ]
+    # Equal scores keep the similarity order; no hits, no skills.
+    assert [s.name for s, _ in rank_for_retrieval([(fresh, 3.0), (skill("b"), 3.0)], 2)] == [
+        "fresh",
+        "b",
+    ]
+    assert rank_for_retrieval([], k=3) == []
+
+
+def test_eviction_takes_failed_skills_lowest_utility_first_up_to_the_excess() -> None:
+    skills = [
+        skill("untried", 0.0, 4),  # not tried enough: never evicted
+        skill("helping", 3.0, 6),
+        skill("weak", 0.2, 5),  # 0.04 per use
+        skill("useless", 0.0, 8),
+        skill("useless-too", 0.0, 5),  # as useless, but the verdict rests on fewer uses
+    ]
+    assert [s.name for s in eviction_order(skills, over=2)] == ["useless", "useless-too"]
+    assert [s.name for s in eviction_order(skills, over=9)] == ["useless", "useless-too", "weak"]
+    assert [s.name for s in eviction_order(skills, over=1, keep="useless")] == ["useless-too"]
+    assert eviction_order(skills, over=0) == []
+
+
+def test_skills_for_the_same_trigger_share_a_stem() -> None:
+    draft = skill_from_diff(PARENT, CHILD, trigger="never swings up: the torque saturates")
+    again = skill_from_diff(
+        PARENT, CHILD.replace("8.0", "9.0"), trigger=draft.trigger if draft else ""
+    )
+    assert draft is not None and again is not None and draft.name != again.name
+    assert (
+        skill_stem(draft.name) == skill_stem(again.name) == "never-swings-up-the-torque-saturates"
+    )
+    assert skill_stem("pd-balance") == "pd-balance"  # no digest: the name is its stem

@@ -7,8 +7,11 @@ import pytest
 from evobus.agents.evolution.intensity import (
     intensity_tier,
     mutation_intensity,
+    other_means,
+    pool_rank,
     progress_fraction,
 )
+from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
 
 
@@ -131,3 +134,29 @@ def test_mutation_intensity_shrinks_as_the_search_nears_the_ceiling() -> None:
     assert mutation_intensity(0.68, 1.0, 0.0) == 2.0
     assert mutation_intensity(0.72, 1.0, 0.0) == 1.0
     assert mutation_intensity(0.95, 1.0, 0.0) == 0.5
+
+
+def test_without_a_ceiling_the_parents_rank_in_the_pool_grades_the_intensity() -> None:
+    others = [-900.0, -800.0, -700.0, -600.0, -500.0, -400.0, -300.0, -200.0, -100.0]
+    assert pool_rank(-50.0, others) == 1.0
+    assert pool_rank(-1000.0, others) == 0.0
+    assert pool_rank(-100.0, others) == pytest.approx(8.5 / 9)  # a tie counts half
+    assert pool_rank(-1.0, []) is None
+    # Pendulum-like scores, no known ceiling: top of the pool minimal, bottom comprehensive.
+    assert mutation_intensity(-50.0, None, -1200.0, others=others) == 0.5
+    assert mutation_intensity(-250.0, None, -1200.0, others=others) == 1.0  # above 7 of 9
+    assert mutation_intensity(-650.0, None, -1200.0, others=others) == 2.0
+    assert mutation_intensity(-50.0, None, -1200.0) == 1.0  # a pool of one: sizes as they are
+    # A known ceiling still decides, whatever the pool says (prompt_qa).
+    assert mutation_intensity(0.2, 1.0, 0.0, others=[0.0, 0.1]) == 2.0
+
+
+def test_other_means_are_the_evaluated_members_but_the_parent() -> None:
+    pool = CandidatePool()
+    for cid, score in [("c0", -900.0), ("c1", -300.0), ("c2", -600.0)]:
+        pool.add(cid)
+        pool.record(cid, "i0", score)
+    pool.add("c3")  # admitted, not yet evaluated
+    assert other_means(pool, "c1") == [-900.0, -600.0]
+    assert mutation_intensity(-300.0, None, -900.0, others=other_means(pool, "c1")) == 0.5
+    assert mutation_intensity(-900.0, None, -900.0, others=other_means(pool, "c0")) == 2.0

@@ -8,11 +8,20 @@ from evobus.agents.registry import lifecycle
 from evobus.agents.registry.contracts import consolidated, generate_contract
 from evobus.agents.registry.errors import (
     InvalidRequest,
+    InvalidSetting,
     RegistryError,
     ResourceNotFound,
     VersionNotFound,
 )
 from evobus.agents.registry.protocol import error_from_reply, error_reply, operation
+from evobus.agents.registry.skill_library import (
+    MERGE_DISTANCE_ENV,
+    MERGED_FROM,
+    SKILL_CAP_ENV,
+    SkillLibraryPolicy,
+    merged_request,
+    same_stem,
+)
 from evobus.bus import codec, subjects
 from evobus.infra.bm25 import K1, document_weights, query_weights, text_tokens
 from evobus.infra.library import valid_name
@@ -21,6 +30,7 @@ from evobus.schemas.registry import (
     AdmissionReply,
     AdmitRequest,
     ErrorReply,
+    ParamValue,
     ProposalText,
     RegisterRequest,
     RegistryReply,
@@ -243,3 +253,40 @@ def test_errors_survive_the_wire_typed(error: RegistryError) -> None:
     again = error_from_reply(reply)
     assert type(again) is type(error) and str(again) == str(error)
     assert vars(again) == vars(error)
+
+
+def test_the_skill_library_settings_come_from_the_environment_and_name_a_bad_one() -> None:
+    assert SkillLibraryPolicy.from_env({}) == SkillLibraryPolicy(cap=200, merge_distance=0.1)
+    env = {SKILL_CAP_ENV: "50", MERGE_DISTANCE_ENV: "0"}
+    assert SkillLibraryPolicy.from_env(env) == SkillLibraryPolicy(cap=50, merge_distance=0.0)
+    for bad in ({SKILL_CAP_ENV: "lots"}, {SKILL_CAP_ENV: "-1"}):
+        with pytest.raises(InvalidSetting, match=SKILL_CAP_ENV) as caught:
+            SkillLibraryPolicy.from_env(bad)
+        assert caught.value.variable == SKILL_CAP_ENV
+    for distance in ("near", "nan", "3"):
+        with pytest.raises(InvalidSetting, match=MERGE_DISTANCE_ENV):
+            SkillLibraryPolicy.from_env({MERGE_DISTANCE_ENV: distance})
+
+
+def test_a_new_skill_name_finds_the_active_skill_with_its_stem() -> None:
+    def skill(name: str, uses: int = 0, retired: bool = False) -> Resource:
+        params: dict[str, ParamValue] = {"utility": 0.0, "uses": uses}
+        return Resource(name=name, kind="skill", version=1, params=params, retired=retired)
+
+    skills = [
+        skill("never-swings-up-0badc0de", uses=1),
+        skill("never-swings-up-00ddba11", uses=4),  # an older library's duplicate, more used
+        skill("never-swings-up-1234abcd", uses=9, retired=True),
+        skill("pd-balance"),
+    ]
+    found = same_stem("never-swings-up-feedface", skills)
+    assert found is not None and found.name == "never-swings-up-00ddba11"
+    assert same_stem("pd-balance-cafe0123", skills) == skills[3]
+    assert same_stem("energy-pump-cafe0123", skills) is None
+
+    request = RegisterRequest(
+        kind="skill", name="never-swings-up-feedface", source="x = 1", metadata={"origin": "diff"}
+    )
+    merged = merged_request(request, found)
+    assert merged.name == found.name and merged.source == "x = 1"
+    assert merged.metadata == {"origin": "diff", MERGED_FROM: "never-swings-up-feedface"}
