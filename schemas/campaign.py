@@ -39,12 +39,15 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     """Hard limits of a campaign; 0 means unlimited for ``evaluations`` and ``tokens``.
 
     ``tokens`` counts prompt and completion tokens of every model call the campaign's work made.
+    ``target_score`` stops the campaign (completed, "target score reached") once its validated
+    best, the seed's score included, is at least this score; None never stops early.
     """
 
     proposals: PositiveInt = 60
     evaluations: NonNegativeInt = 0
     wall_seconds: PositiveFloat = 240.0
     tokens: NonNegativeInt = 0
+    target_score: float | None = None
 
 
 class CampaignSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -232,8 +232,8 @@ class StageLoad(msgspec.Struct, frozen=True, kw_only=True):
     """One pipeline stage at a progress tick.
 
     ``in_flight``: its work items on the bus; ``queued``: steps waiting for one of its slots;
-    ``workers``: its in-flight target K; ``per_minute``: items it finished per minute over the
-    rate window.
+    ``workers``: its in-flight target K; ``per_minute``: steps that left the stage per minute
+    over the rate window (a step's parent and child evaluations count as one).
     """
 
     in_flight: int
@@ -364,6 +364,24 @@ class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recov
     removed: tuple[str, ...] = ()
 
 
+class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired"):
+    """The registry retired a skill that failed (REFLEX §3.4: used ``uses`` times, gaining less
+    than 0.05 per use) because a registration left more than ``cap`` active skills; it leaves
+    search, its history stays (``registered``: the skill whose registration passed the cap;
+    ``active``: active skills afterwards). Published on the reserved campaign id ``registry``:
+    the library is shared by every campaign."""
+
+    campaign: str
+    at: float
+    name: str
+    version: int
+    utility: float
+    uses: int
+    active: int
+    cap: int
+    registered: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -389,6 +407,7 @@ Event = (
     | AgentExited
     | AgentRestarted
     | StoreRecovered
+    | SkillRetired
 )
 
 

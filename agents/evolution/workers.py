@@ -5,6 +5,12 @@ count. If a stage produces items at more than twice the median stage rate, we de
 worker count. Each adjustment changes the worker count by at most one, and each stage has a
 minimum and maximum worker count." The production rate is "the number of queue items that a
 stage writes to its downstream queue per second"; ``RateMeter`` measures it.
+
+Rates alone cannot find the bottleneck of a pipeline whose entry is throttled (every stage then
+passes the same steps per second), so §3.4's other signal, queue pressure ("FlashEvolve therefore
+monitors queue pressure"), decides first: ``reallocate_with_pressure`` gives a stage with every
+slot busy and items waiting for it one more worker, and never gives one to a stage with idle
+slots and no queue — its low rate says it is starved, not slow.
 """
 
 from __future__ import annotations
@@ -40,6 +46,29 @@ class StageBounds:
 DEFAULT_BOUNDS = StageBounds(minimum=1, maximum=1024)
 
 
+@dataclass(frozen=True)
+class StagePressure:
+    """How loaded a stage is right now.
+
+    Attributes:
+        in_flight: items the stage is working on (its slots in use).
+        queued: items ready for the stage, waiting for a free slot.
+    """
+
+    in_flight: int
+    queued: int
+
+
+@dataclass(frozen=True)
+class Adjustment:
+    """One stage's worker count moved by one, and why (for the event log)."""
+
+    stage: str
+    old: int
+    new: int
+    reason: str
+
+
 def reallocate(
     rates: Mapping[str, float], workers: Mapping[str, int], bounds: Mapping[str, StageBounds]
 ) -> dict[str, int]:
@@ -73,6 +102,49 @@ def reallocate(
         # "Each adjustment changes the worker count by at most one."
         result[stage] = count + max(-1, min(1, target - count))
     return result
+
+
+def reallocate_with_pressure(
+    rates: Mapping[str, float],
+    workers: Mapping[str, int],
+    bounds: Mapping[str, StageBounds],
+    pressure: Mapping[str, StagePressure],
+) -> list[Adjustment]:
+    """One §3.4 adjustment under queue pressure: the stages whose worker count moves, by one.
+
+    A stage with items queued for it while every one of its slots is busy is the bottleneck and
+    gains a worker, whatever its rate. Otherwise the rate rule of ``reallocate`` applies, except
+    that a stage with idle slots and nothing queued never gains one (it waits for its inputs; more
+    workers would wait too). Stages not in ``pressure`` follow the rate rule alone. Bounds as in
+    ``reallocate``: a count moves by at most one, toward and then within its bounds.
+
+    Raises:
+        ValueError: a rate is negative or not finite.
+    """
+    by_rate = reallocate(rates, workers, bounds)
+    median = statistics.median(rates.values()) if len(rates) >= 2 else 0.0
+    changes = []
+    for stage, count in workers.items():
+        load = pressure.get(stage)
+        stage_bounds = bounds.get(stage, DEFAULT_BOUNDS)
+        if load is not None and load.queued > 0 and load.in_flight >= count:
+            target = min(max(count + 1, stage_bounds.minimum), stage_bounds.maximum)
+            new = count + max(-1, min(1, target - count))
+            reason = (
+                f"{stage} is the bottleneck: {load.queued} waiting for it, "
+                f"{load.in_flight} in flight for a target of {count}"
+            )
+        else:
+            new = by_rate[stage]
+            starved = load is not None and load.in_flight < count and not load.queued
+            if starved and new > count >= stage_bounds.minimum:
+                new = count  # starved, not slow
+            rate = rates.get(stage, 0.0)
+            direction = "under half" if new > count else "over twice"
+            reason = f"{stage} passes {rate:.3g} steps/s, {direction} the median {median:.3g}/s"
+        if new != count:
+            changes.append(Adjustment(stage=stage, old=count, new=new, reason=reason))
+    return changes
 
 
 class RateMeter:

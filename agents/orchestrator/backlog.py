@@ -134,9 +134,10 @@ def late_admission(
 
 
 def skill_registered(
-    state: CampaignState, registration: SkillRegistration, version: int, now: float
+    state: CampaignState, registration: SkillRegistration, name: str, version: int, now: float
 ) -> Step:
-    """The registry has a queued skill (at ``version``): it leaves the queue, and is learned."""
+    """The registry has a queued skill as ``name`` at ``version`` (the draft's own name, or the
+    skill it near-duplicated and was merged into): it leaves the queue, and is learned."""
     step = Step()
     if registration in state.skill_registrations:
         state.skill_registrations.remove(registration)
@@ -145,9 +146,7 @@ def skill_registered(
     )
     state.emit(
         step,
-        SkillLearned(
-            campaign=state.cid, at=now, name=registration.name, version=version, origin=origin
-        ),
+        SkillLearned(campaign=state.cid, at=now, name=name, version=version, origin=origin),
     )
     return step
 

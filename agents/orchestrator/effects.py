@@ -276,7 +276,9 @@ class Effects:
                 log.warning("campaign %s: skill %s dropped: %s", state.cid, skill.name, exc)
                 state.skill_registrations.remove(skill)
             else:
-                steps.append(state.skill_registered(skill, resource.version, time.time()))
+                steps.append(
+                    state.skill_registered(skill, resource.name, resource.version, time.time())
+                )
 
     async def _credit_skill_uses(self, steps: list[Step]) -> None:
         """Credit the skill uses the state holds (REFLEX §3.4). Each carries its use id, so one

@@ -2,8 +2,9 @@
 
 Asynchronous mode keeps each stage's target K in flight (FlashEvolve §3.1), applies the
 staleness policy when a proposal's turn to be evaluated comes (§3.2) and rebalances the stages'
-targets by their production rates (§3.4); the synchronous baseline moves a generation through
-each stage together.
+targets by queue pressure and production rates (§3.4); the synchronous baseline moves a
+generation through each stage together. A step's stages: explore (its parents scored on its
+minibatch) → [diagnose] → propose → [ε-net] → [repair] → evaluate (its child) → decide.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from evobus.agents.evolution.reordering import reorder
-from evobus.agents.evolution.speculative import speculative_prefix
 from evobus.agents.evolution.staleness import StaleAction, decide_staleness
-from evobus.agents.evolution.workers import StageBounds, reallocate
-from evobus.agents.orchestrator.chains import propose, start_chain
+from evobus.agents.evolution.workers import StageBounds, StagePressure, reallocate_with_pressure
+from evobus.agents.orchestrator.chains import diagnose, propose, start_chain
 from evobus.agents.orchestrator.decide import decide
 from evobus.agents.orchestrator.speculation import forget
 from evobus.agents.orchestrator.steps import (
+    PASSED_DIAGNOSE,
     REBALANCED,
     SEED_ID,
     STALE_PARENT_ACTION,
@@ -64,34 +64,43 @@ def _waiting(state: CampaignState, stage: ChainStage) -> list[Chain]:
 
 
 def _refill_async(state: CampaignState, step: Step, now: float) -> None:
-    """FlashEvolve §3.1: every stage keeps up to its target K in flight; proposals wait for
-    an evaluate slot in a bounded queue (admission control), and new steps start only while
-    there is room for what they will produce, so a fast stage cannot flood a slow one."""
+    """FlashEvolve §3.1: every stage keeps up to its target K in flight; steps wait for a slot
+    in the queue before it, oldest first, and the stages nearest the decision go first; new steps
+    start only while there is room for what they will produce, so a fast stage cannot flood a
+    slow one. The evaluate stage's K bounds the steps with evaluations in flight, their parents'
+    (explore) or their child's."""
     targets = state.targets
     for chain in _waiting(state, "ready"):  # oldest first
-        if _count(state, "evaluate") >= targets["evaluate"]:
+        if _count(state, *EVALUATING) >= targets["evaluate"]:
             break
         _dispatch_ready(state, step, chain, now)
     for chain in _waiting(state, "diagnosed"):
         if _count(state, "propose") >= targets["propose"]:
             break
         propose(state, step, chain)
+    for chain in _waiting(state, "explored"):
+        if _count(state, "diagnose") >= targets["diagnose"]:
+            break
+        diagnose(state, step, chain)
     # Every started step will need an evaluate slot: count them all against the queue, so
     # that proposals cannot pile up (and go stale) faster than they are evaluated.
     queue = state.strategy.queue or targets["propose"] + targets["evaluate"]
     while (
         _can_start(state)
-        and _count(state, "diagnose") < targets["diagnose"]
+        and _count(state, *EVALUATING) < targets["evaluate"]
+        and _count(state, "explored", "diagnose") < targets["diagnose"]
         and _count(state, "diagnosed", "propose") < targets["propose"]
         and _count(state, *BEFORE_EVALUATION) < queue
     ):
-        chain = start_chain(state, step, now)
-        if chain.stage == "diagnosed" and _count(state, "propose") < targets["propose"]:
-            propose(state, step, chain)
+        start_chain(state, step, now)
 
 
-# The stages of a step between its start and its evaluation (what the queue bounds).
+# The stages of a step with evaluations in flight: what the evaluate stage's K bounds.
+EVALUATING: tuple[ChainStage, ...] = ("explore", "evaluate")
+# The stages of a step between its start and its child's evaluation (what the queue bounds).
 BEFORE_EVALUATION: tuple[ChainStage, ...] = (
+    "explore",
+    "explored",
     "diagnose",
     "diagnosed",
     "propose",
@@ -103,17 +112,20 @@ BEFORE_EVALUATION: tuple[ChainStage, ...] = (
 
 def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
     """The synchronous baseline (GEPA-style): a generation of ``in_flight`` steps passes
-    each stage together — every diagnosis before any proposal, every proposal before any
-    evaluation, every evaluation before any decision."""
+    each stage together — every parent scored before any diagnosis, every diagnosis before any
+    proposal, every proposal before any evaluation, every evaluation before any decision."""
     if not state.live:
         budget = state.spec.campaign.budget
         for _ in range(min(state.strategy.in_flight, budget.proposals - state.proposals)):
             if _can_start(state):
                 start_chain(state, step, now)
-    if not _count(state, "diagnose"):
+    if not _count(state, "explore"):
+        for chain in _waiting(state, "explored"):
+            diagnose(state, step, chain)
+    if not _count(state, "explore", "explored", "diagnose"):
         for chain in _waiting(state, "diagnosed"):
             propose(state, step, chain)
-    if not _count(state, "diagnose", "diagnosed", "propose", "admitting"):
+    if not _count(state, "explore", "explored", "diagnose", "diagnosed", "propose", "admitting"):
         for chain in _waiting(state, "ready"):
             _dispatch_ready(state, step, chain, now)
     evaluated = _waiting(state, "evaluated")
@@ -164,31 +176,29 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
 
 
 def _evaluate_chain(state: CampaignState, step: Step, chain: Chain) -> None:
-    """POLCA Algorithm 1: evaluate the child and re-evaluate its parents on one minibatch.
+    """POLCA Algorithm 1, lines 9-10: evaluate the child on the minibatch its parents were
+    scored on, before it joins the pool (when decided).
 
-    With speculation on (async mode), the child's minibatch is reordered so instances it is
-    likely to pass anyway leave the speculative prefix (FlashEvolve §3.3, w rounds), and
-    the evaluator reports the prefix's score first.
+    With speculation on (async mode), the evaluator reports the score of the minibatch's
+    speculative prefix first (FlashEvolve §3.3). A step restored from a snapshot of an evobus
+    that scored the parents with the child has no parent scores yet: they come with the child's.
     """
     assert chain.candidate_id is not None
     chain.stage = "evaluate"
-    if state.strategy.mode == "async" and state.strategy.speculative_alpha > 0:
-        prefix = speculative_prefix(len(chain.minibatch), state.strategy.speculative_alpha)
-        chain.minibatch = reorder(
-            chain.minibatch, state.passes, prefix, state.strategy.reorder_window
-        )
-        chain.speculative_prefix = prefix
-    # POLCA Algorithm 1, lines 9-10: evaluate first, join the pool when decided.
-    for cid in (chain.candidate_id, *dict.fromkeys(chain.parent_ids)):
-        chain.waiting += 1
-        prefix = chain.speculative_prefix if cid == chain.candidate_id else 0
-        state.evaluate(
-            step,
-            state.candidates[cid],
-            chain.minibatch,
-            Pending("evaluate", chain, cid),
-            speculative_prefix=prefix,
-        )
+    chain.waiting += 1
+    state.evaluate(
+        step,
+        state.candidates[chain.candidate_id],
+        chain.minibatch,
+        Pending("evaluate", chain, chain.candidate_id),
+        speculative_prefix=chain.speculative_prefix,
+    )
+    for parent in dict.fromkeys(chain.parent_ids):
+        if parent not in chain.evaluations:
+            chain.waiting += 1
+            state.evaluate(
+                step, state.candidates[parent], chain.minibatch, Pending("evaluate", chain, parent)
+            )
 
 
 def _repair(state: CampaignState, step: Step, chain: Chain) -> None:
@@ -248,36 +258,43 @@ def on_repaired(
 
 
 def rebalance(state: CampaignState, step: Step, now: float) -> None:
-    """FlashEvolve §3.4: a stage producing under half the median rate gets one more worker,
-    one over twice the median one fewer, within [workers_min, workers_max]; the agents
-    serving it are told on ``evo.control.<stage>``."""
+    """FlashEvolve §3.4: the stage with steps queued for it and every slot busy gets one more
+    worker; otherwise a stage passing steps at under half the median rate gets one more (unless
+    it has idle slots and nothing queued: it is starved, not slow), one over twice the median
+    one fewer — within [workers_min, workers_max]. Rates count steps (``RATE_WINDOW_SECONDS``);
+    the agents serving a stage are told on ``evo.control.<stage>``."""
     if not state.strategy.adaptive_workers or state.strategy.mode != "async":
         return
-    rates = {k: v for k, v in state.rates.rates(now).items() if k in REBALANCED}
+    measured = state.rates.rates(now)
+    if PASSED_DIAGNOSE in measured:  # the steps that needed no diagnosis passed it too
+        measured["diagnose"] = measured.get("diagnose", 0.0) + measured.pop(PASSED_DIAGNOSE)
+    # A stage that passed no step in the window has rate 0 (once any stage has a rate).
+    rates = {stage: measured.get(stage, 0.0) for stage in REBALANCED} if measured else {}
     bounds = {
         stage: StageBounds(state.strategy.workers_min, state.strategy.workers_max)
         for stage in state.targets
     }
-    targets = reallocate(rates, state.targets, bounds)
-    for stage, new in targets.items():
-        old = state.targets[stage]
-        if new == old:
-            continue
-        direction = "under half" if new > old else "over twice"
+    pressure = {
+        "diagnose": StagePressure(_count(state, "diagnose"), _count(state, "explored")),
+        "propose": StagePressure(_count(state, "propose"), _count(state, "diagnosed")),
+        "evaluate": StagePressure(_count(state, *EVALUATING), _count(state, "ready")),
+    }
+    workers = {stage: state.targets[stage] for stage in REBALANCED}
+    for change in reallocate_with_pressure(rates, workers, bounds, pressure):
         state.emit(
             step,
             WorkersChanged(
                 campaign=state.cid,
                 at=now,
-                stage=stage,
-                old=old,
-                new=new,
+                stage=change.stage,
+                old=change.old,
+                new=change.new,
                 rates={k: round(v, 4) for k, v in rates.items()},
-                reason=f"{stage} produces {direction} the median rate",
+                reason=change.reason,
             ),
         )
         step.controls.append(
-            WorkersTarget(stage=stage, concurrency=new, campaign=state.cid, at=now)
+            WorkersTarget(stage=change.stage, concurrency=change.new, campaign=state.cid, at=now)
         )
-    state.targets = targets
+        state.targets[change.stage] = change.new
     refill(state, step, now)

@@ -23,7 +23,7 @@ PIPELINE_STAGES = ("diagnose", "propose", "repair", "evaluate")
 # evaluations too).
 _STAGE_OF_KIND = {"seed": "evaluate", "validate": "evaluate"}
 # Where a step waits for a stage's slot.
-_QUEUE_OF_STAGE = {"propose": "diagnosed", "evaluate": "ready"}
+_QUEUE_OF_STAGE = {"diagnose": "explored", "propose": "diagnosed", "evaluate": "ready"}
 
 
 class RunningClock:

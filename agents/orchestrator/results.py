@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.evolution.pool import sample_minibatch
-from evobus.agents.orchestrator.chains import on_proposal
+from evobus.agents.orchestrator.chains import explored, on_proposal
 from evobus.agents.orchestrator.decide import confirm, decide
 from evobus.agents.orchestrator.failures import evaluation_error, seed_failure
 from evobus.agents.orchestrator.pipeline import on_repaired, refill
 from evobus.agents.orchestrator.speculation import drop_chain, on_partial
 from evobus.agents.orchestrator.steps import (
     SEED_ID,
+    TARGET_REACHED,
     Chain,
     Pending,
     SkillRegistration,
@@ -63,8 +64,6 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
     if pending is None or state.phase == "finished":
         return step
     state.results_applied += 1
-    if pending.kind in ("diagnose", "propose", "evaluate", "repair"):
-        state.rates.record(pending.kind, now)
     state.usage = state.usage + result.usage
     if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
         state.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
@@ -85,11 +84,14 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case Evaluation():
             _on_evaluation(state, step, pending, result, sender, now)
         case Diagnosis() if chain is not None:
+            state.rates.record("diagnose", now)
             chain.diagnosis = result
             chain.stage = "diagnosed"  # refill hands it a propose slot
         case Repaired() if chain is not None:
+            state.rates.record("repair", now)
             on_repaired(state, step, chain, result, now)
         case Proposal() if chain is not None:
+            state.rates.record("propose", now)
             on_proposal(state, step, chain, result, now)
         case Summary():
             state.run_summary = result.text
@@ -106,9 +108,14 @@ def _check_budgets(state: CampaignState, step: Step, now: float) -> None:
     """The token and evaluation budgets are hard stops, checked after every applied result:
     what is in flight is dropped (the shell purges the campaign's queued work when it finishes,
     and snapshots the finished state). Proposals stop new steps in ``refill``; wall time on the
-    clock's tick."""
+    clock's tick. A campaign whose validated best (the seed's score included) reaches the
+    budget's ``target_score`` is done: it completes at once, the same way."""
     budget = state.spec.campaign.budget
     if state.phase == "finished":
+        return
+    target = budget.target_score
+    if target is not None and state.best_validation is not None and state.best_validation >= target:
+        state.finish(step, now, "completed", TARGET_REACHED)
         return
     if budget.tokens and state.usage.total_tokens >= budget.tokens:
         spent = "token"
@@ -276,11 +283,16 @@ def _on_evaluation(
     assert chain is not None
     chain.evaluations[pending.candidate_id] = ev
     chain.waiting -= 1
-    if chain.waiting == 0:
-        if state.strategy.mode == "sync":
-            chain.stage = "evaluated"  # the generation's barrier decides (in refill)
-        else:
-            decide(state, step, chain, now)
+    if chain.waiting > 0:
+        return
+    if chain.stage == "explore":  # the parents are scored: on to the critic or the actor
+        explored(state, chain, now)
+        return
+    state.rates.record("evaluate", now)  # a step counts once, whatever it evaluated
+    if state.strategy.mode == "sync":
+        chain.stage = "evaluated"  # the generation's barrier decides (in refill)
+    else:
+        decide(state, step, chain, now)
 
 
 def _seed_ready(state: CampaignState, step: Step, now: float) -> None:

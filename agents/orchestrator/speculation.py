@@ -1,9 +1,9 @@
 """Speculative candidates (FlashEvolve §3.3), and the bookkeeping of steps and pool changes.
 
-A child whose prefix score beats its parent's mean joins the pool before its full evaluation,
-and is confirmed or removed when that comes; the instances children pass reorder later
-minibatches. Every change of the pool is logged (reflective repair reads the log), and a step
-that ends without a decision is forgotten here.
+A child whose prefix score beats its parent's on the same prefix joins the pool before its full
+evaluation, and is confirmed or removed when that comes; the instances children pass reorder
+later minibatches. Every change of the pool is logged (reflective repair reads the log), and a
+step that ends without a decision is forgotten here.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ if TYPE_CHECKING:
 def on_partial(
     state: CampaignState, step: Step, pending: Pending, partial: PartialEvaluation, now: float
 ) -> None:
-    """FlashEvolve §3.3: a child whose prefix score beats its parent's mean joins the pool
-    as a speculative candidate (selectable as a parent) until its full evaluation."""
+    """FlashEvolve §3.3: a child whose prefix score beats its parent's on the same prefix
+    instances joins the pool as a speculative candidate (selectable as a parent) until its full
+    evaluation. A partial seen before (a redelivered evaluation) changes nothing."""
     chain = pending.chain
     cid = pending.candidate_id
     if chain is None or cid != chain.candidate_id or partial.score != partial.score:
         return
-    parent = chain.parent_ids[0]
-    stats = state.pool.stats(parent)
-    threshold = stats.mean if stats.count else state.last_evaluation[parent].score
+    if cid in state.pool or state.speculative.is_speculative(cid):
+        return
+    threshold = _prefix_threshold(state, chain, partial)
     if not state.speculative.admit(cid, partial.score, threshold):
         return
     state.pool.add(cid)
@@ -48,6 +49,22 @@ def on_partial(
             instances=len(partial.instances),
         ),
     )
+
+
+def _prefix_threshold(state: CampaignState, chain: Chain, partial: PartialEvaluation) -> float:
+    """What a child's prefix score must beat: its first parent's score on the same prefix of
+    the step's minibatch (the acceptance condition, Δ > 0 on one minibatch, on the prefix),
+    else the parent's mean, else the task's failure score."""
+    parent = chain.parent_ids[0]
+    scored = chain.evaluations.get(parent)
+    head = scored.instances[: len(partial.instances)] if scored is not None else ()
+    paired = [s.instance for s in head] == [s.instance for s in partial.instances]
+    if scored is not None and not scored.error and head and paired:
+        return sum(s.score for s in head) / len(head)
+    stats = state.pool.stats(parent)
+    if stats.count:
+        return stats.mean
+    return scored.score if scored is not None else state.plan.failure_score
 
 
 def settle_speculative(

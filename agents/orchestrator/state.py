@@ -2,9 +2,11 @@
 
 One *step* (POLCA Algorithm 1, one iteration; REFLEX Algorithm 1, one generation) is a chain:
 
-    select parent(s) by priority → choose an operator (bandit, or a forced burst)
-    → [m_diag: the critic's diagnosis] → the actor's proposal → ε-net admission (registry)
-    → evaluate the child AND re-evaluate its parents on one minibatch → decide.
+    select parent(s) by priority and a minibatch → choose an operator (bandit, or a forced
+    burst) → re-evaluate the parents on the minibatch (POLCA Algorithm 1, lines 3-6; REFLEX's
+    behavioral evidence of an m_diag parent is drawn there) → [m_diag: the critic's diagnosis]
+    → the actor's proposal → ε-net admission (registry) → evaluate the child on the same
+    minibatch → decide.
 
 ``strategy.in_flight`` chains run at once. Deciding updates the pool statistics, the bandit,
 skill utilities, the rolling history and the stagnation detector; an improving child is tagged
@@ -277,9 +279,12 @@ class CampaignState:
         """Apply the ε-net's verdict on a proposal admitted unfiltered (``backlog``)."""
         return backlog.late_admission(self, candidate_id, rejection, now)
 
-    def skill_registered(self, registration: SkillRegistration, version: int, now: float) -> Step:
-        """Announce a queued skill the registry now has (``version``), extracted or seeded."""
-        return backlog.skill_registered(self, registration, version, now)
+    def skill_registered(
+        self, registration: SkillRegistration, name: str, version: int, now: float
+    ) -> Step:
+        """Announce a queued skill the registry now has as ``name`` (merged into a near
+        duplicate, or its own) at ``version``, extracted or seeded."""
+        return backlog.skill_registered(self, registration, name, version, now)
 
     def skill_updated(self, name: str, utility: float, uses: int, delta: float, now: float) -> Step:
         """Announce a skill's new utility after a child that used it was decided."""

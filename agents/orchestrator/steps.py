@@ -24,10 +24,16 @@ from evobus.schemas.tools import ToolSpec
 Status = Literal["completed", "failed"]
 Phase = Literal["tools", "seed", "evolving", "finished"]
 SEED_ID = "c0000"
+# The stop reason of a campaign whose validated best reached ``[campaign.budget] target_score``.
+TARGET_REACHED = "target score reached"
 ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based critic; no LLM)"
-# FlashEvolve §3.4: production rates over this window, rebalanced this often.
+# FlashEvolve §3.4: production rates over this window, rebalanced this often. A rate counts
+# steps, not work items: a step counts once as it leaves a stage (its parents' and its child's
+# evaluations as one), and a step that needs no diagnosis counts as ``PASSED_DIAGNOSE`` when it
+# passes that stage, so every stage's rate is in steps per second.
 RATE_WINDOW_SECONDS = 60.0
 WORKERS_PERIOD_SECONDS = 10.0
+PASSED_DIAGNOSE = "diagnose:passed"
 # The stage targets are sent again this often, for agents that started after the last time.
 TARGETS_RESEND_SECONDS = 2.0
 REBALANCED = ("diagnose", "propose", "evaluate")
@@ -77,13 +83,15 @@ class TaskPlan:
 
 # Where a step is: waiting for a stage's work, or parked between stages (a queue).
 ChainStage = Literal[
+    "explore",  # its parents' evaluations on its minibatch in flight (POLCA Alg. 1 l. 5)
+    "explored",  # m_diag: parents scored, waiting for a diagnose slot
     "diagnose",  # DiagnoseWork in flight
-    "diagnosed",  # waiting for a propose slot
+    "diagnosed",  # waiting for a propose slot (diagnosed, or an operator that needs none)
     "propose",  # ProposeWork in flight
     "admitting",  # at the registry's ε-net
     "ready",  # a proposal waiting for an evaluate slot (the staleness check happens here)
     "repair",  # RepairWork in flight (reflective staleness)
-    "evaluate",  # evaluations in flight
+    "evaluate",  # the child's evaluation in flight
     "evaluated",  # sync mode: waiting for the barrier before the decision
 ]
 

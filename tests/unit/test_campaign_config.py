@@ -22,6 +22,12 @@ def test_defaults_fill_missing_sections() -> None:
     spec = parse_campaign('[campaign]\ntask = "pendulum"\n')
     assert spec.strategy.in_flight == 4
     assert not spec.sandbox.allow_unisolated
+    assert spec.campaign.budget.target_score is None  # no early stop
+
+
+def test_a_target_score_is_read() -> None:
+    text = '[campaign]\ntask = "pendulum"\n[campaign.budget]\ntarget_score = -150\n'
+    assert parse_campaign(text).campaign.budget.target_score == -150.0
 
 
 @pytest.mark.parametrize(
@@ -38,6 +44,16 @@ def test_defaults_fill_missing_sections() -> None:
         ('[campaign]\ntask = "p"\n[sandbox]\nmemory_mb = 8\n', "sandbox.memory_mb", ">= 64"),
         ('[campaign]\ntask = "p"\n[llm]\nprovider = "gpt"\n', "llm.provider", "offline"),
         ('[campaign]\ntask = "p"\n[bogus]\n', "bogus", "unknown field"),
+        (
+            '[campaign]\ntask = "p"\n[campaign.budget]\ntarget_score = "high"\n',
+            "campaign.budget.target_score",
+            "float",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[campaign.budget]\ntarget_score = nan\n',
+            "campaign.budget.target_score",
+            "finite",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:

@@ -374,7 +374,8 @@ def schema_tables() -> dict[str, dict[str, str]]:
                 default = field.default
                 if default is msgspec.NODEFAULT:
                     default = field.default_factory()
-                keys[field.name] = f"`{toml_value(default)}`"
+                # None has no TOML spelling: the key is left out (e.g. budget.target_score).
+                keys[field.name] = "unset" if default is None else f"`{toml_value(default)}`"
 
     spec = msgspec.inspect.type_info(CampaignSpec)
     assert isinstance(spec, msgspec.inspect.StructType)

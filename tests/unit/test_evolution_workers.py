@@ -6,7 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from evobus.agents.evolution.workers import RateMeter, StageBounds, reallocate
+from evobus.agents.evolution.workers import (
+    RateMeter,
+    StageBounds,
+    StagePressure,
+    reallocate,
+    reallocate_with_pressure,
+)
 
 _WIDE = StageBounds(minimum=1, maximum=10)
 
@@ -90,6 +96,44 @@ def test_each_change_is_at_most_one_and_stays_in_bounds(
         b = bounds.get(stage, StageBounds(1, 1024))
         if b.minimum <= count <= b.maximum:
             assert b.minimum <= result[stage] <= b.maximum
+
+
+def test_the_bottleneck_gains_a_worker_and_an_idle_stage_none() -> None:
+    # Seen in a campaign: evaluate 9 in flight for a target of 4 with 7 steps queued, diagnose
+    # idle. Its rates counted per result (evaluate: a child and its parent per step; diagnose:
+    # m_diag steps only), the rate rule alone gave idle diagnose a worker and took one from
+    # the bottleneck.
+    rates = {"diagnose": 0.1, "propose": 0.3, "evaluate": 0.7}
+    workers = {"diagnose": 4, "propose": 4, "evaluate": 4}
+    bounds = dict.fromkeys(workers, _WIDE)
+    assert reallocate(rates, workers, bounds) == {"diagnose": 5, "propose": 4, "evaluate": 3}
+    pressure = {
+        "diagnose": StagePressure(in_flight=0, queued=0),
+        "propose": StagePressure(in_flight=1, queued=0),
+        "evaluate": StagePressure(in_flight=9, queued=7),
+    }
+    (change,) = reallocate_with_pressure(rates, workers, bounds, pressure)
+    assert (change.stage, change.old, change.new) == ("evaluate", 4, 5)
+    assert "bottleneck" in change.reason and "7 waiting" in change.reason
+    # At its maximum the bottleneck stays; a stage above its maximum steps down toward it.
+    capped = {stage: StageBounds(1, 4) for stage in workers}
+    assert reallocate_with_pressure(rates, workers, capped, pressure) == []
+    over = reallocate_with_pressure(rates, {**workers, "evaluate": 6}, capped, pressure)
+    assert [(c.stage, c.new) for c in over] == [("evaluate", 5)]
+
+
+def test_a_busy_slow_stage_gains_by_its_rate_and_a_fast_one_loses() -> None:
+    rates = {"diagnose": 1.0, "propose": 0.2, "evaluate": 5.0}
+    workers = {"diagnose": 2, "propose": 2, "evaluate": 2}
+    pressure = {
+        "diagnose": StagePressure(in_flight=2, queued=0),
+        "propose": StagePressure(in_flight=2, queued=0),  # busy, nothing queued: slow
+        "evaluate": StagePressure(in_flight=0, queued=0),
+    }
+    changes = reallocate_with_pressure(rates, workers, {}, pressure)
+    assert [(c.stage, c.old, c.new) for c in changes] == [("propose", 2, 3), ("evaluate", 2, 1)]
+    assert "under half the median" in changes[0].reason
+    assert "over twice the median" in changes[1].reason
 
 
 def test_rate_meter_counts_items_in_the_window() -> None:

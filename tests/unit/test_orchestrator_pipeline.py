@@ -3,8 +3,16 @@ result through the orchestrator's state machine."""
 
 from __future__ import annotations
 
+import pytest
+
+from evobus.agents.orchestrator.pipeline import BEFORE_EVALUATION
 from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.steps import SEED_ID, WORKERS_PERIOD_SECONDS, Step
+from evobus.agents.orchestrator.steps import (
+    PASSED_DIAGNOSE,
+    SEED_ID,
+    WORKERS_PERIOD_SECONDS,
+    Step,
+)
 from evobus.schemas.events import (
     CandidateAccepted,
     CandidateRejected,
@@ -18,35 +26,41 @@ from tests.unit.test_orchestrator_state import (
     EVALUATOR,
     diagnosis,
     evaluation,
+    explore,
+    exploring,
     make_state,
     of_type,
+    one_step,
     proposal,
     seeded,
 )
 
 
 def two_proposals(state: CampaignState) -> tuple[Step, list[EvaluateWork]]:
-    """Two steps diagnosed and proposed at once; the evaluate stage (K = 1) takes the first."""
-    diagnoses = of_type(seeded(state), DiagnoseWork)
+    """Two steps diagnosed and proposed while a third scores its parent: the evaluate stage
+    (K = 1) then takes the first child, and the second waits in the queue."""
+    first = explore(state, seeded(state))  # step 1's parent is scored; step 2 starts
+    diagnoses = of_type(first, DiagnoseWork) + of_type(explore(state, first), DiagnoseWork)
     assert len(diagnoses) == 2  # K_diagnose = 2
-    proposes = [
-        w for d in diagnoses for w in of_type(state.apply(diagnosis(d), None, 3.0), ProposeWork)
-    ]
+    started = []
+    for d in diagnoses:
+        started.append(state.apply(diagnosis(d), None, 3.0))
+    proposes = [w for s in started for w in of_type(s, ProposeWork)]
     assert len(proposes) == 2
-    first = state.apply(proposal(proposes[0]), None, 4.0)
-    evaluations = of_type(first, EvaluateWork)
-    assert {w.candidate.id for w in evaluations} == {"c0001", SEED_ID}
+    # The first diagnosis freed a slot: step 3 started, its parent holds the evaluate slot.
+    assert [w.candidate.id for s in started for w in exploring(state, s)] == [SEED_ID]
+    assert not of_type(state.apply(proposal(proposes[0]), None, 4.0), EvaluateWork)
     second = state.apply(proposal(proposes[1]), None, 4.1)
     assert not of_type(second, EvaluateWork)  # queued: the evaluate stage is full
-    assert not of_type(second, DiagnoseWork)  # admission control: the queue (1) is full
-    assert [c.stage for c in state.live] == ["evaluate", "ready", "diagnose", "diagnose"]
+    evaluations = of_type(explore(state, started[0], at=4.2), EvaluateWork)
+    assert [w.candidate.id for w in evaluations] == ["c0001"]  # the parents were scored
+    assert [c.stage for c in state.live] == ["evaluate", "ready", "diagnose"]
     return second, evaluations
 
 
 def decide_first(state: CampaignState, evaluations: list[EvaluateWork], child: float) -> Step:
-    child_work = next(w for w in evaluations if w.candidate.id != SEED_ID)
-    parent_work = next(w for w in evaluations if w.candidate.id == SEED_ID)
-    state.apply(evaluation(parent_work, -1000.0), EVALUATOR, 5.0)
+    """The first child's evaluation: its parent scored -1000 on the same minibatch."""
+    (child_work,) = evaluations
     return state.apply(evaluation(child_work, child), EVALUATOR, 5.1)
 
 
@@ -62,7 +76,7 @@ def test_guarded_staleness_discards_a_proposal_the_pool_moved_past() -> None:
     assert (stale.candidate_id, stale.delta, stale.action) == ("c0002", 1, "discard")
     assert "Δ 1 > Δmax 0" in stale.reason
     assert not any(w.candidate.id == "c0002" for w in of_type(decided, EvaluateWork))
-    assert [c.stage for c in state.live] == ["diagnose", "diagnose"]  # started meanwhile
+    assert [c.stage for c in state.live] == ["diagnose", "explore"]  # step 4 started meanwhile
 
 
 def test_guarded_staleness_keeps_a_proposal_within_max_staleness() -> None:
@@ -97,7 +111,10 @@ def test_reflective_staleness_repairs_against_the_pool_changes_then_evaluates() 
     )
     (repaired,) = of_type(after, StaleDecided)
     assert repaired.action == "repaired"
-    child = next(w for w in of_type(after, EvaluateWork) if w.candidate.id == "c0002")
+    # Step 4 started meanwhile and scores its parent: the patched child waits for the slot.
+    assert [c.stage for c in state.live] == ["ready", "diagnose", "explore"]
+    evaluated = of_type(explore(state, decided, at=6.5), EvaluateWork)
+    child = next(w for w in evaluated if w.candidate.id == "c0002")
     assert child.candidate.artifact.source == patched
 
 
@@ -118,14 +135,13 @@ def test_reflective_repair_may_discard_a_covered_proposal() -> None:
     assert not any(w.candidate.id == "c0002" for w in of_type(after, EvaluateWork))
 
 
-def speculative_child(state: CampaignState) -> tuple[EvaluateWork, EvaluateWork]:
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+def speculative_child(state: CampaignState) -> EvaluateWork:
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
-    works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
-    child = next(w for w in works if w.candidate.id != SEED_ID)
-    parent = next(w for w in works if w.candidate.id == SEED_ID)
-    assert child.speculative_prefix == 1 and parent.speculative_prefix == 0
-    return child, parent
+    (child,) = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
+    assert child.speculative_prefix == 1  # the first of two instances
+    assert child.instances == tuple(i.instance for i in diag.evaluation.instances)
+    return child
 
 
 SPECULATIVE = {"mode": "async", "in_flight": 1, "speculative_alpha": 0.5, "proposals": 1}
@@ -145,13 +161,14 @@ def partial(work: EvaluateWork, score: float) -> PartialEvaluation:
 
 def test_a_promising_prefix_makes_a_speculative_candidate_that_a_bad_full_score_removes() -> None:
     state = make_state(**SPECULATIVE)
-    child, parent = speculative_child(state)
+    child = speculative_child(state)
     admitted = state.apply(partial(child, -500.0), EVALUATOR, 4.5)
     (event,) = of_type(admitted, SpeculativeDecided)
+    # The threshold is the parent's score on the same prefix instance, from this minibatch.
     assert (event.action, event.score, event.threshold) == ("admitted", -500.0, -1000.0)
     assert "c0001" in state.pool and state.speculative.is_speculative("c0001")
     assert state.pending[child.work_id]  # the full evaluation is still awaited
-    state.apply(evaluation(parent, -1000.0), EVALUATOR, 5.0)
+    assert not of_type(state.apply(partial(child, -500.0), EVALUATOR, 4.6), SpeculativeDecided)
     decided = state.apply(evaluation(child, -1100.0), EVALUATOR, 5.1)
     assert of_type(decided, CandidateRejected)
     (removed,) = of_type(decided, SpeculativeDecided)
@@ -160,9 +177,8 @@ def test_a_promising_prefix_makes_a_speculative_candidate_that_a_bad_full_score_
 
 def test_a_speculative_candidate_is_confirmed_by_its_full_score() -> None:
     state = make_state(**SPECULATIVE)
-    child, parent = speculative_child(state)
+    child = speculative_child(state)
     state.apply(partial(child, -500.0), EVALUATOR, 4.5)
-    state.apply(evaluation(parent, -1000.0), EVALUATOR, 5.0)
     decided = state.apply(evaluation(child, -600.0), EVALUATOR, 5.1)
     (confirmed,) = of_type(decided, SpeculativeDecided)
     assert confirmed.action == "confirmed" and "c0001" in state.pool
@@ -170,43 +186,133 @@ def test_a_speculative_candidate_is_confirmed_by_its_full_score() -> None:
 
 def test_a_weak_prefix_is_not_speculative() -> None:
     state = make_state(**SPECULATIVE)
-    child, _ = speculative_child(state)
+    child = speculative_child(state)
     assert not of_type(state.apply(partial(child, -2000.0), EVALUATOR, 4.5), SpeculativeDecided)
     assert "c0001" not in state.pool
 
 
+@pytest.mark.parametrize(
+    ("policy", "action"), [("full", "keep"), ("guarded", "discard"), ("reflective", "repair")]
+)
+def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_stale(
+    policy: str, action: str
+) -> None:
+    # FlashEvolve §3.3: admitted on its prefix score, a child is selectable as a parent at once
+    # (the step that picks it scores it on its own minibatch first); removed on its full score,
+    # the steps made from it go through the staleness policy.
+    state = make_state(
+        mode="async",
+        in_flight=2,
+        workers={"diagnose": 1},
+        speculative_alpha=0.5,
+        staleness=policy,
+        proposals=3,
+    )
+    a_parent, b_parent = exploring(state, seeded(state))  # steps A and B (K_evaluate = 2)
+    (diag_a,) = of_type(state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8), DiagnoseWork)
+    waits = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 2.9)
+    assert not of_type(waits, DiagnoseWork)  # K_diagnose = 1: B waits for A's diagnosis
+    after_a = state.apply(diagnosis(diag_a), None, 3.0)
+    (prop_a,) = of_type(after_a, ProposeWork)
+    (diag_b,) = of_type(after_a, DiagnoseWork)  # B holds the slot: no step can start
+    (child_a,) = of_type(state.apply(proposal(prop_a), None, 3.1), EvaluateWork)
+    (admitted,) = of_type(state.apply(partial(child_a, -500.0), EVALUATOR, 3.2), SpeculativeDecided)
+    assert admitted.action == "admitted" and state.speculative.is_speculative("c0001")
+    after_b = state.apply(diagnosis(diag_b), None, 3.3)  # the slot is free: step C starts
+    (c_parent,) = exploring(state, after_b)
+    assert c_parent.candidate.id == "c0001"  # speculative and unscored: explored first
+    (diag_c,) = of_type(state.apply(evaluation(c_parent, -600.0), EVALUATOR, 3.4), DiagnoseWork)
+    assert diag_c.candidate.id == "c0001" and diag_c.evaluation.work_id == c_parent.work_id
+    (prop_c,) = of_type(state.apply(diagnosis(diag_c), None, 3.5), ProposeWork)
+    assert prop_c.parent.id == "c0001" and prop_c.parent_evaluation.score == -600.0
+    decided = state.apply(evaluation(child_a, -1100.0), EVALUATOR, 3.6)  # A's child: worse
+    (removed,) = of_type(decided, SpeculativeDecided)
+    assert (removed.action, removed.stale) == ("removed", 1) and "c0001" not in state.pool
+    after_c = state.apply(proposal(prop_c), None, 3.7)
+    (stale,) = of_type(after_c, StaleDecided)
+    assert (stale.candidate_id, stale.action) == ("c0002", action)
+    assert "c0001, a removed speculative candidate" in stale.reason
+    evaluated = [w.candidate.id for w in of_type(after_c, EvaluateWork)]
+    assert evaluated == (["c0002"] if action == "keep" else [])
+    assert bool(of_type(after_c, RepairWork)) == (action == "repair")
+
+
 def test_sync_mode_passes_each_stage_as_a_generation() -> None:
     state = make_state(mode="sync", in_flight=2, proposals=4)
-    diagnoses = of_type(seeded(state), DiagnoseWork)
-    assert len(diagnoses) == 2
+    parents = exploring(state, seeded(state))
+    assert len(parents) == 2  # the generation's parents are scored first
+    assert not of_type(state.apply(evaluation(parents[0], -1000.0), EVALUATOR, 2.8), DiagnoseWork)
+    diagnoses = of_type(state.apply(evaluation(parents[1], -1000.0), EVALUATOR, 2.9), DiagnoseWork)
+    assert len(diagnoses) == 2  # the barrier after the parents' evaluations
     assert not of_type(state.apply(diagnosis(diagnoses[0]), None, 3.0), ProposeWork)
     proposes = of_type(state.apply(diagnosis(diagnoses[1]), None, 3.1), ProposeWork)
     assert len(proposes) == 2  # the barrier after diagnose
     assert not of_type(state.apply(proposal(proposes[0]), None, 4.0), EvaluateWork)
     works = of_type(state.apply(proposal(proposes[1]), None, 4.1), EvaluateWork)
-    assert len(works) == 4  # the barrier after propose: both children and both parents
-    decided: list[Step] = [
-        state.apply(evaluation(w, -1000.0 if w.candidate.id == SEED_ID else -900.0), EVALUATOR, 5.0)
-        for w in works
-    ]
+    assert len(works) == 2  # the barrier after propose: both children
+    assert {w.instances for w in works} == {w.instances for w in parents}
+    decided: list[Step] = [state.apply(evaluation(w, -900.0), EVALUATOR, 5.0) for w in works]
     assert not any(of_type(d, CandidateAccepted) for d in decided[:-1])  # the last one decides
     assert len(of_type(decided[-1], CandidateAccepted)) == 2
-    assert len(of_type(decided[-1], DiagnoseWork)) == 2  # the next generation
+    assert len(exploring(state, decided[-1])) == 2  # the next generation
 
 
-def test_adaptive_workers_give_a_slow_stage_one_more_and_tell_its_agents() -> None:
-    state = make_state(mode="async", in_flight=4, adaptive_workers=True, proposals=50)
-    seeded(state)
-    for i in range(30):
-        state.rates.record("evaluate", 1.0 + i * 0.1)
-        state.rates.record("diagnose", 1.0 + i * 0.1)
-    state.rates.record("propose", 1.5)
+def is_child(state: CampaignState, work: EvaluateWork) -> bool:
+    """Whether ``work`` evaluates a step's child (not its parents, not a validation)."""
+    pending = state.pending.get(work.work_id)
+    return pending is not None and pending.chain is not None and pending.chain.stage == "evaluate"
+
+
+def run_up_to_children(state: CampaignState, step: Step) -> list[EvaluateWork]:
+    """Answer every parent evaluation, diagnosis and proposal that ``step`` and what follows
+    it ask for, leaving the children's evaluations unanswered; those, in the order sent."""
+    children: list[EvaluateWork] = []
+    todo = [step]
+    at = 3.0
+    while todo:
+        sent = todo.pop(0)
+        at += 0.01
+        children += [w for w in of_type(sent, EvaluateWork) if is_child(state, w)]
+        todo.append(explore(state, sent, at=at))
+        for diag in of_type(sent, DiagnoseWork):
+            todo.append(state.apply(diagnosis(diag), None, at))
+        for prop in of_type(sent, ProposeWork):
+            todo.append(state.apply(proposal(prop), None, at))
+        todo = [t for t in todo if t.outbound]
+    return children
+
+
+def test_the_bottleneck_stage_gains_a_worker_and_an_idle_one_none() -> None:
+    # FlashEvolve §3.4 with queue pressure: evaluate is the bottleneck (every slot busy, steps
+    # queued for it), diagnose is idle. Counted per result, evaluate (a child and its parents)
+    # looked fast and diagnose (m_diag steps only) slow: diagnose gained, evaluate lost.
+    state = make_state(mode="async", in_flight=4, adaptive_workers=True, proposals=50, queue=12)
+    children = run_up_to_children(state, seeded(state))
+    stages = [c.stage for c in state.live]
+    assert len(children) == stages.count("evaluate") == 4 and stages.count("ready") == 3
+    assert not {"explore", "explored", "diagnose", "propose"} & set(stages)  # both are idle
     step = state.tick(WORKERS_PERIOD_SECONDS + 0.1)
     (changed,) = of_type(step, WorkersChanged)
-    assert (changed.stage, changed.old, changed.new) == ("propose", 4, 5)
-    assert ("propose", 5) in [(c.stage, c.concurrency) for c in step.controls]
-    assert state.targets["propose"] == 5
+    assert (changed.stage, changed.old, changed.new) == ("evaluate", 4, 5)
+    assert "bottleneck" in changed.reason and changed.rates["evaluate"] == 0.0
+    assert ("evaluate", 5) in [(c.stage, c.concurrency) for c in step.controls]
+    assert state.targets == {"diagnose": 4, "propose": 4, "evaluate": 5, "repair": 4}
+    assert [c.stage for c in state.live].count("evaluate") == 5  # the new slot is used at once
     assert not of_type(state.tick(WORKERS_PERIOD_SECONDS + 1.0), WorkersChanged)  # per period
+
+
+def test_stage_rates_count_steps_not_work_items() -> None:
+    state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
+    first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)  # m_diag: a pool of 1
+    (child,) = run_up_to_children(state, first)
+    chain = state.pending[child.work_id].chain
+    assert chain is not None and chain.operator == "x_div"  # two parents scored, no diagnosis
+    assert set(chain.evaluations) == set(chain.parent_ids) and len(chain.parent_ids) == 2
+    state.apply(evaluation(child, -950.0), EVALUATOR, 7.0)
+    rates = state.rates.rates(8.0)
+    # Each step passed each stage once, whatever it evaluated: 2 steps for every stage.
+    assert rates["evaluate"] == rates["propose"] == rates["diagnose"] + rates[PASSED_DIAGNOSE]
+    assert rates["diagnose"] == rates[PASSED_DIAGNOSE] == rates["propose"] / 2
 
 
 def test_the_stage_targets_are_sent_again_for_agents_that_started_late() -> None:
@@ -221,12 +327,13 @@ def test_the_stage_targets_are_sent_again_for_agents_that_started_late() -> None
 
 def test_the_queue_bounds_every_step_between_its_start_and_its_evaluation() -> None:
     state = make_state(mode="async", in_flight=8, workers={"evaluate": 1}, queue=3, proposals=50)
-    diagnoses = of_type(seeded(state), DiagnoseWork)
-    assert len(diagnoses) == 3  # not K_diagnose = 8: three steps may wait for evaluation
-    before = ("diagnose", "diagnosed", "propose", "admitting", "ready", "repair")
-    for diag in diagnoses:
-        for prop in of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork):
-            state.apply(proposal(prop), None, 4.0)
-        assert sum(c.stage in before for c in state.live) <= 3
-    assert [c.stage for c in state.live].count("evaluate") == 1  # K_evaluate
-    assert sum(c.stage in before for c in state.live) == 3
+    step = seeded(state)
+    for _ in range(3):
+        assert len(exploring(state, step)) == 1  # K_evaluate = 1: parents' evaluations count
+        step = explore(state, step)
+        assert len(of_type(step, DiagnoseWork)) == 1
+    assert not exploring(state, step)  # the queue (3) is full, though K_diagnose = 8
+    assert [c.stage for c in state.live] == ["diagnose"] * 3
+    children = run_up_to_children(state, step)
+    assert len(children) == 1 and [c.stage for c in state.live].count("evaluate") == 1
+    assert sum(c.stage in BEFORE_EVALUATION for c in state.live) <= 3

@@ -77,12 +77,17 @@ def make_state(**strategy: object) -> CampaignState:
     proposals = int(str(settings.pop("proposals", 3)))
     tokens = int(str(settings.pop("tokens", 0)))
     evaluations = int(str(settings.pop("evaluations", 0)))
+    target = settings.pop("target_score", None)
     llm = LLMSection(provider="openai") if settings.pop("models", False) else LLMSection()
     spec = CampaignSpec(
         campaign=CampaignSection(
             task="pendulum",
             budget=Budget(
-                proposals=proposals, wall_seconds=100.0, tokens=tokens, evaluations=evaluations
+                proposals=proposals,
+                wall_seconds=100.0,
+                tokens=tokens,
+                evaluations=evaluations,
+                target_score=float(str(target)) if target is not None else None,
             ),
         ),
         strategy=msgspec.convert(settings, StrategySection),
@@ -161,25 +166,68 @@ def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
     return state.apply(evaluation(train, seed_score), EVALUATOR, 2.5)
 
 
+def exploring(state: CampaignState, step: Step) -> list[EvaluateWork]:
+    """The parents' evaluations the steps ``step`` started ask for (POLCA Algorithm 1, l. 5)."""
+    works = []
+    for work in of_type(step, EvaluateWork):
+        pending = state.pending.get(work.work_id)
+        if pending is not None and pending.chain is not None and pending.chain.stage == "explore":
+            works.append(work)
+    return works
+
+
+def explore(state: CampaignState, step: Step, score: float = -1000.0, at: float = 2.8) -> Step:
+    """Score the parents of the steps ``step`` started with ``score``: what follows (a
+    diagnosis asked, or a proposal) is in the step returned."""
+    after = Step()
+    for work in exploring(state, step):
+        applied = state.apply(evaluation(work, score), EVALUATOR, at)
+        after.outbound += applied.outbound
+        after.commits += applied.commits
+        after.admissions += applied.admissions
+        after.controls += applied.controls
+    return after
+
+
 def one_step(state: CampaignState, step: Step, child: float, parent: float) -> Step:
-    """Drive one m_diag step to its decision: diagnose, propose, evaluate both on a minibatch."""
-    (diag,) = of_type(step, DiagnoseWork)
+    """Drive one m_diag step to its decision: the parent scored on the step's minibatch
+    (``parent``), then diagnosed, the child proposed and evaluated on the same minibatch."""
+    (parent_work,) = exploring(state, step)
+    (diag,) = of_type(explore(state, step, parent), DiagnoseWork)
+    assert diag.evaluation.work_id == parent_work.work_id  # the critic reads this minibatch
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     assert prop.diagnosis is not None and prop.intensity == 2.0  # far from the ceiling 0
-    evaluations = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
-    child_work, parent_work = evaluations
+    assert prop.parent_evaluation.work_id == parent_work.work_id
+    (child_work,) = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     assert child_work.instances == parent_work.instances  # POLCA: one minibatch for both
     assert parent_work.candidate.id == prop.parent.id
-    state.apply(evaluation(parent_work, parent), EVALUATOR, 5.0)
     return state.apply(evaluation(child_work, child), EVALUATOR, 6.0)
 
 
-def test_the_seed_is_validated_then_a_step_starts() -> None:
+def test_the_seed_is_validated_then_a_step_scores_its_parent_before_the_critic_sees_it() -> None:
     state = make_state()
     step = seeded(state)
     assert state.seed_score == -1000.0 and state.best_id == SEED_ID
-    assert len(of_type(step, DiagnoseWork)) == 1 and state.proposals == 1
-    assert state.pool.stats(SEED_ID).count == 2
+    assert state.pool.stats(SEED_ID).count == 2 and state.proposals == 1
+    # POLCA Algorithm 1, lines 3-7: the explored parent is scored on the step's minibatch first,
+    # and the statistics are updated, before anything is asked of the critic or the actor.
+    assert not of_type(step, DiagnoseWork) and not of_type(step, ProposeWork)
+    (parent_work,) = exploring(state, step)
+    assert parent_work.candidate.id == SEED_ID and set(parent_work.instances) <= set(TRAIN)
+    assert "evidence" not in parent_work.task_params  # the offline critic reads no image
+    (diag,) = of_type(explore(state, step, -900.0), DiagnoseWork)
+    assert state.pool.stats(SEED_ID).count == 4
+    assert diag.evaluation.work_id == parent_work.work_id and diag.evaluation.score == -900.0
+
+
+def test_a_vision_critic_gets_evidence_drawn_on_the_parents_minibatch() -> None:
+    state = make_state(models=True)
+    step = seeded(state)
+    (parent_work,) = exploring(state, step)
+    assert parent_work.task_params.get("evidence") is True  # REFLEX Algorithm 1, line 8
+    drawn = msgspec.structs.replace(evaluation(parent_work, -900.0), evidence="cid/c0000/w.png")
+    (diag,) = of_type(state.apply(drawn, EVALUATOR, 2.8), DiagnoseWork)
+    assert diag.evaluation.evidence == "cid/c0000/w.png"
 
 
 def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
@@ -211,7 +259,7 @@ def test_a_worse_child_is_rejected_and_not_tagged() -> None:
 
 def test_the_epsilon_net_filters_a_proposal_before_evaluation() -> None:
     state = make_state(epsilon=0.1)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     step = state.apply(proposal(prop), None, 4.0)
     assert not of_type(step, EvaluateWork)
@@ -220,12 +268,12 @@ def test_the_epsilon_net_filters_a_proposal_before_evaluation() -> None:
     after = state.on_admission(request.candidate_id, rejection, 5.0)
     (filtered,) = of_type(after, CandidateFiltered)
     assert filtered.nearest_id == SEED_ID and filtered.epsilon == 0.1
-    assert of_type(after, DiagnoseWork)  # the next step starts
+    assert exploring(state, after)  # the next step starts
 
 
 def test_a_duplicate_result_changes_nothing() -> None:
     state = make_state()
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     first = state.apply(diagnosis(diag), None, 3.0)
     again = state.apply(diagnosis(diag), None, 3.5)
     assert of_type(first, ProposeWork) and again.outbound == []
@@ -233,12 +281,12 @@ def test_a_duplicate_result_changes_nothing() -> None:
 
 def test_a_failed_step_is_abandoned_and_replaced() -> None:
     state = make_state(proposals=5)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     step = state.apply(
         WorkFailed(work_id=diag.work_id, campaign="cid", stage="diagnose", error="x"), None, 3.0
     )
     assert of_type(step, WorkAbandoned)
-    assert len(of_type(step, DiagnoseWork)) == 1 and state.proposals == 2
+    assert len(exploring(state, step)) == 1 and state.proposals == 2
 
 
 def test_the_campaign_finishes_when_the_last_step_is_decided() -> None:
@@ -273,13 +321,15 @@ def test_the_wall_clock_budget_stops_the_campaign() -> None:
 def test_progress_events_say_where_every_stage_is_every_few_seconds() -> None:
     state = make_state(proposals=50, in_flight=1)
     step = seeded(state)
-    (diagnose,) = of_type(step, DiagnoseWork)
+    (early,) = of_type(state.tick(2.7), CampaignProgress)
+    assert early.stages["evaluate"].in_flight == 1  # the step's parent, scored first
+    (diagnose,) = of_type(explore(state, step), DiagnoseWork)
     (progress,) = of_type(state.tick(10.0), CampaignProgress)
     assert not of_type(state.tick(11.0), CampaignProgress)  # not again within PROGRESS_SECONDS
     assert progress.stages["diagnose"].in_flight == 1
     assert progress.stages["diagnose"].workers == 1
     assert progress.stages["evaluate"].in_flight == 0
-    assert (progress.proposals, progress.proposals_left, progress.evaluations) == (1, 49, 2)
+    assert (progress.proposals, progress.proposals_left, progress.evaluations) == (1, 49, 3)
     assert progress.best_score == -1000.0 and progress.pool_size == 1
     assert progress.tokens_left == -1 and progress.evaluations_left == -1  # no such limits
     assert progress.elapsed == 10.0 and progress.phase == "evolving"
@@ -296,7 +346,9 @@ def test_steps_without_improvement_force_a_burst_of_i1_x_div_m_diag() -> None:
         step = one_step(state, step, child=-1200.0, parent=-1000.0)
     (burst,) = of_type(step, BurstStarted)
     assert burst.operators == ("i1", "x_div", "m_diag")
-    (forced,) = of_type(step, ProposeWork)  # i1 goes straight to the actor, from the seed
+    (seed_work,) = exploring(state, step)
+    assert seed_work.candidate.id == SEED_ID
+    (forced,) = of_type(explore(state, step), ProposeWork)  # i1 goes on to the actor
     assert forced.operator == "i1" and forced.parent.id == SEED_ID
 
 
@@ -335,9 +387,31 @@ def test_the_evaluation_budget_is_a_hard_stop_that_leaves_a_finished_snapshot() 
     assert not resumed.tick(9.0).outbound
 
 
+def test_the_campaign_stops_when_its_validated_best_reaches_the_target_score() -> None:
+    state = make_state(proposals=10, target_score=-500.0)
+    decided = one_step(state, seeded(state), child=-400.0, parent=-900.0)
+    assert not of_type(decided, CampaignFinished)  # -400 on train is not validated yet
+    (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
+    confirmed = state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
+    (finished,) = of_type(confirmed, CampaignFinished)
+    summary = finished.summary
+    assert (summary.status, summary.stop_reason) == ("completed", "target score reached")
+    assert summary.best_score == -450.0 and summary.proposals == 2
+    assert not exploring(state, confirmed) and state.phase == "finished"
+
+
+def test_a_seed_at_the_target_score_is_the_answer_at_once() -> None:
+    state = make_state(tools=False, target_score=-1000.0)
+    validation, _ = of_type(state.start(0.0), EvaluateWork)
+    step = state.apply(evaluation(validation, -1000.0), EVALUATOR, 1.0)
+    (finished,) = of_type(step, CampaignFinished)
+    assert finished.summary.stop_reason == "target score reached"
+    assert finished.summary.best_candidate == SEED_ID and finished.summary.proposals == 0
+
+
 def test_model_tokens_are_charged_once_and_the_token_budget_is_a_hard_stop() -> None:
     state = make_state(proposals=10, tokens=5000)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     spent = Usage(prompt_tokens=3000, completion_tokens=500, calls=1)
     answer = msgspec.structs.replace(diagnosis(diag), usage=spent)
     (prop,) = of_type(state.apply(answer, None, 3.0), ProposeWork)
@@ -371,7 +445,7 @@ def test_with_models_the_run_is_summarised_every_ten_steps_and_the_summary_is_co
     assert "pool: " in ask.context and "recent changes:" in ask.context
     answer = Summary(work_id=ask.work_id, campaign="cid", text="nothing beats the seed yet")
     state.apply(answer, None, 9.0)
-    (diag,) = of_type(step, DiagnoseWork)
+    (diag,) = of_type(explore(state, step, at=9.2), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 9.5), ProposeWork)
     assert prop.context.startswith("summary of the run so far: nothing beats the seed yet")
 

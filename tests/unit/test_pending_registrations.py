@@ -29,6 +29,8 @@ from tests.unit.test_orchestrator_state import (
     VALIDATION,
     diagnosis,
     evaluation,
+    explore,
+    exploring,
     make_state,
     of_type,
     proposal,
@@ -46,8 +48,8 @@ QUEUED = SkillRegistration(
 
 def unfiltered_child(state: CampaignState) -> tuple[str, list[EvaluateWork]]:
     """One step up to its proposal; no registry answers the ε-net, so the child goes on
-    unfiltered: its evaluation (and its parent's) is sent at once."""
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    unfiltered: its evaluation is sent at once (its parent was scored, -1000, before)."""
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     (request,) = state.apply(proposal(prop), None, 4.0).admissions
     reason = "no registry process serves 'admit'"
@@ -56,15 +58,13 @@ def unfiltered_child(state: CampaignState) -> tuple[str, list[EvaluateWork]]:
     assert (event.candidate_id, event.reason) == (request.candidate_id, reason)
     assert state.unfiltered == [request.candidate_id]
     works = of_type(step, EvaluateWork)
-    assert {w.candidate.id for w in works} == {request.candidate_id, SEED_ID}
+    assert [w.candidate.id for w in works] == [request.candidate_id]
     return request.candidate_id, works
 
 
 def decide(state: CampaignState, works: list[EvaluateWork], child: float) -> Step:
-    """The child's and its parent's (-1000) scores come back: the step is decided."""
-    parent_work = next(w for w in works if w.candidate.id == SEED_ID)
-    child_work = next(w for w in works if w.candidate.id != SEED_ID)
-    state.apply(evaluation(parent_work, -1000.0), EVALUATOR, 5.0)
+    """The child's score comes back (its parent scored -1000): the step is decided."""
+    (child_work,) = works
     return state.apply(evaluation(child_work, child), EVALUATOR, 5.1)
 
 
@@ -74,7 +74,7 @@ def near(cid: str, nearest: str = "c0009") -> Rejection:
 
 def test_an_extracted_draft_waits_in_the_state_until_the_registry_has_it() -> None:
     state = make_state(skills=3)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     decided = decide(state, works, child=-400.0)
@@ -93,7 +93,7 @@ def test_an_extracted_draft_waits_in_the_state_until_the_registry_has_it() -> No
     assert not of_type(applied, SkillLearned)  # not learned before the registry has it
     assert accepted.candidate_id == QUEUED.candidate_id
     assert state.skill_registrations == [QUEUED]
-    learned = state.skill_registered(QUEUED, 2, 20.0)
+    learned = state.skill_registered(QUEUED, QUEUED.name, 2, 20.0)
     (event,) = of_type(learned, SkillLearned)
     assert (event.name, event.version, event.origin) == ("raise-gain-0a1b2c3d", 2, "cid/c0001")
     assert state.skill_registrations == []
@@ -101,7 +101,7 @@ def test_an_extracted_draft_waits_in_the_state_until_the_registry_has_it() -> No
 
 def test_a_skill_an_older_actor_registered_itself_is_learned_at_once() -> None:
     state = make_state(skills=3)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     (extract,) = of_type(decide(state, works, child=-400.0), ExtractWork)
@@ -194,12 +194,12 @@ def test_a_step_in_flight_ends_when_its_candidate_is_refused_late() -> None:
     (filtered,) = of_type(step, CandidateFiltered)
     assert filtered.late and filtered.candidate_id == cid
     assert not any(chain.candidate_id == cid for chain in state.live)
-    assert of_type(step, DiagnoseWork)  # the next step takes its place
+    assert exploring(state, step)  # the next step takes its place
     assert state.proposals == 2
     for work in works:
         late = state.apply(evaluation(work, -400.0), EVALUATOR, 5.0)
         assert not late.outbound  # forgotten work: no evaluation counted, no decision
-    assert cid not in state.pool and state.evaluations == 2  # the seed's two
+    assert cid not in state.pool and state.evaluations == 3  # the seed's two, the parent's
 
 
 def test_a_speculative_candidate_refused_late_leaves_the_pool() -> None:
@@ -235,7 +235,7 @@ def test_a_seeded_skill_waits_in_the_same_queue() -> None:
     # A-Evolve Phase 5: a failure pattern in the recent evaluations seeds a skill on the next
     # decision; it goes through the registry's queue like an extracted one.
     state = make_state(skills=3)
-    (diag,) = of_type(seeded(state), DiagnoseWork)
+    (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     failing = evaluation(works[0], -2000.0, error="ZeroDivisionError: division by zero")
@@ -245,5 +245,5 @@ def test_a_seeded_skill_waits_in_the_same_queue() -> None:
     (seed,) = state.skill_registrations
     assert seed.origin == "auto-seed" and seed.candidate_id == ""
     assert "ZeroDivisionError" in seed.trigger
-    (event,) = of_type(state.skill_registered(seed, 1, 9.0), SkillLearned)
+    (event,) = of_type(state.skill_registered(seed, seed.name, 1, 9.0), SkillLearned)
     assert (event.name, event.origin) == (seed.name, "auto-seed")

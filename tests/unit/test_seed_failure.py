@@ -13,8 +13,8 @@ from evobus.agents.report.build import build_report, collect, error_rows
 from evobus.schemas.events import CampaignFinished, CandidateEvaluated, Event
 from evobus.schemas.limits import MAX_ERROR_CHARS
 from evobus.schemas.results import Evaluation, InstanceScore
-from evobus.schemas.work import DiagnoseWork, EvaluateWork
-from tests.unit.test_orchestrator_state import EVALUATOR, make_state, of_type
+from evobus.schemas.work import EvaluateWork
+from tests.unit.test_orchestrator_state import EVALUATOR, exploring, make_state, of_type
 
 FAILURE = -2000.0
 LOAD = "cannot load candidate: SyntaxError: '(' was never closed (line 3 of candidate.py): f(x"
@@ -89,7 +89,7 @@ def test_a_seed_that_does_not_load_stops_the_campaign_at_its_first_evaluation() 
     summary = finished.summary
     assert (summary.status, summary.stop_reason) == ("failed", SEED_FAILED + LOAD)
     assert summary.seed_score is None and summary.proposals == 0
-    assert state.phase == "finished" and not of_type(step, DiagnoseWork)
+    assert state.phase == "finished" and not of_type(step, EvaluateWork)  # no step started
     # The seed's other evaluation, still in flight, changes nothing.
     assert not state.apply(of_work(validation, FAILURE, LOAD), EVALUATOR, 2.0).outbound
 
@@ -115,7 +115,7 @@ def test_a_seed_that_fails_some_instances_is_evolved() -> None:
     step = state.apply(of_work(validation, -950.0), None, 2.0)
     assert not of_type(step, CampaignFinished) and state.phase == "evolving"
     assert of_type(step, CandidateEvaluated)[0].agent_id == ""  # no sender header
-    assert state.seed_score == -950.0 and of_type(step, DiagnoseWork)
+    assert state.seed_score == -950.0 and exploring(state, step)  # the first step started
 
 
 def test_a_seed_failure_is_a_users_error_other_failures_are_not() -> None:

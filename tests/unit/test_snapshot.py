@@ -9,10 +9,24 @@ from evobus.agents.orchestrator import snapshot
 from evobus.agents.orchestrator.agent import resume
 from evobus.agents.orchestrator.state import CampaignState
 from evobus.agents.orchestrator.steps import SkillUse
-from evobus.schemas.events import CampaignFinished, CampaignProgress, CampaignResumed
-from evobus.schemas.work import DiagnoseWork
+from evobus.schemas.events import (
+    CampaignFinished,
+    CampaignProgress,
+    CampaignResumed,
+    CandidateAccepted,
+)
+from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals
-from tests.unit.test_orchestrator_state import diagnosis, make_state, of_type
+from tests.unit.test_orchestrator_state import (
+    EVALUATOR,
+    diagnosis,
+    evaluation,
+    explore,
+    make_state,
+    of_type,
+    proposal,
+    seeded,
+)
 
 
 def midway() -> CampaignState:
@@ -98,3 +112,25 @@ def test_the_wall_clock_budget_counts_running_time_across_a_pause() -> None:
     older = make_state(**ASYNC)
     snapshot.restore(older, msgspec.structs.replace(taken, running_seconds=None))
     assert older.clock.elapsed(30.0) == 30.0
+
+
+def test_a_step_from_a_snapshot_of_the_old_order_scores_its_parent_with_its_child() -> None:
+    # Before POLCA's order (Algorithm 1, lines 3-7), a step's parent was scored with its
+    # child: a step restored from such a snapshot has no parent score and gets one that way.
+    state = make_state(mode="sync", in_flight=1, proposals=1)
+    (diagnose,) = of_type(explore(state, seeded(state)), DiagnoseWork)
+    taken = snapshot.take(state, last_applied="", now=3.0)
+    old = msgspec.structs.replace(
+        taken, live=tuple(msgspec.structs.replace(c, evaluations={}) for c in taken.live)
+    )
+    restored = make_state(mode="sync", in_flight=1, proposals=1)
+    snapshot.restore(restored, old)
+    (propose,) = of_type(restored.apply(diagnosis(diagnose), None, 3.5), ProposeWork)
+    works = of_type(restored.apply(proposal(propose), None, 4.0), EvaluateWork)
+    assert sorted(w.candidate.id for w in works) == ["c0000", "c0001"]
+    for work in works:
+        decided = restored.apply(
+            evaluation(work, -900.0 if work.candidate.id == "c0001" else -1000.0), EVALUATOR, 5.0
+        )
+    (accepted,) = of_type(decided, CandidateAccepted)
+    assert accepted.previous_best == -1000.0

@@ -140,17 +140,18 @@ def traced_state(tmp_path: Path) -> tuple[CampaignState, TracerProvider, Path]:
 
 def test_a_step_is_one_trace_linked_to_the_campaign_with_its_decision(tmp_path: Path) -> None:
     state, _, path = traced_state(tmp_path)
-    (sent,) = [o for o in seeded(state).outbound if isinstance(o.message, DiagnoseWork)]
-    diagnose = sent.message
-    assert isinstance(diagnose, DiagnoseWork)
+    (sent,) = [o for o in seeded(state).outbound if isinstance(o.message, EvaluateWork)]
+    parent = sent.message
+    assert isinstance(parent, EvaluateWork) and parent.candidate.id == "c0000"
     step_span = trace.get_current_span(sent.context)  # published in the step's trace
-    (propose,) = of_type(state.apply(diagnosis(diagnose), None, 3.0), ProposeWork)
-    evaluations = of_type(state.apply(proposal(propose), None, 4.0), EvaluateWork)
-    assert {w.candidate.id for w in evaluations} == {"c0001", "c0000"}
-    for work in evaluations:
-        decided = state.apply(
-            evaluation(work, -900.0 if work.candidate.id == "c0001" else -1000.0), EVALUATOR, 5.0
-        )
+    explored = state.apply(evaluation(parent, -1000.0), EVALUATOR, 2.8)
+    (diagnose,) = [o for o in explored.outbound if isinstance(o.message, DiagnoseWork)]
+    assert trace.get_current_span(diagnose.context) is step_span
+    assert isinstance(diagnose.message, DiagnoseWork)
+    (propose,) = of_type(state.apply(diagnosis(diagnose.message), None, 3.0), ProposeWork)
+    (work,) = of_type(state.apply(proposal(propose), None, 4.0), EvaluateWork)
+    assert work.candidate.id == "c0001"
+    decided = state.apply(evaluation(work, -900.0), EVALUATOR, 5.0)
     state.trace.end_retired()
     state.trace.finish("completed", "proposal budget spent")
     decision = next(o for o in decided.outbound if isinstance(o.message, CandidateAccepted))
