@@ -27,7 +27,7 @@ typecheck: $(STAMP)
 check: lint typecheck
 
 test: check
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
