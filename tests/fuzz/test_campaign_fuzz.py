@@ -176,6 +176,9 @@ def wrong_type_values(kind: mi.Type) -> st.SearchStrategy[Any]:
     dates = st.datetimes(timezones=st.just(dt.UTC))
     lists = st.lists(ANY_SCALAR, min_size=1, max_size=3)
     tables = st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), ANY_SCALAR, max_size=3)
+    if isinstance(kind, mi.UnionType):  # an optional key (budget.target_score): TOML has no None
+        [inner] = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+        return wrong_type_values(inner)
     if isinstance(kind, mi.IntType):
         return st.one_of(TEXT, st.booleans(), non_integral, dates, lists, tables)
     if isinstance(kind, mi.FloatType):
