@@ -21,9 +21,9 @@ from evobus.agents.events_view import EVENT_LOG, append_events, event_stream
 from evobus.agents.progress_view import make_progress
 from evobus.agents.restarts import NOT_RESTARTED, Restarts
 from evobus.bus import codec, subjects
-from evobus.bus.publisher import Publisher, PublishError, event_kind, event_outbound
+from evobus.bus.publisher import Publisher, PublishError, event_outbound
 from evobus.schemas.campaign import CampaignSpec, CampaignSummary
-from evobus.schemas.events import AgentExited, AgentRestarted, CampaignFinished, Event
+from evobus.schemas.events import AgentExited, AgentRestarted, CampaignFinished, Event, event_kind
 
 FINISH_GRACE_SECONDS = 60.0
 FLUSH_SECONDS = 5.0  # how long the last agent events may take to publish as the run ends

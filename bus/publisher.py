@@ -16,7 +16,7 @@ from opentelemetry.context import Context
 from evobus.bus import codec, envelope, subjects, tracing
 from evobus.bus.errors import BusError
 from evobus.schemas.agents import AgentRef
-from evobus.schemas.events import Event
+from evobus.schemas.events import Event, event_kind
 from evobus.schemas.limits import MAX_MESSAGE_BYTES
 
 
@@ -63,13 +63,6 @@ class PayloadTooLarge(PublishError):
             f"the message is {size} bytes, over the limit of {MAX_MESSAGE_BYTES} "
             f"(MAX_MESSAGE_BYTES)",
         )
-
-
-def event_kind(event: Event) -> str:
-    """The tag of an event, which is also the last token of its subject."""
-    tag = type(event).__struct_config__.tag
-    assert isinstance(tag, str)
-    return tag
 
 
 def event_outbound(event: Event, msg_id: str, context: Context | None = None) -> Outbound:

@@ -411,6 +411,13 @@ Event = (
 )
 
 
+def event_kind(event: Event) -> str:
+    """The tag of an event: its kind, the last token of its subject, its span event's name."""
+    tag = type(event).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
 class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, tag="dead_letter"):
     """The EVO_DLQ stream's record: the original message, untouched, with the error."""
 

@@ -16,6 +16,7 @@ from evobus.agents.errors import CampaignNotFound
 from evobus.agents.events_view import EVENT_LOG, append_events, describe
 from evobus.agents.orchestrator import snapshot
 from evobus.agents.orchestrator.effects import Effects
+from evobus.agents.orchestrator.messages import Emit
 from evobus.agents.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
     LEASE_TTL_SECONDS,
@@ -34,7 +35,7 @@ from evobus.bus.connection import connect
 from evobus.bus.consumer import PullConsumer
 from evobus.bus.control import send_workers_target
 from evobus.bus.envelope import MessageContext
-from evobus.bus.publisher import Outbound, Publisher, event_outbound
+from evobus.bus.publisher import Outbound, Publisher
 from evobus.bus.streams import ensure_results_consumer, ensure_streams, key_value
 from evobus.infra.telemetry import SPAN_FILE, add_span_file
 from evobus.infra.workspace import CampaignWorkspace
@@ -76,9 +77,7 @@ def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: fl
     # snapshot, which the redelivered result will publish again under the same ids (and
     # JetStream drops as duplicates) — only if this event takes none of those ids.
     step = Step()
-    step.outbound.append(
-        event_outbound(event, f"{state.cid}-resumed-{revision}", state.trace.note(event))
-    )
+    step.outbound.append(Emit(event, f"{state.cid}-resumed-{revision}", state.trace.note(event)))
     step.controls += state.target_messages(now)
     return step
 

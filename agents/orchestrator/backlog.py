@@ -46,7 +46,7 @@ def on_admission(
     if chain is None or state.phase == "finished":
         return step
     if rejection is None:
-        chain.stage = "ready"
+        chain.move("ready")
     else:
         forget(state, chain, "filtered")
         _filtered(state, step, candidate_id, rejection, now, late=False)
@@ -62,7 +62,7 @@ def admitted_unfiltered(state: CampaignState, candidate_id: str, reason: str, no
     chain = state.admitting.pop(candidate_id, None)
     if chain is None or state.phase == "finished":
         return step
-    chain.stage = "ready"
+    chain.move("ready")
     state.unfiltered.append(candidate_id)
     state.emit(
         step,

@@ -70,7 +70,6 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         minibatch=sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng),
         key=state.next_serial("chain"),
         version=state.pool.version,
-        stage="explore",
     )
     if state.strategy.mode == "async" and state.strategy.speculative_alpha > 0:
         # FlashEvolve §3.3: the minibatch's order is fixed here, before anything is scored on
@@ -111,9 +110,9 @@ def explored(state: CampaignState, chain: Chain, now: float) -> None:
     """The step's parents are scored on its minibatch: an ``m_diag`` step waits for the
     critic, the other operators for the actor (they pass the diagnose stage at once)."""
     if chain.operator == "m_diag":
-        chain.stage = "explored"  # refill hands it a diagnose slot
+        chain.move("explored")  # refill hands it a diagnose slot
     else:
-        chain.stage = "diagnosed"  # refill hands it a propose slot
+        chain.move("diagnosed")  # refill hands it a propose slot
         state.rates.record(PASSED_DIAGNOSE, now)
 
 
@@ -131,7 +130,7 @@ def diagnose(state: CampaignState, step: Step, chain: Chain) -> None:
         evaluation=evaluation,
         context=_context(state, evaluation),
     )
-    chain.stage = "diagnose"
+    chain.move("diagnose")
     state.send_work(step, "diagnose", item, Pending("diagnose", chain, parent))
 
 
@@ -175,7 +174,7 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
         context=_with_summary(state, state.history.render()),
         skills=state.strategy.skills if chain.operator == "m_diag" else 0,
     )
-    chain.stage = "propose"
+    chain.move("propose")
     state.send_work(step, "propose", item, Pending("propose", chain, parent))
 
 
@@ -209,11 +208,11 @@ def on_proposal(
         ),
     )
     if state.strategy.epsilon > 0:
-        chain.stage = "admitting"
+        chain.move("admitting")
         state.admitting[candidate.id] = chain
         step.admissions.append(AdmissionRequest(candidate.id, candidate.artifact.source))
     else:
-        chain.stage = "ready"  # refill hands it an evaluate slot
+        chain.move("ready")  # refill hands it an evaluate slot
 
 
 def _with_summary(state: CampaignState, context: str) -> str:

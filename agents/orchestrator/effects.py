@@ -21,11 +21,13 @@ import anyio
 
 from evobus.agents import lineage
 from evobus.agents.orchestrator import backlog
+from evobus.agents.orchestrator.messages import Emit, Outgoing, Send
 from evobus.agents.orchestrator.state import CampaignState
 from evobus.agents.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.registry.client import RegistryClient
 from evobus.agents.registry.errors import RegistryError, RegistryUnavailable
-from evobus.bus.publisher import Outbound
+from evobus.bus import subjects
+from evobus.bus.publisher import Outbound, event_outbound
 from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.agents import WorkersTarget
@@ -42,6 +44,17 @@ REGISTRY_RETRY_SECONDS = 1.0
 # one that was answered too late and is sent again changes nothing.
 BACKLOG_CALL_SECONDS = 3.0
 AWAY_LOG_SECONDS = 60.0  # how often a registry that stays away is mentioned in the log
+
+
+def outbound(message: Outgoing) -> Outbound:
+    """The bus's form of what the core asks to send: its subject, message id (JetStream's
+    dedup key) and trace context; the publisher adds the headers and encodes it."""
+    match message:
+        case Send(stage=stage, item=item, context=context):
+            campaign = item.campaign
+            return Outbound(subjects.work(campaign, stage), item, item.work_id, campaign, context)
+        case Emit(event=event, msg_id=msg_id, context=context):
+            return event_outbound(event, msg_id, context)
 
 
 class Effects:
@@ -94,7 +107,7 @@ class Effects:
         steps = deque([first])
         while steps:
             step = steps.popleft()
-            out.extend(step.outbound)
+            out.extend(map(outbound, step.outbound))
             controls.extend(step.controls)
             self._commit(step)
             steps.extend(await self._admit(step))

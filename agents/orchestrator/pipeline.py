@@ -184,7 +184,7 @@ def _evaluate_chain(state: CampaignState, step: Step, chain: Chain) -> None:
     that scored the parents with the child has no parent scores yet: they come with the child's.
     """
     assert chain.candidate_id is not None
-    chain.stage = "evaluate"
+    chain.move("evaluate")
     chain.waiting += 1
     state.evaluate(
         step,
@@ -219,7 +219,7 @@ def _repair(state: CampaignState, step: Step, chain: Chain) -> None:
         pool_changes=state.pool_log.render(changes),
         best=state.candidates[best],
     )
-    chain.stage = "repair"
+    chain.move("repair")
     chain.version = state.pool.version
     chain.stale_parent = ""
     state.send_work(step, "repair", item, Pending("repair", chain, chain.candidate_id))
@@ -242,7 +242,7 @@ def on_repaired(
         )
         chain.rationale = f"{chain.rationale} [repaired: {result.rationale}]"
         chain.repaired = True
-        chain.stage = "ready"
+        chain.move("ready")
     state.emit(
         step,
         StaleDecided(

@@ -86,7 +86,7 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case Diagnosis() if chain is not None:
             state.rates.record("diagnose", now)
             chain.diagnosis = result
-            chain.stage = "diagnosed"  # refill hands it a propose slot
+            chain.move("diagnosed")  # refill hands it a propose slot
         case Repaired() if chain is not None:
             state.rates.record("repair", now)
             on_repaired(state, step, chain, result, now)
@@ -290,7 +290,7 @@ def _on_evaluation(
         return
     state.rates.record("evaluate", now)  # a step counts once, whatever it evaluated
     if state.strategy.mode == "sync":
-        chain.stage = "evaluated"  # the generation's barrier decides (in refill)
+        chain.move("evaluated")  # the generation's barrier decides (in refill)
     else:
         decide(state, step, chain, now)
 

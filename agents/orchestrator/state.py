@@ -39,6 +39,7 @@ from evobus.agents.evolution.stagnation import StagnationDetector
 from evobus.agents.evolution.staleness import PoolLog
 from evobus.agents.evolution.workers import RateMeter
 from evobus.agents.orchestrator import backlog
+from evobus.agents.orchestrator.messages import Emit, Send
 from evobus.agents.orchestrator.pipeline import rebalance
 from evobus.agents.orchestrator.plan import render_plan
 from evobus.agents.orchestrator.progress import (
@@ -65,8 +66,6 @@ from evobus.agents.orchestrator.steps import (
     stage_targets,
 )
 from evobus.agents.orchestrator.trace import CampaignTrace
-from evobus.bus import subjects
-from evobus.bus.publisher import Outbound, event_outbound
 from evobus.schemas.agents import AgentRef, WorkersTarget
 from evobus.schemas.artifacts import Candidate, LineageRecord
 from evobus.schemas.campaign import AgentWork, CampaignRecord, CampaignSummary, Splits
@@ -162,19 +161,17 @@ class CampaignState:
         return self._counters[counter]
 
     def emit(self, step: Step, event: Event, chain: Chain | None = None) -> None:
-        """Publish ``event`` on the campaign's event stream with the next event id (and note it
+        """Emit ``event`` on the campaign's event stream with the next event id (and note it
         on its step's trace: ``chain``'s, else the step of the candidate it names)."""
         context = self.trace.note(event, chain)
         msg_id = f"{self.cid}-e{self.next_serial('event'):07d}"
-        step.outbound.append(event_outbound(event, msg_id, context))
+        step.outbound.append(Emit(event, msg_id, context))
 
     def send_work(self, step: Step, stage: str, item: Work, pending: Pending) -> None:
-        """Publish ``item`` on ``stage``'s work subject and remember what it is for."""
+        """Send ``item`` to ``stage``'s workers and remember what it is for."""
         self.pending[item.work_id] = pending
         context = self.trace.context(pending.chain, pending.candidate_id)
-        step.outbound.append(
-            Outbound(subjects.work(self.cid, stage), item, item.work_id, self.cid, context)
-        )
+        step.outbound.append(Send(stage, item, context))
 
     def new_work_id(self) -> str:
         """A fresh work id of this campaign."""

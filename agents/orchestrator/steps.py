@@ -14,7 +14,8 @@ from typing import Literal
 import msgspec
 
 from evobus.agents.evolution.staleness import StaleAction
-from evobus.bus.publisher import Outbound
+from evobus.agents.orchestrator.errors import IllegalMove
+from evobus.agents.orchestrator.messages import Outgoing
 from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
 from evobus.schemas.campaign import PipelineStage, StrategySection
@@ -94,6 +95,25 @@ ChainStage = Literal[
     "evaluate",  # the child's evaluation in flight
     "evaluated",  # sync mode: waiting for the barrier before the decision
 ]
+FIRST_STAGE: ChainStage = "explore"
+# The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
+# step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
+# abandoned, made from a removed speculative parent) — by leaving ``CampaignState.live``, from
+# any stage: that is not a move.
+MOVES: dict[ChainStage, frozenset[ChainStage]] = {
+    # the parents are scored: m_diag waits for the critic, the other operators pass it
+    "explore": frozenset({"explored", "diagnosed"}),
+    "explored": frozenset({"diagnose"}),  # a diagnose slot (refill)
+    "diagnose": frozenset({"diagnosed"}),  # the critic's diagnosis (REFLEX §3.2)
+    "diagnosed": frozenset({"propose"}),  # a propose slot (refill)
+    "propose": frozenset({"admitting", "ready"}),  # the proposal: to the ε-net when it is on
+    "admitting": frozenset({"ready"}),  # admitted (or admitted unfiltered)
+    # FlashEvolve §3.2: the staleness policy keeps it (evaluate) or repairs it
+    "ready": frozenset({"evaluate", "repair"}),
+    "repair": frozenset({"ready"}),  # patched: back to the queue, once
+    "evaluate": frozenset({"evaluated"}),  # sync mode's barrier (async decides at once)
+    "evaluated": frozenset(),  # decided with its generation
+}
 
 
 @dataclass(eq=False)
@@ -112,10 +132,21 @@ class Chain:
     waiting: int = 0
     key: int = 0  # a serial number: the chain's id in the speculative set
     version: int = 0  # vᵢ: the pool version the chain's proposal was made from (FlashEvolve §3.1)
-    stage: ChainStage = "diagnose"
+    stage: ChainStage = FIRST_STAGE  # changed only by ``move``
     repaired: bool = False
     stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
     speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+
+    def move(self, to: ChainStage) -> None:
+        """Move the step to stage ``to``.
+
+        Raises:
+            IllegalMove: ``MOVES`` does not allow ``to`` from the step's stage.
+        """
+        allowed = MOVES[self.stage]
+        if to not in allowed:
+            raise IllegalMove(self.key, self.stage, to, frozenset(allowed))
+        self.stage = to
 
 
 PendingKind = Literal[
@@ -192,7 +223,7 @@ class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
 class Step:
     """What applying one result (or one tick) asks the shell to do."""
 
-    outbound: list[Outbound] = field(default_factory=list)
+    outbound: list[Outgoing] = field(default_factory=list)  # to send: the shell publishes
     commits: list[Commit] = field(default_factory=list)
     admissions: list[AdmissionRequest] = field(default_factory=list)
     rollbacks: list[str] = field(default_factory=list)

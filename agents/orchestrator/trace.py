@@ -23,8 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span
 from opentelemetry.util.types import AttributeValue
 
-from evobus.bus.publisher import event_kind
-from evobus.schemas.events import Event
+from evobus.schemas.events import Event, event_kind
 
 if TYPE_CHECKING:
     from evobus.agents.orchestrator.steps import Chain
