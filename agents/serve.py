@@ -58,7 +58,7 @@ async def serve_run_folder(
         echo(f"NATS_URL={server.url}")
         echo(
             f"evobus: serving until Ctrl-C; meanwhile give `evobus run`/`resume` --nats "
-            f"{server.url} (without it they start a second server on the same store)"
+            f"{server.url} (without it they refuse to start a second server on this store)"
         )
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for received in signals:

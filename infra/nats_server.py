@@ -6,6 +6,7 @@ kill, as nats.py's test helper does.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -20,6 +21,10 @@ from types import TracebackType
 from evobus.infra.errors import NatsServerError
 
 READY_LINE = "Server is ready"
+# nats-server does not lock its store: two servers on one store both start and corrupt it. The
+# NatsServer that runs a server holds an flock on this file (with its pid and URL in it) while
+# the server runs; the kernel drops it when the holder dies.
+STORE_LOCK = "evobus-store.lock"
 
 
 def find_binary() -> str:
@@ -76,6 +81,7 @@ class NatsServer:
         self._config = config
         self._env = dict(env) if env is not None else None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None  # the store lock's descriptor while a server runs
         self.log_path = self.store_dir / "nats-server.log"
 
     @property
@@ -97,6 +103,7 @@ class NatsServer:
         if self._proc is not None:
             return self
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_store()
         self.log_path.write_bytes(b"")
         config_args: list[str] = []
         if self._config is not None:
@@ -131,6 +138,7 @@ class NatsServer:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
                 self._proc = None
+                self._unlock_store()
                 raise NatsServerError(f"nats-server exited with {code}", self._log_tail())
             time.sleep(0.02)  # a log file offers nothing to wait on but polling
         self.stop()
@@ -141,14 +149,14 @@ class NatsServer:
     def stop(self, timeout: float = 5.0) -> None:
         """Terminate, wait up to ``timeout``, then kill."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._unlock_store()
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), for fault tests."""
@@ -156,6 +164,36 @@ class NatsServer:
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
+        self._unlock_store()
+
+    def _lock_store(self) -> None:
+        """Hold the store's lock, or say who holds it.
+
+        Raises:
+            NatsServerError: another server of evobus runs on this store (names it).
+        """
+        if self._lock is not None:
+            return
+        path = self.store_dir / STORE_LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise NatsServerError(
+                f"the store {self.store_dir} is in use by a running server ({holder}): stop it "
+                "(an `evobus serve` or `evobus run` with this --out), or give its URL with "
+                "--nats"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, {self.url}".encode())
+        self._lock = fd
+
+    def _unlock_store(self) -> None:
+        fd, self._lock = self._lock, None
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor releases the flock
 
     def restart(self) -> None:
         """Stop and start again on the same port and store (streams survive on disk)."""

@@ -58,6 +58,13 @@ async def test_serve_brings_back_a_finished_runs_bus_and_registry(
         show = ["prompts", "show", "critic", "--nats", url]
         assert await anyio.to_thread.run_sync(main, show) == 0
         assert capsys.readouterr().out.startswith("# critic@v")
+        # nats-server does not lock its store: a run on this --out is refused, not a second
+        # server started on the same store.
+        campaign = str(Path(__file__).parents[2] / "examples" / "pendulum.toml")
+        run = ["run", campaign, "--out", str(out), "--id", "refused"]
+        assert await anyio.to_thread.run_sync(main, run) == 1
+        refusal = capsys.readouterr().err
+        assert f"the store {default_store_dir(out)} is in use" in refusal and url in refusal
         serving.send_signal(signal.SIGINT)
         assert await anyio.to_thread.run_sync(serving.wait) == 0
         assert "SIGINT, stopping" in log.read_text()
