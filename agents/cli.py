@@ -276,6 +276,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-workers", type=int, default=4, help="E: in-flight target of evaluate"
     )
     bench_throughput.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="adaptive_workers = true: the async runs move K and E toward the bottleneck stage "
+        "(workers_changed events in the report); the sync run keeps them",
+    )
+    bench_throughput.add_argument(
+        "--proposals",
+        type=int,
+        default=None,
+        help="a proposal budget that ends each run before its wall clock (default: none)",
+    )
+    bench_throughput.add_argument(
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="keep each run's folder here (campaign file, runs/<campaign>/events.jsonl); "
+        "default: a temporary folder, removed",
+    )
+    bench_throughput.add_argument(
         "--json",
         type=Path,
         default=Path("tests/bench/results/throughput.json"),
@@ -754,6 +773,9 @@ async def _bench_throughput(args: argparse.Namespace) -> int:
         policies=tuple(p.strip() for p in args.policies.split(",") if p.strip()),
         llm_workers=args.llm_workers,
         eval_workers=args.eval_workers,
+        adaptive=args.adaptive,
+        proposals=args.proposals,
+        runs_dir=args.runs_dir,
         json_path=args.json,
         command=shlex.join(["evobus", *sys.argv[1:]]) if typed else "",
     )

@@ -6,7 +6,10 @@ the offline engine) serves every run. Each run is the same pendulum campaign, st
 budget: first ``mode = "sync"`` (a generation of K steps passes each stage together), then
 ``mode = "async"`` under each staleness policy asked for. Both modes get the same stage targets
 (K for diagnose and propose, E for evaluate) and so the same agent concurrency: the only
-difference is the barrier.
+difference is the barrier. With ``--adaptive`` the campaign has ``adaptive_workers = true``
+(FlashEvolve §3.4): the async runs start from those targets and move them toward the bottleneck,
+each move a ``workers_changed`` event the report keeps; the sync run ignores the key (a
+generation's barrier has no stage rates to balance), so its concurrency stays the baseline's.
 
 An outside observer (throughput_observer.py) counts the campaign's events and reads the
 simulator's ``/sim/stats`` and the process tree's CPU times at the window's ends; what is
@@ -32,7 +35,13 @@ from nats.aio.client import Client
 
 from evobus.agents.bench.errors import BenchError
 from evobus.agents.bench.throughput_observer import RunObserver, SimWatcher, measure
-from evobus.agents.bench.throughput_report import RunPlan, ThroughputReport, ThroughputRun, ratios
+from evobus.agents.bench.throughput_report import (
+    RunPlan,
+    ThroughputReport,
+    ThroughputRun,
+    format_moves,
+    ratios,
+)
 from evobus.agents.bench.timings import machine_facts
 from evobus.agents.errors import AgentError
 from evobus.agents.events_view import event_stream
@@ -51,6 +60,7 @@ DEFAULT_JSON = Path("tests/bench/results/throughput.json")
 MODEL = "Qwen/Qwen3-8B"  # actor and critic: one model on one simulated server
 POLICIES = ("full", "guarded", "reflective")
 SEED = Path(__file__).resolve().parents[2] / "examples" / "pendulum_seed.py"
+UNBOUNDED_PROPOSALS = 1_000_000_000  # the wall clock ends a run unless --proposals is given
 FINISH_SECONDS = 30.0  # for the observer to see campaign_finished after run_campaign returned
 
 
@@ -64,6 +74,9 @@ class ThroughputOptions:
     policies: tuple[str, ...] = ("full",)
     llm_workers: int = 32
     eval_workers: int = 4
+    adaptive: bool = False
+    proposals: int | None = None
+    runs_dir: Path | None = None
     json_path: Path | None = DEFAULT_JSON
     command: str = ""
 
@@ -77,6 +90,8 @@ class ThroughputOptions:
             raise BenchError(f"--llm-workers must be 1 to 256, got {self.llm_workers}")
         if not 1 <= self.eval_workers <= 256:
             raise BenchError(f"--eval-workers must be 1 to 256, got {self.eval_workers}")
+        if self.proposals is not None and self.proposals < 1:
+            raise BenchError(f"--proposals must be at least 1, got {self.proposals}")
         unknown = [p for p in self.policies if p not in POLICIES]
         if unknown or not self.policies or len(set(self.policies)) != len(self.policies):
             raise BenchError(
@@ -94,6 +109,9 @@ class ThroughputOptions:
         argv += ["--profile", self.profile, "--time-scale", f"{self.time_scale:g}"]
         argv += ["--policies", ",".join(self.policies)]
         argv += ["--llm-workers", str(self.llm_workers), "--eval-workers", str(self.eval_workers)]
+        argv += ["--adaptive"] if self.adaptive else []
+        argv += ["--proposals", str(self.proposals)] if self.proposals is not None else []
+        argv += ["--runs-dir", str(self.runs_dir)] if self.runs_dir else []
         argv += ["--json", str(self.json_path)] if self.json_path else []
         return shlex.join(argv)
 
@@ -108,11 +126,15 @@ def run_plans(options: ThroughputOptions) -> list[RunPlan]:
 def campaign_toml(options: ThroughputOptions, plan: RunPlan, base_url: str) -> str:
     """The campaign file of one run: the same in every run but for ``mode`` and ``staleness``.
 
-    No proposal budget to speak of: the wall-clock budget ends every run. Each agent process
+    No proposal budget to speak of unless ``--proposals`` gives one: the wall-clock budget ends
+    every run. ``adaptive_workers`` is the same in every run (only async mode acts on it). Each
+    agent process
     may have every request of its stages in flight at the endpoint (the actor serves propose
     and repair), so the client's concurrency is never what limits a stage.
     """
     k, e = options.llm_workers, options.eval_workers
+    proposals = UNBOUNDED_PROPOSALS if options.proposals is None else options.proposals
+    adaptive = "true" if options.adaptive else "false"
     return f"""\
 [campaign]
 name = "throughput-{plan.label}"
@@ -120,7 +142,7 @@ task = "pendulum"
 seed_artifact = "{SEED.as_posix()}"
 
 [campaign.budget]
-proposals = 1000000000
+proposals = {proposals}
 wall_seconds = {options.minutes * 60:g}
 
 [task]
@@ -131,6 +153,7 @@ mode = "{plan.mode}"
 in_flight = {k}
 workers = {{ diagnose = {k}, propose = {k}, evaluate = {e} }}
 staleness = "{plan.policy}"
+adaptive_workers = {adaptive}
 epsilon = 0.0
 rng_seed = 1
 
@@ -158,7 +181,7 @@ async def run_once(
         BenchError: the campaign failed or could not be observed.
     """
     run_dir = root / plan.label
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     campaign_file = run_dir / "campaign.toml"
     campaign_file.write_text(campaign_toml(options, plan, sim.base_url))
     campaign = f"tp-{plan.label}-{uuid.uuid4().hex[:8]}"
@@ -234,8 +257,9 @@ async def bench_throughput(
             time_scale=options.time_scale,
             models=(MODEL,),
         ) as sim,
-        tempfile.TemporaryDirectory(prefix="evobus-bench-throughput-") as root,
+        tempfile.TemporaryDirectory(prefix="evobus-bench-throughput-") as scratch,
     ):
+        root = options.runs_dir or Path(scratch)
         profile = sim.settings.profile
         simulator = (
             f"evobus llm-sim (a SIMULATOR, not a language model), profile {profile.name}, "
@@ -244,13 +268,15 @@ async def bench_throughput(
         echo(f"evobus bench throughput: {simulator}")
         for plan in plans:
             echo(f"  {plan.label}: {options.minutes:g} min of pendulum ...")
-            run, version = await run_once(sim, plan, options, Path(root))
+            run, version = await run_once(sim, plan, options, root)
             runs.append(run)
             echo(
                 f"  {plan.label}: {run.proposals} proposals ({run.proposals_per_min:.1f}/min), "
                 f"{run.evaluations} evaluations, {run.output_tokens_per_s:.0f} output tokens/s, "
                 f"{run.mean_active_sequences:.1f} sequences running on average"
             )
+            if options.adaptive and plan.mode == "async":
+                echo(f"  {plan.label}: workers {format_moves(run) or 'unchanged'}")
         base_url = sim.base_url
     report = ThroughputReport(
         command=options.command or options.explicit_command(),
@@ -264,6 +290,7 @@ async def bench_throughput(
         minutes=options.minutes,
         llm_workers=options.llm_workers,
         eval_workers=options.eval_workers,
+        adaptive=options.adaptive,
         policies=options.policies,
         campaign=campaign_toml(options, plans[1], base_url),
         runs=tuple(runs),

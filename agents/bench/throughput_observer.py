@@ -195,7 +195,8 @@ def measure(
         staleness=staleness,
         seed_score=summary.seed_score,
         best_score=summary.best_score,
-        workers_changed=tally.workers_changed,
+        workers_changed=len(tally.workers_moves),
+        workers_moves=tuple(tally.workers_moves),
     )
 
 

@@ -15,6 +15,9 @@ orchestrator emits ``stale_decided`` only for a proposal with Δ > 0 or an actio
 ``keep``; so a proposed candidate whose child evaluation came back is counted at the Δ of its
 ``keep`` decision when it has one, else at Δ = 0 (fresh, or patched by a repair and fresh after
 it). Discarded and repair-discarded proposals are never evaluated and are counted apart.
+
+With adaptive workers (FlashEvolve §3.4) every ``workers_changed`` event of the run is kept, in
+the order the stream gave them, as a ``WorkersMove``; the table sums them by stage.
 """
 
 from __future__ import annotations
@@ -52,6 +55,22 @@ class RunPlan:
     policy: str
 
 
+class WorkersMove(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``workers_changed`` event: a stage's in-flight target moved from ``old`` to ``new``.
+
+    Attributes:
+        at: the event's time (orchestrator's clock, as in events.jsonl).
+        after_seconds: ``at`` less the campaign's start (None if the start was not seen first).
+    """
+
+    stage: str
+    old: int
+    new: int
+    reason: str
+    at: float
+    after_seconds: float | None
+
+
 @dataclass
 class EventTally:
     """The counts a run's events add up to, as an outside subscriber sees them."""
@@ -65,7 +84,7 @@ class EventTally:
     kept_at: dict[str, int] = field(default_factory=dict)  # candidate → Δ of its keep decision
     actions: Counter[str] = field(default_factory=Counter)
     abandoned: int = 0
-    workers_changed: int = 0
+    workers_moves: list[WorkersMove] = field(default_factory=list)
 
     def observe(self, event: Event) -> None:
         """Count one event."""
@@ -87,8 +106,13 @@ class EventTally:
                     self.kept_at[cid] = delta
             case WorkAbandoned():
                 self.abandoned += 1
-            case WorkersChanged():
-                self.workers_changed += 1
+            case WorkersChanged(at=at, stage=stage, old=old, new=new, reason=reason):
+                after = None if self.started_at is None else round(at - self.started_at, 3)
+                self.workers_moves.append(
+                    WorkersMove(
+                        stage=stage, old=old, new=new, reason=reason, at=at, after_seconds=after
+                    )
+                )
             case _:
                 pass
 
@@ -168,6 +192,8 @@ class ThroughputRun(msgspec.Struct, frozen=True, kw_only=True):
             each agent role (an evaluator's sandbox runs count as its own), ``nats-server``,
             ``bench`` (this process: the simulator, its offline answers, the supervisor) and
             ``unattributed`` (the machine's busy time beyond those: mostly sandbox runs).
+        workers_changed: how many ``workers_changed`` events the run had (adaptive workers).
+        workers_moves: those events, in order (stage, old, new, reason, at).
     """
 
     label: str
@@ -202,6 +228,7 @@ class ThroughputRun(msgspec.Struct, frozen=True, kw_only=True):
     seed_score: float | None
     best_score: float | None
     workers_changed: int
+    workers_moves: tuple[WorkersMove, ...] = ()
 
 
 class ThroughputReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -224,6 +251,7 @@ class ThroughputReport(msgspec.Struct, frozen=True, kw_only=True):
     minutes: float
     llm_workers: int
     eval_workers: int
+    adaptive: bool = False
     policies: tuple[str, ...]
     campaign: str
     runs: tuple[ThroughputRun, ...]
@@ -288,6 +316,25 @@ def format_histogram(histogram: dict[int, int]) -> str:
     return " ".join(f"{lo}:{n}" if lo == hi else f"{lo}-{hi}:{n}" for (lo, hi), n in ordered) or "-"
 
 
+def net_moves(run: ThroughputRun) -> dict[str, tuple[int, int, int]]:
+    """Stage → (first target, last target, number of moves), in order of first move."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for move in run.workers_moves:
+        first, _, count = out.get(move.stage, (move.old, move.old, 0))
+        out[move.stage] = (first, move.new, count + 1)
+    return out
+
+
+def format_moves(run: ThroughputRun) -> str:
+    """``evaluate 4→7 (3 moves, gained 3), diagnose 32→31 (1 move, lost 1)``; "" if none."""
+    parts = []
+    for stage, (first, last, count) in net_moves(run).items():
+        change = f"gained {last - first}" if last > first else f"lost {first - last}"
+        change = change if last != first else "back where it started"
+        parts.append(f"{stage} {first}→{last} ({count} move{'s' * (count != 1)}, {change})")
+    return ", ".join(parts)
+
+
 def format_report(report: ThroughputReport) -> str:
     """The tables ``evobus bench throughput`` prints."""
     m = report.machine
@@ -318,6 +365,11 @@ def format_report(report: ThroughputReport) -> str:
     for r in report.runs:
         shown = ", ".join(f"{role} {cores:.2f}" for role, cores in r.cpu_cores.items())
         lines.append(f"  {r.label:<17}{shown or '-'}")
+    if report.adaptive:
+        lines += ["", "adaptive workers (FlashEvolve §3.4: workers_changed events by stage)"]
+        for r in report.runs:
+            if r.mode == "async":
+                lines.append(f"  {r.label:<17}{format_moves(r) or 'no change'}")
     if report.ratios:
         lines += ["", "async / sync (used: proposals whose evaluation came back)"]
         for label, values in report.ratios.items():

@@ -43,7 +43,7 @@ from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import Reject, Retry
 from evobus.bus.publisher import Outbound
 from evobus.bus.streams import evidence_store
-from evobus.infra.errors import SandboxUnavailable
+from evobus.infra.errors import SandboxError, SandboxUnavailable
 from evobus.infra.llm import LLMUnavailable, user_message
 from evobus.infra.sandbox import SandboxRun, run_sandboxed
 from evobus.infra.sandbox_slots import remove_dead_workdirs
@@ -394,6 +394,8 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             )
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
+        except SandboxError as exc:  # no run slot free (sandbox_slots.py): runs end, slots free
+            raise Retry(f"no sandbox slot: {exc}", delay=2.0) from None
         evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
         image = evidence_image(run, collect)
         if collect and image is None:

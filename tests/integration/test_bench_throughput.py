@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from evobus.agents.bench import throughput
 from evobus.agents.bench.throughput import ThroughputOptions, campaign_toml, run_plans
-from evobus.agents.bench.throughput_report import RunPlan, ThroughputReport, integrate
+from evobus.agents.bench.throughput_report import (
+    ThroughputReport,
+    WorkersMove,
+    format_moves,
+    integrate,
+)
 from evobus.agents.cli import main
+from evobus.agents.events_view import EVENT_LOG
 from evobus.schemas.campaign import parse_campaign
+from evobus.schemas.events import CampaignStarted, Event, WorkersChanged
 
 
 def test_the_runs_differ_only_in_mode_and_staleness() -> None:
@@ -26,6 +33,31 @@ def test_the_runs_differ_only_in_mode_and_staleness() -> None:
     assert msgspec.structs.replace(sync, mode="async") == full
     assert msgspec.structs.replace(guarded, staleness="full") == full
     assert all(s.campaign.budget.wall_seconds == 180 for s in specs)
+    assert not full.adaptive_workers and specs[1].campaign.budget.proposals == 1_000_000_000
+
+    adaptive = dataclasses.replace(options, adaptive=True, proposals=3)
+    texts = [campaign_toml(adaptive, p, "http://127.0.0.1:1/v1") for p in plans[:2]]
+    on_sync, on_full = (parse_campaign(text) for text in texts)
+    # Sync mode ignores the key: the same file but for mode and staleness.
+    assert on_sync.strategy.adaptive_workers and on_full.strategy.adaptive_workers
+    assert on_sync.campaign.budget.proposals == on_full.campaign.budget.proposals == 3
+
+
+def test_the_table_sums_the_moves_by_stage() -> None:
+    stored = Path(__file__).parents[1] / "bench" / "results" / "throughput.json"
+    run = msgspec.json.decode(stored.read_bytes(), type=ThroughputReport).runs[0]
+    moves = [("evaluate", 4, 5), ("diagnose", 32, 31), ("evaluate", 5, 6), ("diagnose", 31, 32)]
+    run = msgspec.structs.replace(
+        run,
+        workers_moves=tuple(
+            WorkersMove(stage=s, old=o, new=n, reason="r", at=1.0 + i, after_seconds=float(i))
+            for i, (s, o, n) in enumerate(moves)
+        ),
+    )
+    assert format_moves(run) == (
+        "evaluate 4→6 (2 moves, gained 2), diagnose 32→32 (2 moves, back where it started)"
+    )
+    assert format_moves(msgspec.structs.replace(run, workers_moves=())) == ""
 
 
 def test_integrate_reads_a_step_function_over_a_window() -> None:
@@ -39,31 +71,44 @@ def test_integrate_reads_a_step_function_over_a_window() -> None:
 PROPOSALS = 4  # what ends each run of the tiny bench: never its wall clock
 
 
-def with_a_proposal_budget(options: ThroughputOptions, plan: RunPlan, base_url: str) -> str:
-    """The bench's campaign with ``PROPOSALS`` in place of its unbounded proposal budget."""
-    text = campaign_toml(options, plan, base_url)
-    assert "\nproposals = 1000000000\n" in text  # the bench's budget, as this test knows it
-    return text.replace("\nproposals = 1000000000\n", f"\nproposals = {PROPOSALS}\n")
+def workers_changed_in_log(events_jsonl: Path) -> list[WorkersMove]:
+    """The run folder's ``workers_changed`` events, as the report records them."""
+    lines = events_jsonl.read_bytes().splitlines()
+    events = [msgspec.json.decode(line, type=Event) for line in lines]
+    started = next(e.at for e in events if isinstance(e, CampaignStarted))
+    return [
+        WorkersMove(
+            stage=e.stage,
+            old=e.old,
+            new=e.new,
+            reason=e.reason,
+            at=e.at,
+            after_seconds=round(e.at - started, 3),
+        )
+        for e in events
+        if isinstance(e, WorkersChanged)
+    ]
 
 
 @pytest.mark.integration
 @pytest.mark.timeout(300)
-def test_a_tiny_bench_of_both_modes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_tiny_bench_of_both_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A wall clock far beyond what the runs take, even on a loaded machine (the seed's
     # evaluation once came after a 9 s budget had run out): each run ends at its proposal
     # budget, and the test checks the report's shape and honesty, never a speed.
-    monkeypatch.setattr(throughput, "campaign_toml", with_a_proposal_budget)
-    out = tmp_path / "throughput.json"
-    argv = ["bench", "throughput", "--minutes", "10", "--profile", "tiny"]
+    out, runs_dir = tmp_path / "throughput.json", tmp_path / "runs"
+    argv = ["bench", "throughput", "--minutes", "10", "--profile", "tiny", "--adaptive"]
     argv += ["--time-scale", "0.1", "--llm-workers", "4", "--eval-workers", "1"]
+    argv += ["--proposals", str(PROPOSALS), "--runs-dir", str(runs_dir)]
     assert main([*argv, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "async / sync" in printed and "SIMULATOR" in printed
+    assert "adaptive workers (FlashEvolve §3.4" in printed
 
     report = msgspec.json.decode(out.read_bytes(), type=ThroughputReport)
     assert report.command_explicit.startswith("evobus bench throughput --minutes 10")
+    assert f"--adaptive --proposals {PROPOSALS}" in report.command_explicit and report.adaptive
+    assert "adaptive_workers = true\n" in report.campaign
     assert report.machine.cpu_count > 0 and report.profile == "tiny"
     assert f"proposals = {PROPOSALS}\n" in report.campaign  # the campaign the runs had
     sync, full = report.runs
@@ -86,6 +131,11 @@ def test_a_tiny_bench_of_both_modes(
         assert run.seed_score is not None and run.steps_started >= run.proposals
         assert sum(run.staleness.histogram.values()) == run.proposals_evaluated <= run.proposals
         assert run.cpu_busy is None or "unattributed" in run.cpu_cores
+        # Every workers_changed event of the run's own log, and only those, in the report
+        # (sync mode never moves a target); whether a stage moved depends on the machine.
+        logged = workers_changed_in_log(runs_dir / run.label / "runs" / run.campaign / EVENT_LOG)
+        assert list(run.workers_moves) == logged and run.workers_changed == len(logged)
+        assert run.mode == "async" or not logged
     assert set(sync.staleness.histogram) <= {0}  # the barrier: no decision while in flight
     assert set(report.ratios) == {"async-full"}
     assert report.ratios["async-full"]["proposals_per_min"] == pytest.approx(

@@ -76,7 +76,6 @@ FAILURE = TASK.failure_score
 INSTANCES = ("0", "1")
 MAX_STEPS = 40
 LIMITS = SandboxSection(timeout_seconds=15.0, cpu_seconds=15, memory_mb=1024)
-MARGIN_SECONDS = 2.0  # what a killed run may take past its timeout to come back
 SECRET_NAME = "EVOBUS_HOSTILE_SECRET"
 REPO = Path(__file__).resolve().parents[2]
 ENERGY = Resource(name="energy", kind="tool", version=1, source=TASK.tools()[0].source)
@@ -190,6 +189,34 @@ def honest_score() -> float:
     return sum(returns) / len(returns)
 
 
+async def nothing_left_of(outcome: Outcome) -> None:
+    """Poll until no process runs as the run's own uid (when we are root each run has one,
+    sandbox_slots.py; without root there is nothing to tell its processes by)."""
+    uid = outcome.run.uid
+    if uid is None or uid == 65534:  # "nobody" is shared: other runs may use it now
+        return
+    for _ in range(200):
+        if not processes_of_uid(uid):
+            return
+        await anyio.sleep(0.05)
+    pytest.fail(f"processes of the run's uid {uid} survived: {processes_of_uid(uid)}")
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Live processes whose real uid is ``uid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # it exited while we looked
+            line = next((x for x in status.splitlines() if x.startswith("Uid:")), "Uid: -1")
+            if int(line.split()[1]) == uid:
+                found.append(int(entry.name))
+    return found
+
+
 def assert_run_failed(outcome: Outcome, error: str) -> None:
     """The whole run failed: the Evaluation carries ``error`` and every instance the failure
     score."""
@@ -239,7 +266,7 @@ async def test_signals_to_the_parent_kill_only_the_run(
     outcome = await evaluate(source, isolation)
     # The harness, in the candidate's namespace, is what dies: a failure of the whole run.
     assert_run_failed(outcome, "killed by signal SIGKILL")
-    assert outcome.seconds < LIMITS.timeout_seconds
+    assert not outcome.run.timed_out  # ended by the signal, not left hanging until the timeout
     assert sentinel.poll() is None  # the host process of the same uid lives on
 
 
@@ -451,7 +478,8 @@ async def test_an_output_flood_is_capped_and_times_out(isolation: Isolation | No
     limits = SandboxSection(timeout_seconds=3.0, cpu_seconds=15, max_output_bytes=1 << 16)
     outcome = await evaluate(FLOOD, isolation, limits)
     assert_run_failed(outcome, "timed out after 3.")
-    assert outcome.seconds < limits.timeout_seconds + MARGIN_SECONDS
+    assert outcome.run.timed_out
+    await nothing_left_of(outcome)  # the flooding process was killed with its run
     assert outcome.run.output_truncated
     assert len(outcome.run.stderr) == limits.max_output_bytes
     assert outcome.run.stdout == b""  # its "stdout" is stderr; the result channel stays clean
@@ -550,7 +578,7 @@ async def test_orphans_and_daemons_do_not_outlive_the_run(isolation: Isolation |
     assert outcome.loot() == {"started": 2}
     # The run does not wait for them (nor may they keep it open), the score is honest play's...
     assert_plays_as_honest(outcome)
-    assert outcome.seconds < LIMITS.timeout_seconds
+    assert not outcome.run.timed_out  # it ended by itself, not waiting for the orphans
     # ...and once it is back, none of them is left: the pid namespace went with the run.
     await no_process_left(marker)
 
@@ -797,7 +825,8 @@ async def test_a_candidate_past_its_timeout_is_killed_promptly(
     outcome = await evaluate(source, isolation, limits)
     assert_run_failed(outcome, "timed out after 2.")
     assert outcome.run.timed_out
-    assert outcome.seconds < limits.timeout_seconds + MARGIN_SECONDS
+    # Killed, not asked: a busy loop deaf to polite signals is gone too once the run is back.
+    await nothing_left_of(outcome)
 
 
 # 9. ccaa: a result line of its own, or the harness's scorer rewritten, from inside design().
@@ -1002,7 +1031,7 @@ async def test_a_ccaa_design_that_hangs_or_dies_fails_the_run(
     assert outcome.evaluation.error.startswith(error), outcome.evaluation.error
     assert_ccaa_failed(outcome, error)
     assert outcome.run.timed_out == (ending == "sleep")
-    assert outcome.seconds < limits.timeout_seconds + MARGIN_SECONDS
+    await nothing_left_of(outcome)
 
 
 # Generated tools: validated by the tool generator in the same sandbox.
