@@ -7,7 +7,6 @@ with fields of the wrong type, with huge or deeply nested fields, and with extra
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
@@ -33,8 +32,6 @@ from tests.fuzz.payloads import (
 from tests.samples import SAMPLES
 
 NAMES = sorted(DECODERS)
-# Decoding is microseconds; a decode that takes this long is a hang in the making.
-SLOW_SECONDS = 2.0
 
 FUZZ = settings(
     max_examples=60,
@@ -45,14 +42,11 @@ FUZZ = settings(
 
 def decode(name: str, data: bytes) -> Any | None:
     """The decoded message, or None when the decoder refused it with a DecodeError; any other
-    exception fails the test."""
-    started = time.monotonic()
+    exception fails the test (a decode that hangs, the per-test timeout)."""
     try:
         return DECODERS[name].decode(data)
     except codec.DecodeError:
         return None
-    finally:
-        assert time.monotonic() - started < SLOW_SECONDS, f"{name} took too long"
 
 
 # Any msgpack-encodable value, nested a little.
