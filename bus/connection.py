@@ -234,7 +234,8 @@ async def connect(
         # (it has no separate bound for it), so the deadline is ours; reconnection stays endless.
         with anyio.move_on_after(first_connect_timeout) as waiting:
             await nc.connect(
-                url,
+                # ``URL,URL,URL``: every server of a cluster, so that losing one is survivable.
+                [part.strip() for part in url.split(",") if part.strip()],
                 name=name,
                 allow_reconnect=True,
                 max_reconnect_attempts=-1,
