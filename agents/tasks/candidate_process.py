@@ -118,6 +118,37 @@ def _set_dumpable(dumpable: bool) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
 
 
+def fork_server(serve: Callable[[int, int], None], hide: Sequence[int]) -> tuple[int, int, int]:
+    """Fork a child that runs ``serve(requests, replies)`` on two pipes and exits; returns its
+    pid and the parent's ends (requests to write, replies to read). ``hide``: descriptors the
+    child must not keep (the harness's stdout). The child runs the untrusted code (a candidate,
+    a user's evaluator), so it never returns into the harness."""
+    _set_dumpable(False)  # before the fork: no moment when the child could reach us
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            for fd in (*hide, to_child, from_child):
+                os.close(fd)
+            _set_dumpable(True)  # as any process: its own /proc entries stay its own
+            serve(from_parent, to_parent)
+            code = 0
+        except BaseException:  # the child's own end: say why, then go
+            traceback.print_exc()
+        finally:
+            atexit._run_exitfuncs()  # the ``tools`` package's call report, an evaluator's own
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(from_parent)
+    os.close(to_parent)
+    return pid, to_child, from_child
+
+
 class CandidateProcess:
     """The candidate, loaded in a forked child and asked ``call(request)`` over two pipes.
 
@@ -146,30 +177,11 @@ class CandidateProcess:
         cls, workdir: Path, entrypoint: str, answer: Answer, hide: Sequence[int]
     ) -> CandidateProcess:
         """Fork the candidate's process; ``hide``: descriptors it must not keep (stdout's)."""
-        _set_dumpable(False)  # before the fork: no moment when the child could reach us
-        from_parent, to_child = os.pipe()
-        from_child, to_parent = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the candidate's process: never returns
-            code = 1
-            try:
-                for fd in (*hide, to_child, from_child):
-                    os.close(fd)
-                _set_dumpable(True)  # as any process: its own /proc entries stay its own
-                serve_candidate(workdir, entrypoint, answer, from_parent, to_parent)
-                code = 0
-            except BaseException:  # the candidate's own end: say why, then go
-                traceback.print_exc()
-            finally:
-                atexit._run_exitfuncs()  # the ``tools`` package's call report
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        os.close(from_parent)
-        os.close(to_parent)
-        return cls(pid, to_child, from_child)
+        pid, requests, replies = fork_server(
+            lambda inbox, outbox: serve_candidate(workdir, entrypoint, answer, inbox, outbox),
+            hide,
+        )
+        return cls(pid, requests, replies)
 
     def call(self, request: object) -> object:
         """The candidate's answer to ``request`` (a JSON value).

@@ -23,9 +23,7 @@ trusted beyond being the evaluator's answer.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import ctypes
 import importlib.util
 import inspect
 import json
@@ -56,7 +54,6 @@ MAX_NOTE_CHARS = 500
 MAX_ARTIFACT_CHARS = 2000
 MAX_OUTPUT_CHARS = 3000
 MAX_REPLY_BYTES = candidate_process.MAX_REPLY_BYTES - 4096  # room for the envelope
-PR_SET_DUMPABLE = 4
 
 Reply = dict[str, Any]
 
@@ -74,30 +71,10 @@ def start(workdir: Path, params: Mapping[str, object], hide: Sequence[int]) -> E
     """Fork the evaluator's process and wait for it to load ``evaluator.py``; ``hide``: the
     descriptors it must not keep (the harness's stdout). The process's ``load_error`` says why
     the file did not load."""
-    _set_dumpable(False)  # as CandidateProcess.start: the child cannot reach the harness
-    from_parent, to_child = os.pipe()
-    from_child, to_parent = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the evaluator's process: never returns
-        code = 1
-        try:
-            for fd in (*hide, to_child, from_child):
-                os.close(fd)
-            _set_dumpable(True)
-            serve(workdir, params, from_parent, to_parent)
-            code = 0
-        except BaseException:  # its own end: say why, then go
-            traceback.print_exc()
-        finally:
-            atexit._run_exitfuncs()  # the ``tools`` package's call report, the evaluator's own
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    os.close(from_parent)
-    os.close(to_parent)
-    return EvaluatorProcess(pid, to_child, from_child, workdir / OUTPUT_FILE)
+    pid, requests, replies = candidate_process.fork_server(
+        lambda inbox, outbox: serve(workdir, params, inbox, outbox), hide
+    )
+    return EvaluatorProcess(pid, requests, replies, workdir / OUTPUT_FILE)
 
 
 class EvaluatorProcess(candidate_process.CandidateProcess):
@@ -134,11 +111,6 @@ def _tail(path: Path) -> str:
     except OSError:
         return ""
     return text[-MAX_OUTPUT_CHARS:]
-
-
-def _set_dumpable(dumpable: bool) -> None:
-    """prctl(PR_SET_DUMPABLE), as ``candidate_process`` sets it around its fork."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0)
 
 
 def serve(workdir: Path, params: Mapping[str, object], requests: int, replies: int) -> None:
