@@ -31,6 +31,7 @@ from evobus.bus.publisher import Outbound, event_outbound
 from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.events import CampaignFinished
 from evobus.schemas.registry import ParamValue
 
 log = logging.getLogger(__name__)
@@ -102,32 +103,46 @@ class Effects:
     async def run(self, first: Step) -> tuple[list[Outbound], list[WorkersTarget]]:
         """Carry out ``first`` and every step its effects lead to; the messages to publish on
         the streams, and the worker targets to send on the control subjects."""
-        out: list[Outbound] = []
-        controls: list[WorkersTarget] = []
-        steps = deque([first])
-        while steps:
-            step = steps.popleft()
-            out.extend(map(outbound, step.outbound))
-            controls.extend(step.controls)
-            self._commit(step)
-            steps.extend(await self._admit(step))
+        out, controls = await self._carry([first])
+        finish = next(
+            (i for i, o in enumerate(out) if isinstance(o.message, CampaignFinished)), None
+        )
+        if finish is not None:
+            # The skills of the last results are registered (and their uses credited) now,
+            # and their events go before ``campaign_finished``: it is the campaign's last event.
+            more, targets = await self._work_backlog_now()
+            out[finish:finish] = more
+            controls += targets
         return out, controls
 
     async def work_backlog(self) -> tuple[list[Outbound], list[WorkersTarget]]:
         """Work off what waits for the registry (when there is any, and the registry was not
-        found away moments ago); what that leads to, as ``run`` returns it."""
+        found away moments ago); what that leads to, as ``run`` returns it. Nothing once the
+        campaign has finished: its finish worked the backlog off (``run``)."""
+        if self.state.phase == "finished":
+            return [], []
+        return await self._work_backlog_now()
+
+    async def _work_backlog_now(self) -> tuple[list[Outbound], list[WorkersTarget]]:
         state = self.state
         waiting = state.skill_registrations or state.skill_uses or state.unfiltered
         if not waiting or not self._due() or self._registry_lock.locked():
             return [], []
         async with self._registry_lock:
             steps = await self._drain()
+        return await self._carry(steps)
+
+    async def _carry(self, first: list[Step]) -> tuple[list[Outbound], list[WorkersTarget]]:
+        """Carry out ``first`` and every step their effects lead to, in order."""
         out: list[Outbound] = []
         controls: list[WorkersTarget] = []
-        for step in steps:
-            more, targets = await self.run(step)
-            out += more
-            controls += targets
+        steps = deque(first)
+        while steps:
+            step = steps.popleft()
+            out.extend(map(outbound, step.outbound))
+            controls.extend(step.controls)
+            self._commit(step)
+            steps.extend(await self._admit(step))
         return out, controls
 
     def _commit(self, step: Step) -> None:

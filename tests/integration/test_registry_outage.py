@@ -168,6 +168,33 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
         await nc.drain()
 
 
+@pytest.mark.timeout(60)
+async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_finishes(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # A skill still queued when the campaign ends is registered by the finish itself, and
+    # its skill_learned goes before campaign_finished, the campaign's last event.
+    state = make_state(mode="sync", in_flight=2, proposals=2)
+    seeded(state)
+    skill = SkillRegistration(
+        name="swing-first-0a1b2c3d", trigger="never swings up", snippet="k = 3.0", origin="diff"
+    )
+    state.skill_registrations.append(skill)
+    nc = await connect(nats_server.url, name="finish-effects")
+    workspace = CampaignWorkspace(tmp_path / "workspace")
+    try:
+        async with registry_service(nats_server.url, tmp_path / "registry"):
+            effects = Effects(state, RegistryClient(nc, timeout=5.0), workspace)
+            out, _ = await effects.run(state.fail("stopped by the test", 5.0))
+            kinds = [type(o.message).__name__ for o in out]
+            assert kinds[-1] == "CampaignFinished"
+            assert "SkillLearned" in kinds and state.skill_registrations == []
+            assert await effects.work_backlog() == ([], [])
+    finally:
+        workspace.close()
+        await nc.drain()
+
+
 @pytest.mark.timeout(90)
 async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_starts(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
