@@ -20,8 +20,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from evobus.agents.errors import AgentError, CampaignFailed, CampaignNotFound
-    from evobus.agents.events_view import describe
+    from evobus.agents.runtime.errors import AgentError, CampaignFailed, CampaignNotFound
+    from evobus.agents.runtime.events import describe
     from evobus.campaign import Campaign, Settings, resume, resume_async
     from evobus.driver import Driver, Score, Trial
     from evobus.errors import ApiError, RunNotFinished, RunNotFound, ScoreFunctionError, TrialError
@@ -43,14 +43,14 @@ _EXPORTS = {
     "Driver": "evobus.driver",
     "Trial": "evobus.driver",
     "Score": "evobus.driver",
-    "describe": "evobus.agents.events_view",
+    "describe": "evobus.agents.runtime.events",
     "Event": "evobus.schemas.events",
     "CampaignSpec": "evobus.schemas.campaign",
     "CampaignSummary": "evobus.schemas.campaign",
     "CampaignConfigError": "evobus.schemas.errors",
-    "AgentError": "evobus.agents.errors",
-    "CampaignFailed": "evobus.agents.errors",
-    "CampaignNotFound": "evobus.agents.errors",
+    "AgentError": "evobus.agents.runtime.errors",
+    "CampaignFailed": "evobus.agents.runtime.errors",
+    "CampaignNotFound": "evobus.agents.runtime.errors",
     "ApiError": "evobus.errors",
     "RunNotFound": "evobus.errors",
     "RunNotFinished": "evobus.errors",

@@ -17,14 +17,14 @@ from typing import TypedDict, TypeVar, Unpack
 import anyio
 import msgspec
 
-from evobus.agents.orchestrator.agent import campaign_dir
-from evobus.agents.supervisor import (
+from evobus.agents.console.supervisor import (
     PYTHON_ORIGIN,
     WORKER_ROLES,
     RunOptions,
     default_campaign_id,
     resume_campaign,
 )
+from evobus.agents.roles.orchestrator.agent import campaign_dir
 from evobus.errors import ApiError
 from evobus.live import CampaignRun, start_run
 from evobus.results import Result

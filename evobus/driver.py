@@ -31,11 +31,11 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from nats.aio.client import Client
 from opentelemetry import context as otel_context
 
-from evobus.agents.evaluator.agent import bounded, evaluation_of
-from evobus.agents.events_view import event_stream
-from evobus.agents.runtime import make_agent_ref
+from evobus.agents.roles.evaluator.agent import bounded, evaluation_of
+from evobus.agents.runtime.events import event_stream
+from evobus.agents.runtime.process import make_agent_ref
+from evobus.agents.runtime.work import expect, on_dead, result_outbound
 from evobus.agents.tasks import get_task
-from evobus.agents.work import expect, on_dead, result_outbound
 from evobus.bus import codec, subjects
 from evobus.bus.connection import Credentials, connect
 from evobus.bus.consumer import PullConsumer

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evobus.agents.errors import AgentError
+from evobus.agents.runtime.errors import AgentError
 
 
 class ApiError(AgentError):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgspec
 
-from evobus.agents import lineage as workspace_history
-from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.agents.runtime import lineage as workspace_history
+from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.errors import RunNotFinished, RunNotFound
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.artifacts import LineageRecord

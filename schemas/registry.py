@@ -77,7 +77,7 @@ class RegisterRequest(msgspec.Struct, frozen=True, kw_only=True, tag="register")
     mints a second version). An empty ``contract`` is generated from the resource. An existing
     skill keeps its ``utility`` and ``uses`` params (they change only by skill use). A skill
     under a new name that near-duplicates an active one becomes that skill's next version (the
-    reply's resource then has the other name; agents/registry/skill_library.py).
+    reply's resource then has the other name; agents/roles/registry/skill_library.py).
     """
 
     kind: ResourceKind

@@ -38,8 +38,8 @@ from typing import Any
 
 import anyio
 
-from evobus.agents.registry import lifecycle
-from evobus.agents.registry.service import Registry
+from evobus.agents.roles.registry import lifecycle
+from evobus.agents.roles.registry.service import Registry
 from evobus.infra.library import Library
 from evobus.infra.workspace import BEST_TAG, CampaignWorkspace
 from evobus.schemas.registry import RegisterRequest

@@ -155,7 +155,7 @@ def evobus_argv(argv: tuple[str, ...]) -> tuple[str, ...] | None:
     """The arguments of an ``evobus`` command line, or None for another program."""
     if argv and Path(argv[0]).name == "evobus":
         return argv[1:]
-    return argv[3:] if python_module(argv) == "evobus.agents.cli" else None
+    return argv[3:] if python_module(argv) == "evobus.agents.console.cli" else None
 
 
 def bench_module(argv: tuple[str, ...]) -> Path | None:

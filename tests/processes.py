@@ -12,11 +12,11 @@ from pathlib import Path
 def start_evobus(
     *args: str, log: Path, env: Mapping[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """``python -m evobus.agents.cli ARGS`` with stdout and stderr in ``log`` (``env``: variables
-    added to this process's environment)."""
+    """``python -m evobus.agents.console.cli ARGS`` with stdout and stderr in ``log`` (``env``:
+    variables added to this process's environment)."""
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "evobus.agents.cli", *args],
+            [sys.executable, "-m", "evobus.agents.console.cli", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -9,7 +9,7 @@ and a seeded skill's snippet is a guidance comment.
 
 REFLEX §3.4 retrieves by BM25 alone and says utility "promotes" skills that help and "evicts"
 those that fail, without a formula; Figure 3 shows a library that promotes, archives and evicts.
-The rules here (the registry applies them, agents/registry/skill_library.py):
+The rules here (the registry applies them, agents/roles/registry/skill_library.py):
 
 * **Retrieval** (``rank_for_retrieval``): k·m skills by similarity, re-ranked by
   ``similarity / best similarity + λ · optimistic mean utility``. The optimistic mean is the

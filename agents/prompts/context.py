@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from evobus.agents.actor.blocks import block_rule
+from evobus.agents.roles.actor.blocks import block_rule
 from evobus.agents.tasks import TaskError, get_task
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.registry import Resource

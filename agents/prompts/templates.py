@@ -50,7 +50,7 @@ $skills
 $tools
 """
 
-# $evolve_blocks is empty unless the parent has EVOLVE-BLOCK markers (agents/actor/blocks.py):
+# $evolve_blocks is empty unless the parent has EVOLVE-BLOCK markers (agents/roles/actor/blocks.py):
 # then it says which code may change. The whole file is still asked for, markers kept.
 _OUTPUT_ACTOR = """$evolve_blocks
 Output STRICTLY one JSON object with the keys:

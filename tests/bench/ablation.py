@@ -25,8 +25,8 @@ from pathlib import Path
 
 import anyio
 
-from evobus.agents.events_view import event_stream
-from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runtime.events import event_stream
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated

@@ -24,7 +24,7 @@ from pathlib import Path
 import anyio
 import cma  # type: ignore[import-untyped]
 
-from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.agents.console.supervisor import RunOptions, run_campaign
 from evobus.agents.tasks import get_task
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.sandbox import run_sandboxed

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import anyio
 
-from evobus.agents.events_view import event_stream, score
-from evobus.agents.supervisor import RunOptions, run_campaign
+from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runtime.events import event_stream, score
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import load_campaign

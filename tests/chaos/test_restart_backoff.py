@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.events import AgentExited, AgentRestarted, CampaignProgress, Event
 from tests.chaos.test_chaos import agent_pids, assert_each_evaluation_counted_once, run_with_chaos

@@ -16,11 +16,11 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from evobus.agents.critic.agent import Critic
-from evobus.agents.evaluator.agent import PNG_SIGNATURE
-from evobus.agents.models import ModelAccess
-from evobus.agents.registry.client import RegistryClient
-from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.agents.roles.critic.agent import Critic
+from evobus.agents.roles.evaluator.agent import PNG_SIGNATURE
+from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.runtime.models import ModelAccess
+from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.bus import codec, envelope, subjects
 from evobus.bus.consumer import PullConsumer
 from evobus.bus.envelope import MessageContext
@@ -335,7 +335,7 @@ async def test_the_critic_skips_an_evidence_image_over_the_limit(
         await store.put(f"{campaign_id}/fine.png", fine)
         await store.put(f"{campaign_id}/big.png", big)
         assert await critic.image(f"{campaign_id}/fine.png") == fine
-        with caplog.at_level(logging.WARNING, logger="evobus.agents.critic.agent"):
+        with caplog.at_level(logging.WARNING, logger="evobus.agents.roles.critic.agent"):
             assert await critic.image(f"{campaign_id}/big.png") is None
             assert await critic.image(f"{campaign_id}/gone.png") is None
         assert f"{len(big)} bytes, over the limit of {MAX_EVIDENCE_BYTES}" in caplog.text

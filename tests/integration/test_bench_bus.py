@@ -8,9 +8,9 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents.bench.bus import SHARED_BUS_STAGE, BusBenchOptions, bench_bus
-from evobus.agents.bench.timings import BusBenchReport, RunReport
-from evobus.agents.cli import main
+from evobus.agents.console.bench.bus import SHARED_BUS_STAGE, BusBenchOptions, bench_bus
+from evobus.agents.console.bench.timings import BusBenchReport, RunReport
+from evobus.agents.console.cli import main
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer

@@ -8,15 +8,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from evobus.agents.bench.throughput import ThroughputOptions, campaign_toml, run_plans
-from evobus.agents.bench.throughput_report import (
+from evobus.agents.console.bench.throughput import ThroughputOptions, campaign_toml, run_plans
+from evobus.agents.console.bench.throughput_report import (
     ThroughputReport,
     WorkersMove,
     format_moves,
     integrate,
 )
-from evobus.agents.cli import main
-from evobus.agents.events_view import EVENT_LOG
+from evobus.agents.console.cli import main
+from evobus.agents.runtime.events import EVENT_LOG
 from evobus.schemas.campaign import parse_campaign
 from evobus.schemas.events import CampaignStarted, Event, WorkersChanged
 

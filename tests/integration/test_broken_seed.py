@@ -10,9 +10,9 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents.cli import EXIT_CONFIG
-from evobus.agents.errors import SEED_FAILED
-from evobus.agents.events_view import EVENT_LOG, read_events
+from evobus.agents.console.cli import EXIT_CONFIG
+from evobus.agents.runtime.errors import SEED_FAILED
+from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateEvaluated, CandidateProposed

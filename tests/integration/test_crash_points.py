@@ -25,8 +25,8 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents.registry import lifecycle
-from evobus.agents.registry.service import Registry
+from evobus.agents.roles.registry import lifecycle
+from evobus.agents.roles.registry.service import Registry
 from evobus.infra.gitstore import WRITE_LOCK, Recovery
 from evobus.infra.library import Library
 from evobus.infra.workspace import BEST_TAG, CampaignWorkspace

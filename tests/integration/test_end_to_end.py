@@ -10,7 +10,7 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents import lineage
+from evobus.agents.runtime import lineage
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams

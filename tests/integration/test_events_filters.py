@@ -9,8 +9,8 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents.cli import EXIT_FAILED, main
-from evobus.agents.events_view import (
+from evobus.agents.console.cli import EXIT_FAILED, main
+from evobus.agents.runtime.events import (
     EVENT_KINDS,
     EVENT_LOG,
     append_events,

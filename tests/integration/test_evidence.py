@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from evobus.agents.evaluator.agent import PNG_SIGNATURE, setup
-from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref
+from evobus.agents.roles.evaluator.agent import PNG_SIGNATURE, setup
+from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.envelope import MessageContext

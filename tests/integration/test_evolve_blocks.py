@@ -19,12 +19,12 @@ import httpx
 import msgspec
 import pytest
 
-from evobus.agents.actor.agent import Actor
-from evobus.agents.actor.blocks import outside_equal, parse
-from evobus.agents.models import ModelAccess
-from evobus.agents.registry.client import RegistryClient
-from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref
-from evobus.agents.sim_answers import OfflineAnswerer
+from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.roles.actor.agent import Actor
+from evobus.agents.roles.actor.blocks import outside_equal, parse
+from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.runtime.models import ModelAccess
+from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.envelope import MessageContext

@@ -26,10 +26,10 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy
 
 import evobus
-from evobus.agents.errors import AgentError
-from evobus.agents.restarts import AgentChild
-from evobus.agents.sim_answers import OfflineAnswerer
-from evobus.agents.supervisor import agent_argv, ensure_registry
+from evobus.agents.console.restarts import AgentChild
+from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.console.supervisor import agent_argv, ensure_registry
+from evobus.agents.runtime.errors import AgentError
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams, evidence_store

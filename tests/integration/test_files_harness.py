@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.evaluator.agent import sandbox_files, to_evaluation
-from evobus.agents.orchestrator.failures import evaluation_error, seed_failure
+from evobus.agents.roles.evaluator.agent import sandbox_files, to_evaluation
+from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_failure
 from evobus.agents.tasks import EvaluatorFilesTask
 from evobus.infra.sandbox import run_sandboxed
 from evobus.schemas.artifacts import Artifact, Candidate

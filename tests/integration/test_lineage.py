@@ -7,9 +7,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from evobus.agents import lineage
-from evobus.agents.cli import main
-from evobus.agents.orchestrator.agent import write_summary
+from evobus.agents.console.cli import main
+from evobus.agents.roles.orchestrator.agent import write_summary
+from evobus.agents.runtime import lineage
 from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator

@@ -15,7 +15,7 @@ import httpx
 import msgspec
 import pytest
 
-from evobus.agents.cli import EXIT_CONFIG, main
+from evobus.agents.console.cli import EXIT_CONFIG, main
 from evobus.infra.llm_sim import RunningSim, load_rules, serve_sim, serve_sim_in_thread
 from evobus.schemas.llm import ActorDraft, CriticVerdict
 from tests.conftest import wait_until

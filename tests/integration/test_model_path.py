@@ -22,7 +22,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from evobus.agents.sim_answers import OfflineAnswerer
+from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams

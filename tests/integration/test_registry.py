@@ -12,12 +12,12 @@ import anyio
 import git
 import pytest
 
-from evobus.agents.registry.agent import RegistryProcess, run_registry
-from evobus.agents.registry.client import RegistryClient
-from evobus.agents.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
-from evobus.agents.registry.service import Registry
-from evobus.agents.registry.skill_library import SKILL_CAP_ENV
-from evobus.agents.runtime import AgentSettings
+from evobus.agents.roles.registry.agent import RegistryProcess, run_registry
+from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from evobus.agents.roles.registry.service import Registry
+from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
+from evobus.agents.runtime.process import AgentSettings
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams

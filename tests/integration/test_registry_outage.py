@@ -19,9 +19,9 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from evobus.agents.orchestrator.effects import Effects
-from evobus.agents.orchestrator.steps import SkillRegistration, Step
-from evobus.agents.registry.client import RegistryClient
+from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
+from evobus.agents.roles.registry.client import RegistryClient
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Outbound, Publisher
@@ -247,7 +247,7 @@ async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_st
                 await eventually(lambda: any(isinstance(e, CampaignFinished) for e in events), 60)
                 origins = {e.origin for e in events if isinstance(e, SkillLearned)}
                 # A near-duplicate draft registers as a version of the skill it duplicates
-                # (agents/registry/skill_library.py): each draft is a version of some skill.
+                # (agents/roles/registry/skill_library.py): each draft is a version of some skill.
                 held = {
                     (version.source, version.description)
                     for skill in await registry.list("skill")

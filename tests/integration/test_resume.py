@@ -7,8 +7,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from evobus.agents.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
-from evobus.agents.orchestrator.snapshot import take
+from evobus.agents.roles.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
+from evobus.agents.roles.orchestrator.snapshot import take
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import key_value

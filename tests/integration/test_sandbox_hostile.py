@@ -37,21 +37,21 @@ import gymnasium as gym
 import msgspec
 import pytest
 
-from evobus.agents.evaluator.agent import (
+from evobus.agents.roles.evaluator.agent import (
     HARNESS,
     sandbox_files,
     setup,
     to_evaluation,
     with_tool_calls,
 )
-from evobus.agents.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
-from evobus.agents.runtime import AgentProcess, AgentSettings, make_agent_ref
+from evobus.agents.roles.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
+from evobus.agents.roles.toolgen.agent import validate
+from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref
 from evobus.agents.tasks import ccaa_harness
 from evobus.agents.tasks.base import Task, TaskParams
 from evobus.agents.tasks.ccaa import CcaaTask
 from evobus.agents.tasks.gym_harness import CONTROLS, RESULT_MARKER, run_episode
 from evobus.agents.tasks.pendulum import PendulumTask
-from evobus.agents.toolgen.agent import validate
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.envelope import MessageContext
@@ -155,7 +155,7 @@ async def evaluate(
     instances: Sequence[str] = INSTANCES,
     params: TaskParams | None = None,
 ) -> Outcome:
-    """Evaluate ``source`` as the evaluator does (agents/evaluator/agent.py): on the pendulum
+    """Evaluate ``source`` as the evaluator does (agents/roles/evaluator/agent.py): on the pendulum
     unless another task, its instances and params are given."""
     work = EvaluateWork(
         work_id=f"w-{uuid.uuid4().hex[:8]}",
@@ -776,7 +776,7 @@ async def test_a_tampered_tools_package_and_fake_results_buy_nothing(
     assert FORGED_LINE.encode() not in outcome.run.stdout
     assert FORGED_LINE.encode() in outcome.run.stderr  # where its prints went
     # The call counts live in the candidate's process, so they are its to forge: that is why
-    # they are feedback and metrics only (agents/evaluator/tool_calls.py), never the score,
+    # they are feedback and metrics only (agents/roles/evaluator/tool_calls.py), never the score,
     # which above is honest play's all the same.
     assert outcome.evaluation.metrics["tool_calls"] == 10**6
 

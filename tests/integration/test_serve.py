@@ -11,7 +11,7 @@ import anyio
 import msgspec
 import pytest
 
-from evobus.agents.cli import main
+from evobus.agents.console.cli import main
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Publisher
 from evobus.bus.streams import ensure_streams

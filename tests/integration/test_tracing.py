@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from evobus.agents.sim_answers import OfflineAnswerer
+from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from tests.processes import start_evobus

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from evobus.agents.actor.skills import apply_skills, shape
+from evobus.agents.roles.actor.skills import apply_skills, shape
 
 PARENT = """import math
 

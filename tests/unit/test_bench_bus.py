@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.bench.bus import BusBenchOptions, Dispatcher
-from evobus.agents.bench.errors import BenchError
-from evobus.agents.bench.noop_worker import bench_work, noop_evaluation
-from evobus.agents.bench.timings import ItemTimes, latency, quantile, summarize
-from evobus.agents.cli import build_parser
+from evobus.agents.console.bench.bus import BusBenchOptions, Dispatcher
+from evobus.agents.console.bench.errors import BenchError
+from evobus.agents.console.bench.noop_worker import bench_work, noop_evaluation
+from evobus.agents.console.bench.timings import ItemTimes, latency, quantile, summarize
+from evobus.agents.console.cli import build_parser
 from evobus.bus import codec, subjects
 from evobus.bus.envelope import MessageContext
 from evobus.schemas.results import WorkFailed

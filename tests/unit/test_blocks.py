@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.actor.agent import _first_usable, skills_in_blocks
-from evobus.agents.actor.blocks import outside_equal, parse, splice
-from evobus.agents.actor.errors import (
+from evobus.agents.roles.actor.agent import _first_usable, skills_in_blocks
+from evobus.agents.roles.actor.blocks import outside_equal, parse, splice
+from evobus.agents.roles.actor.errors import (
     BlockMarkerError,
     BlockMismatchError,
     NothingToMutateError,
     ProposalError,
 )
-from evobus.agents.actor.mutation import crossover, mutate, propose
+from evobus.agents.roles.actor.mutation import crossover, mutate, propose
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.cli import EXIT_CONFIG, main
+from evobus.agents.console.cli import EXIT_CONFIG, main
 
 
 def test_a_bad_campaign_key_exits_2_naming_it(

@@ -6,7 +6,7 @@ from importlib import metadata
 
 import pytest
 
-from evobus.agents.cli import DISTRIBUTION, main
+from evobus.agents.console.cli import DISTRIBUTION, main
 
 
 def test_version_prints_the_installed_version_and_exits_0(

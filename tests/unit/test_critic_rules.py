@@ -7,8 +7,8 @@ import re
 import msgspec
 import pytest
 
-from evobus.agents.actor.mutation import bias_of
-from evobus.agents.critic.rules import ENGINE, DiagnosisFields, as_diagnosis, diagnose
+from evobus.agents.roles.actor.mutation import bias_of
+from evobus.agents.roles.critic.rules import ENGINE, DiagnosisFields, as_diagnosis, diagnose
 from evobus.schemas.results import Evaluation, InstanceScore
 
 # Statements at a line start, fences, lambdas, calls ending a header, assignments.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from evobus.agents.events_view import EVENT_KINDS
+from evobus.agents.runtime.events import EVENT_KINDS
 from evobus.schemas.events import Event
 
 CATALOGUE = Path(__file__).parent.parent.parent / "docs" / "events.md"

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.actor.agent import _first_usable, child_problem
-from evobus.agents.critic.agent import prose
-from evobus.agents.evaluator.agent import PNG_SIGNATURE, _shares, bounded, evidence_image
-from evobus.agents.supervisor import seed_source
+from evobus.agents.console.supervisor import seed_source
+from evobus.agents.roles.actor.agent import _first_usable, child_problem
+from evobus.agents.roles.critic.agent import prose
+from evobus.agents.roles.evaluator.agent import PNG_SIGNATURE, _shares, bounded, evidence_image
 from evobus.bus import codec
 from evobus.infra.sandbox import SandboxRun
 from evobus.schemas.artifacts import Artifact
@@ -113,7 +113,7 @@ def test_an_evidence_image_over_the_limit_is_skipped_naming_its_size(
 ) -> None:
     big = PNG_SIGNATURE + b"\x00" * MAX_EVIDENCE_BYTES
     fine = PNG_SIGNATURE + b"\x00" * 100
-    with caplog.at_level(logging.WARNING, logger="evobus.agents.evaluator.agent"):
+    with caplog.at_level(logging.WARNING, logger="evobus.agents.roles.evaluator.agent"):
         assert evidence_image(run_with({"a.png": big}), ["a.png"]) is None
         assert evidence_image(run_with({"a.png": big, "b.png": fine}), ["a.png", "b.png"]) == fine
     assert f"{len(big)} bytes, over the limit of {MAX_EVIDENCE_BYTES}" in caplog.text

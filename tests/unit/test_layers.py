@@ -27,7 +27,7 @@ TRANSPORT = ("evobus.bus", "evobus.infra", "nats", "qdrant_client", "git", "http
 # The orchestrator's pure core (the state machine: results in, messages as data out). Its
 # shell — agent.py (the process), effects.py (workspace, registry), persist.py (the KV
 # snapshot) — turns what the core returns into subjects, payloads and calls.
-ORCHESTRATOR = "evobus.agents.orchestrator"
+ORCHESTRATOR = "evobus.agents.roles.orchestrator"
 CORE = tuple(
     f"{ORCHESTRATOR}.{name}"
     for name in (
@@ -52,7 +52,7 @@ SHELL = tuple(f"{ORCHESTRATOR}.{name}" for name in ("agent", "effects", "persist
 
 
 def module_name(path: Path) -> str:
-    """``agents/orchestrator/state.py`` → ``evobus.agents.orchestrator.state``."""
+    """``agents/roles/orchestrator/state.py`` → ``evobus.agents.roles.orchestrator.state``."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -206,9 +206,9 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
         "from evobus.bus import subjects\n"
         "if TYPE_CHECKING:\n"
         "    import nats.js\n"
-        "from ...bus.publisher import Outbound\n"
+        "from ....bus.publisher import Outbound\n"
     )
-    path = ROOT / "agents" / "orchestrator" / "_layer_probe.py"
+    path = ROOT / "agents" / "roles" / "orchestrator" / "_layer_probe.py"
     name = module_name(path)
     SOURCES[name] = tmp_path / "_layer_probe.py"
     SOURCES[name].write_text(source)

@@ -10,8 +10,8 @@ import httpx
 import msgspec
 import pytest
 
-from evobus.agents.critic.agent import EVIDENCE_ATTACHED, EVIDENCE_TEXT_ONLY, critic_messages
 from evobus.agents.prompts import BUILT_IN, Prompt
+from evobus.agents.roles.critic.agent import EVIDENCE_ATTACHED, EVIDENCE_TEXT_ONLY, critic_messages
 from evobus.infra.llm import LLMClient
 from evobus.schemas.llm import CriticVerdict
 from evobus.schemas.work import DiagnoseWork

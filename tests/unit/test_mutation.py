@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.actor.errors import (
+from evobus.agents.roles.actor.errors import (
     EntrypointMissingError,
     NothingToMutateError,
     ProposalError,
     UnparseableParentError,
     UnsupportedProposalError,
 )
-from evobus.agents.actor.mutation import ENGINE, bias_of, crossover, mutate, propose
+from evobus.agents.roles.actor.mutation import ENGINE, bias_of, crossover, mutate, propose
 from evobus.agents.tasks.pendulum import SEED_SOURCE
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.results import Diagnosis

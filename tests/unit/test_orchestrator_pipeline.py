@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from evobus.agents.orchestrator.pipeline import BEFORE_EVALUATION
-from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.steps import (
+from evobus.agents.roles.orchestrator.pipeline import BEFORE_EVALUATION
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import (
     PASSED_DIAGNOSE,
     SEED_ID,
     WORKERS_PERIOD_SECONDS,

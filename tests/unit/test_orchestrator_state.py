@@ -6,9 +6,9 @@ from typing import TypeVar
 
 import msgspec
 
-from evobus.agents.orchestrator import snapshot
-from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
 from evobus.schemas.agents import AgentRef
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.campaign import (

@@ -7,10 +7,10 @@ import zlib
 
 import msgspec
 
-from evobus.agents.orchestrator import backlog, snapshot
-from evobus.agents.orchestrator.persist import digest
-from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.steps import SEED_ID, SkillRegistration, Step
+from evobus.agents.roles.orchestrator import backlog, snapshot
+from evobus.agents.roles.orchestrator.persist import digest
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import SEED_ID, SkillRegistration, Step
 from evobus.schemas.events import (
     AdmittedUnfiltered,
     BestConfirmed,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.actor.errors import ProposalError, UnsupportedProposalError
-from evobus.agents.actor.prompt_mutation import (
+from evobus.agents.roles.actor.errors import ProposalError, UnsupportedProposalError
+from evobus.agents.roles.actor.prompt_mutation import (
     BANK,
     ENGINE,
     FRAMES,

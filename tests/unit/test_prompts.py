@@ -9,7 +9,7 @@ import string
 import msgspec
 import pytest
 
-from evobus.agents.actor.blocks import outside_equal
+from evobus.agents.console.sim_answers import offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import (
     evaluation_json,
@@ -18,7 +18,7 @@ from evobus.agents.prompts.context import (
     task_values,
     tools_md,
 )
-from evobus.agents.sim_answers import offline_answer
+from evobus.agents.roles.actor.blocks import outside_equal
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from evobus.agents.registry import lifecycle
-from evobus.agents.registry.contracts import consolidated, generate_contract
-from evobus.agents.registry.errors import (
+from evobus.agents.roles.registry import lifecycle
+from evobus.agents.roles.registry.contracts import consolidated, generate_contract
+from evobus.agents.roles.registry.errors import (
     InvalidRequest,
     InvalidSetting,
     RegistryError,
     ResourceNotFound,
     VersionNotFound,
 )
-from evobus.agents.registry.protocol import error_from_reply, error_reply, operation
-from evobus.agents.registry.skill_library import (
+from evobus.agents.roles.registry.protocol import error_from_reply, error_reply, operation
+from evobus.agents.roles.registry.skill_library import (
     MERGE_DISTANCE_ENV,
     MERGED_FROM,
     SKILL_CAP_ENV,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.cli import EXIT_FAILED, main
-from evobus.agents.events_view import EVENT_LOG, append_events, read_events
-from evobus.agents.report.build import NoEventLog, build_report, collect, lineage_nodes
+from evobus.agents.console.cli import EXIT_FAILED, main
+from evobus.agents.console.report.build import NoEventLog, build_report, collect, lineage_nodes
+from evobus.agents.runtime.events import EVENT_LOG, append_events, read_events
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
 from evobus.schemas.events import (

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evobus.agents.errors import SEED_FAILED, CampaignFailed
-from evobus.agents.events_view import EVENT_LOG, append_events
-from evobus.agents.orchestrator.failures import SEED_ERROR_LINES, evaluation_error, seed_failure
-from evobus.agents.orchestrator.steps import SEED_ID
-from evobus.agents.report.build import build_report, collect, error_rows
+from evobus.agents.console.report.build import build_report, collect, error_rows
+from evobus.agents.roles.orchestrator.failures import (
+    SEED_ERROR_LINES,
+    evaluation_error,
+    seed_failure,
+)
+from evobus.agents.roles.orchestrator.steps import SEED_ID
+from evobus.agents.runtime.errors import SEED_FAILED, CampaignFailed
+from evobus.agents.runtime.events import EVENT_LOG, append_events
 from evobus.schemas.events import CampaignFinished, CandidateEvaluated, Event
 from evobus.schemas.limits import MAX_ERROR_CHARS
 from evobus.schemas.results import Evaluation, InstanceScore

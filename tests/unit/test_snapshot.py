@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import msgspec
 
-from evobus.agents.orchestrator import snapshot
-from evobus.agents.orchestrator.agent import resume
-from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.steps import SkillUse
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.agent import resume
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import SkillUse
 from evobus.schemas.events import (
     CampaignFinished,
     CampaignProgress,

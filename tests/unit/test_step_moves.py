@@ -9,8 +9,8 @@ from typing import get_args
 
 import pytest
 
-from evobus.agents.orchestrator.errors import IllegalMove
-from evobus.agents.orchestrator.steps import FIRST_STAGE, MOVES, Chain, ChainStage
+from evobus.agents.roles.orchestrator.errors import IllegalMove
+from evobus.agents.roles.orchestrator.steps import FIRST_STAGE, MOVES, Chain, ChainStage
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.results import Repaired
 from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, RepairWork
@@ -28,7 +28,7 @@ from tests.unit.test_orchestrator_state import (
     seeded,
 )
 
-ORCHESTRATOR = Path(__file__).resolve().parents[2] / "agents" / "orchestrator"
+ORCHESTRATOR = Path(__file__).resolve().parents[2] / "agents" / "roles" / "orchestrator"
 Move = tuple[ChainStage, ChainStage]
 
 

@@ -11,9 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind
 
-from evobus.agents.orchestrator.state import CampaignState
-from evobus.agents.orchestrator.trace import CampaignTrace
-from evobus.agents.trace_view import (
+from evobus.agents.console.trace_view import (
     TraceNotFound,
     campaign_root,
     candidate_root,
@@ -22,6 +20,8 @@ from evobus.agents.trace_view import (
     render_tree,
     span_files,
 )
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.infra.telemetry import (
     REDACTED,
     RedactingExporter,

@@ -1,0 +1,292 @@
+"""What ``evobus run`` shows while a campaign runs: a live view on a terminal, lines elsewhere.
+
+Both views read the campaign's events. The one-off events a person wants to know about (the
+start, the seed's score, a new best, a tool, a dead letter, abandoned work, a rollback, a
+burst, a stage's workers moving, a stale proposal not kept) become one line each; the
+``progress`` event (every couple of seconds) becomes a compact line at most every
+``PLAIN_EVERY_SECONDS`` of campaign time in the plain view, and the stage table and header of
+the live one (rich).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from evobus.agents.runtime.events import describe, score
+from evobus.schemas.events import (
+    AdmittedUnfiltered,
+    AgentExited,
+    AgentRestarted,
+    BestConfirmed,
+    BurstStarted,
+    CampaignProgress,
+    CampaignResumed,
+    CampaignStarted,
+    CandidateEvaluated,
+    DeadLettered,
+    Event,
+    RolledBack,
+    StaleDecided,
+    StoreRecovered,
+    ToolRegistered,
+    WorkAbandoned,
+    WorkersChanged,
+)
+
+PLAIN_EVERY_SECONDS = 10.0  # of campaign time (the events' ``elapsed``) between progress lines
+
+
+def proposals_per_minute(event: CampaignProgress) -> float:
+    """Proposals per minute: the rate of the ``propose`` stage (0 when it is not reported)."""
+    propose = event.stages.get("propose")
+    return propose.per_minute if propose is not None else 0.0
+
+
+def budget_left(event: CampaignProgress) -> str:
+    """What is left of the budget: proposals, evaluations and tokens where limited, seconds."""
+    parts = [f"{event.proposals_left} proposals"]
+    if event.evaluations_left >= 0:
+        parts.append(f"{event.evaluations_left} evaluations")
+    parts.append(f"{event.seconds_left:.0f} s")
+    if event.tokens_left >= 0:
+        parts.append(f"{event.tokens_left} tokens")
+    return ", ".join(parts)
+
+
+def progress_line(event: CampaignProgress) -> str:
+    """One compact line for a ``progress`` event, e.g. ``10.0 s  diagnose 1/2, propose 2/2
+    +3 queued, ... | 6.0 proposals/min, 850 tok/s | 12 proposals, ... best 12.5 | left ...``.
+
+    Each stage is ``name in_flight/workers`` (``+N queued`` when steps wait for its slots);
+    a stage with no worker target (tool, extract, summarize) shows its in-flight count only.
+    """
+    stages = ", ".join(
+        f"{name} {load.in_flight}"
+        + (f"/{load.workers}" if load.workers else "")
+        + (f" +{load.queued} queued" if load.queued else "")
+        for name, load in event.stages.items()
+    )
+    rates = f"{proposals_per_minute(event):.1f} proposals/min"
+    if event.tokens > 0:
+        rates += f", {event.tokens_per_second:.0f} tok/s"
+    counts = (
+        f"{event.proposals} proposals, {event.evaluations} evaluations, "
+        f"{event.accepted} accepted, best {score(event.best_score)}"
+    )
+    return f"  {event.elapsed:6.1f} s  {stages} | {rates} | {counts} | left {budget_left(event)}"
+
+
+class _Narrator:
+    """The one-off lines both views print, with the little state they need."""
+
+    def __init__(self) -> None:
+        self.started_at: float | None = None
+        self.budget_proposals: int | None = None
+        self.campaign: str = ""
+        self.seed_shown = False
+
+    def head(self, at: float) -> str:
+        elapsed = at - (self.started_at or at)
+        return f"  {elapsed:6.1f} s"
+
+    def note(self, event: Event) -> str | None:
+        """The line ``event`` deserves, or None."""
+        match event:
+            case CampaignStarted():
+                self.started_at = event.at
+                self.budget_proposals = event.budget_proposals
+                self.campaign = event.campaign
+                return f"{self.head(event.at)}  started; engine: {event.engine}"
+            case BestConfirmed() if event.is_best and event.candidate_id != "c0000":
+                return (
+                    f"{self.head(event.at)}  new best {event.candidate_id} "
+                    f"{score(event.validation_score):>9} on validation (train mean "
+                    f"{score(event.train_mean)} over {event.evaluations} scores)"
+                )
+            case CandidateEvaluated() if event.candidate_id == "c0000" and not self.seed_shown:
+                self.seed_shown = True
+                return (
+                    f"{self.head(event.at)}  seed c0000 scores {score(event.score)}"
+                    + (f" on {event.split}" if event.split else "")
+                    + f" (sandbox: {event.isolation})"
+                )
+            case StaleDecided() if event.action == "keep":
+                return None
+            case (
+                ToolRegistered()
+                | CampaignResumed()
+                | AgentExited()
+                | AgentRestarted()
+                | StoreRecovered()
+                | AdmittedUnfiltered()
+                | DeadLettered()
+                | WorkAbandoned()
+                | RolledBack()
+                | BurstStarted()
+                | StaleDecided()
+                | WorkersChanged()
+            ):
+                return f"{self.head(event.at)}  {describe(event).split(' ', 2)[2]}"
+            case _:
+                return None
+
+
+class PlainProgress:
+    """Progress as plain lines through ``echo`` (stdout is not a terminal: a log, a pipe).
+
+    A context manager only so that it is used like :class:`LiveProgress`; entering and
+    leaving do nothing.
+    """
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo = echo
+        self._narrator = _Narrator()
+        self._progress_at: float | None = None  # the ``elapsed`` of the last progress line
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+    def show(self, event: Event) -> None:
+        """Print what a person watching the run wants to see of ``event``."""
+        if isinstance(event, CampaignProgress):
+            if self._progress_at is None or event.elapsed - self._progress_at >= (
+                PLAIN_EVERY_SECONDS
+            ):
+                self._progress_at = event.elapsed
+                self.echo(progress_line(event))
+            return
+        line = self._narrator.note(event)
+        if line is not None:
+            self.echo(line)
+
+
+def _style(event: Event) -> str:
+    match event:
+        case BestConfirmed():
+            return "bold green"
+        case DeadLettered() | RolledBack():
+            return "bold red"
+        case WorkAbandoned():
+            return "yellow"
+        case _:
+            return ""
+
+
+class LiveProgress:
+    """A rich live view: a header panel and the stages' table, redrawn as events change them;
+    one-off events are printed above it (the plain view's lines). Use as
+    ``with LiveProgress(console) as view: view.show(event)``; the last view stays on screen.
+    """
+
+    def __init__(self, console: Console | None = None) -> None:
+        self._narrator = _Narrator()
+        self.last: CampaignProgress | None = None
+        self.live = Live(self.render(), console=console, transient=False, auto_refresh=False)
+
+    def __enter__(self) -> Self:
+        self.live.start(refresh=True)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.live.stop()
+
+    def show(self, event: Event) -> None:
+        """Print ``event``'s line above the view if it has one; redraw the view when the event
+        changes it (the start, a progress event)."""
+        line = self._narrator.note(event)
+        if line is not None:
+            self.live.console.print(Text(line, style=_style(event)))
+        if isinstance(event, CampaignProgress):
+            self.last = event
+        if isinstance(event, CampaignProgress | CampaignStarted):
+            self.live.update(self.render(), refresh=True)
+
+    def render(self) -> Group:
+        """The header panel over the stages' table, as of the last progress event."""
+        return Group(self._header(), self._stages())
+
+    def _header(self) -> Panel:
+        title = f"evobus {self._narrator.campaign}".rstrip()
+        p = self.last
+        if p is None:
+            return Panel(Text("waiting for the campaign's first progress event"), title=title)
+        budget = self._narrator.budget_proposals
+        proposals = f"{p.proposals}" + (f" / {budget}" if budget is not None else "")
+        proposals += f" ({p.proposals_left} left)"
+        evaluations = f"{p.evaluations}" + (
+            f" ({p.evaluations_left} left)" if p.evaluations_left >= 0 else ""
+        )
+        grid = Table.grid(padding=(0, 2))
+        for style in ("bold", "", "bold", ""):
+            grid.add_column(style=style)
+        rows = [
+            ("elapsed", f"{p.elapsed:.1f} s", "phase", p.phase),
+            ("proposals", proposals, "evaluations", evaluations),
+            ("accepted", str(p.accepted), "best score", score(p.best_score)),
+            (
+                "pool",
+                f"{p.pool_size} (version {p.pool_version})",
+                "model calls",
+                f"{p.model_calls}",
+            ),
+            (
+                "proposals/min",
+                f"{proposals_per_minute(p):.1f}",
+                "tokens/s",
+                f"{p.tokens_per_second:.0f}",
+            ),
+            ("tokens", f"{p.tokens}", "budget left", budget_left(p)),
+        ]
+        for row in rows:
+            grid.add_row(*row)
+        return Panel(grid, title=title, title_align="left")
+
+    def _stages(self) -> Table:
+        table = Table(expand=False)
+        table.add_column("stage")
+        for name in ("in flight", "queued", "workers", "per minute"):
+            table.add_column(name, justify="right")
+        for name, load in (self.last.stages if self.last else {}).items():
+            table.add_row(
+                name,
+                str(load.in_flight),
+                str(load.queued),
+                str(load.workers) if load.workers else "-",
+                f"{load.per_minute:.1f}",
+            )
+        return table
+
+
+def make_progress(
+    echo: Callable[[str], None], *, console: Console | None = None, live: bool | None = None
+) -> PlainProgress | LiveProgress:
+    """The progress view of ``evobus run``: live when ``live`` is True, or when it is None and
+    ``console`` (stdout by default) is an interactive terminal by rich's own judgement (a
+    terminal, not ``TERM=dumb``); else plain lines through ``echo``. ``NO_COLOR`` and the like
+    are rich's to honour. Either is a context manager with ``show(event)``.
+    """
+    if live is None:
+        console = console or Console()
+        live = console.is_interactive
+    return LiveProgress(console) if live else PlainProgress(echo)

@@ -1,0 +1,220 @@
+"""The offline engine answering for ``evobus llm-sim``: valid diagnoses, code and skills.
+
+The simulator is not a model. When it is asked for one of evobus's structured outputs it hands
+the prompt to this module, which reads the parts every built-in prompt lays out under ``## …``
+headings (agents/prompts/templates.py) and answers with the offline engine: the rule-based critic
+for a ``CriticVerdict``, the AST (or prompt-sentence) mutation for an ``ActorDraft``, the diff
+extractor for a ``SkillDraft``. Every answer says it came from the offline engine through the
+simulator. Anything else (tool synthesis, free text) returns None: the simulator's generic
+answer or a test's scripted one is used instead.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+
+import msgspec
+
+from evobus.agents.evolution.skills import skill_from_diff
+from evobus.agents.roles.actor.errors import ProposalError
+from evobus.agents.roles.actor.mutation import propose
+from evobus.agents.roles.actor.prompt_mutation import propose_prompt
+from evobus.agents.roles.critic.rules import diagnose
+from evobus.infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
+from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
+from evobus.schemas.results import Diagnosis, Evaluation, InstanceScore
+
+NOTE = "offline engine through evobus llm-sim (a simulator, not a language model)"
+_OPERATORS: tuple[Operator, ...] = ("m_diag", "m_text", "x_div", "i1")
+_SUMMARY_CHARS = 600
+
+
+def block(text: str, heading: str) -> str | None:
+    """The fenced block under the first ``## <heading>…`` line, without its fence."""
+    pattern = rf"^## {re.escape(heading)}[^\n]*\n+```[^\n]*\n(.*?)\n```"
+    match = re.search(pattern, text, re.MULTILINE | re.DOTALL)
+    return match.group(1) if match else None
+
+
+def section(text: str, heading: str) -> str:
+    """The text under ``## <heading>`` up to the next ``## `` heading or a ``Key: value`` line."""
+    match = re.search(
+        rf"^## {re.escape(heading)}[^\n]*\n(.*?)(?=^## |^Operator: |\Z)",
+        text,
+        re.MULTILINE | re.DOTALL,
+    )
+    return match.group(1).strip() if match else ""
+
+
+def field(text: str, key: str) -> str:
+    """The value of a ``Key: value`` line."""
+    match = re.search(rf"^{re.escape(key)}: *(.*)$", text, re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+class _InstanceView(msgspec.Struct, frozen=True, kw_only=True):
+    instance: str
+    score: float
+    category: str = ""
+    metrics: dict[str, float] = {}
+    feedback: str = ""
+    error: str = ""
+
+
+class _EvaluationView(msgspec.Struct, frozen=True, kw_only=True):
+    candidate_id: str = ""
+    score: float = 0.0
+    error: str = ""
+    metrics: dict[str, float] = {}
+    instances: list[_InstanceView] = []
+
+
+def critic_verdict(prompt: str) -> CriticVerdict | None:
+    """The rule-based critic's verdict on the evaluation the prompt shows."""
+    raw = block(prompt, "Evaluation")
+    if raw is None:
+        return None
+    try:
+        view = msgspec.json.decode(raw, type=_EvaluationView)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    evaluation = Evaluation(
+        work_id="llm-sim",
+        campaign="llm-sim",
+        candidate_id=view.candidate_id,
+        score=view.score,
+        instances=tuple(
+            InstanceScore(
+                instance=i.instance,
+                score=i.score,
+                feedback=i.feedback,
+                metrics=i.metrics,
+                error=i.error,
+                category=i.category,
+            )
+            for i in view.instances
+        ),
+        isolation="none",
+        metrics=view.metrics,
+        error=view.error,
+    )
+    fields = diagnose(evaluation, task=field(prompt, "Task name"))
+    return CriticVerdict(
+        failure_mode=fields.failure_mode,
+        visual_evidence=f"{fields.visual_evidence} [{NOTE}]",
+        root_cause=fields.root_cause,
+        suggested_fix=fields.suggested_fix,
+    )
+
+
+def _diagnosis(prompt: str) -> Diagnosis | None:
+    raw = block(prompt, "Critic's diagnosis")
+    if not raw:
+        return None
+    try:
+        verdict = msgspec.json.decode(raw, type=CriticVerdict)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return Diagnosis(
+        work_id="llm-sim", campaign="llm-sim", candidate_id="", **msgspec.structs.asdict(verdict)
+    )
+
+
+def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
+    """The offline engine's child of the prompt's parent, with the prompt's operator."""
+    stale = block(prompt, "Stale proposal")
+    if stale is not None:
+        return ActorDraft(rationale=f"kept the proposal as it is [{NOTE}]", code=stale)
+    parent_code = block(prompt, "Parent program")
+    if parent_code is None:
+        return None
+    kind = field(prompt, "Artifact kind") or "program"
+    entry = re.search(r"defining `(\w+)`", prompt)
+    parent = Artifact(
+        source=parent_code,
+        kind="prompt" if kind == "prompt" else "program",
+        language="text" if kind == "prompt" else "python",
+        entrypoint=entry.group(1) if entry and kind != "prompt" else "",
+    )
+    if parent.kind == "program" and not parent.entrypoint:
+        parent = msgspec.structs.replace(parent, entrypoint="policy")
+    op = field(prompt, "Operator")
+    operator: Operator = next((o for o in _OPERATORS if o == op), "m_text")
+    co_code = block(prompt, "Second parent program")
+    co_parent = msgspec.structs.replace(parent, source=co_code) if co_code else None
+    try:
+        intensity = float(field(prompt, "Intensity") or 1.0)
+    except ValueError:
+        intensity = 1.0
+    engine = propose_prompt if parent.kind == "prompt" else propose
+    try:
+        child = engine(
+            parent,
+            operator=operator if co_parent or operator != "x_div" else "m_text",
+            rng_seed=rng.randrange(2**31),
+            co_parent=co_parent,
+            diagnosis=_diagnosis(prompt),
+            intensity=intensity,
+        )
+    except ProposalError as exc:
+        return ActorDraft(rationale=f"no edit possible ({exc}) [{NOTE}]", code=parent_code)
+    return ActorDraft(rationale=f"{child.rationale} [{NOTE}]", code=child.artifact.source)
+
+
+def skill_draft(prompt: str) -> SkillDraft | None:
+    """The diff extractor's skill for the prompt's parent → child change."""
+    parent, child = block(prompt, "Parent program"), block(prompt, "Improved child program")
+    if parent is None or child is None:
+        return None
+    trigger = section(prompt, "Critic's diagnosis that led to it")
+    draft = skill_from_diff(parent, child, trigger=trigger if trigger != "(none)" else "")
+    if draft is None:
+        return SkillDraft(name="", trigger="", snippet="")
+    return SkillDraft(name=draft.name, trigger=draft.trigger, snippet=draft.snippet)
+
+
+def history_summary(prompt: str) -> HistorySummary:
+    """The summariser's answer: the context it was given, shortened (a statistical summary)."""
+    context = section(prompt, "Pool and recent changes")
+    return HistorySummary(summary=f"{context[:_SUMMARY_CHARS]} [{NOTE}]")
+
+
+def offline_answer(schema_name: str, prompt: str, seed: int = 0) -> str | None:
+    """The JSON answer to a structured-output request for ``schema_name``, or None when the
+    offline engine has none (the simulator then answers generically)."""
+    rng = random.Random(zlib.crc32(prompt.encode()) ^ seed)
+    answer: msgspec.Struct | None
+    match schema_name:
+        case "CriticVerdict":
+            answer = critic_verdict(prompt)
+        case "ActorDraft":
+            answer = actor_draft(prompt, rng)
+        case "SkillDraft":
+            answer = skill_draft(prompt)
+        case "HistorySummary":
+            answer = history_summary(prompt)
+        case _:
+            answer = None
+    return None if answer is None else msgspec.json.encode(answer).decode()
+
+
+class OfflineAnswerer:
+    """The simulator's answerer: the offline engine for evobus's structured outputs (each choice
+    with its own random draw), the simulator's generic answer for everything else."""
+
+    def __init__(self, fallback: Answerer | None = None) -> None:
+        self.fallback = fallback or GenericAnswerer()
+
+    def answer(self, request: ChatRequest) -> list[str]:
+        if request.response_type == "json_schema" and request.schema_name:
+            texts = [
+                offline_answer(request.schema_name, request.prompt, request.rng.randrange(2**31))
+                for _ in range(request.n)
+            ]
+            answered = [t for t in texts if t is not None]
+            if len(answered) == len(texts):
+                return answered
+        return self.fallback.answer(request)

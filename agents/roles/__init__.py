@@ -1,0 +1,1 @@
+"""The role processes: orchestrator, critic, actor, tool generator, evaluator, registry."""

@@ -1,0 +1,493 @@
+"""The actor process: proposals (with retrieved skills and tools) and skill extraction (drafts
+the orchestrator registers).
+
+With ``provider = "openai"`` the campaign's actor model writes the child from the prompt of its
+operator (``actor.m_diag``, ``actor.m_text``, ``actor.x_div``, ``actor.i1``; REFLEX appendix A)
+with the diagnosis, the retrieved skills, the registered tools' contracts and the evolution
+history; tools it asks for are requested from the tool generator before the proposal is
+published. Offline, the classical engine mutates the parent (programs:
+agents/roles/actor/mutation.py, prompts: agents/roles/actor/prompt_mutation.py).
+
+A program with EVOLVE-BLOCK markers changes only inside its blocks: every child, from the offline
+engine or a model, is spliced into its parent's fixed text before it is used
+(agents/roles/actor/blocks.py), and a model's answer that lost a block is not a usable child.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+import zlib
+from collections.abc import Sequence
+
+import msgspec
+
+from evobus.agents.evolution.skills import skill_from_diff, skill_slug
+from evobus.agents.prompts.context import (
+    MAX_CONTEXT_CHARS,
+    clip,
+    evolve_blocks,
+    skills_md,
+    task_values,
+    tools_md,
+)
+from evobus.agents.roles.actor.blocks import splice
+from evobus.agents.roles.actor.errors import ProposalError
+from evobus.agents.roles.actor.mutation import Offspring, propose
+from evobus.agents.roles.actor.prompt_mutation import propose_prompt
+from evobus.agents.roles.actor.skills import apply_skills
+from evobus.agents.roles.actor.tool_requests import request_tools
+from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.roles.registry.errors import RegistryError
+from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
+from evobus.agents.runtime.process import AgentProcess, WorkBinding
+from evobus.agents.runtime.work import expect, on_dead, result_outbound, work_failed
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound
+from evobus.infra.llm import InvalidModelOutput, LLMError, text_message, user_message
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
+from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
+from evobus.schemas.registry import Resource
+from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
+from evobus.schemas.tools import ToolRef
+from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork, Work
+
+log = logging.getLogger(__name__)
+
+TOOLS_SHOWN = 5
+_FENCE = re.compile(r"^\s*```[\w+-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+
+
+def skill_query(diagnosis: Diagnosis) -> str:
+    """What skills are retrieved by: the diagnosis in words (REFLEX §3.4)."""
+    return f"{diagnosis.failure_mode} {diagnosis.root_cause} {diagnosis.suggested_fix}"
+
+
+def unfenced(code: str) -> str:
+    """A model's code without the Markdown fence it may have wrapped it in."""
+    match = _FENCE.match(code)
+    return match.group(1) if match else code
+
+
+def child_problem(parent: Artifact, code: str) -> str:
+    """Why ``code`` cannot be the child of ``parent`` ("" when it can)."""
+    if not code.strip():
+        return "the code is empty"
+    if too_big := source_problem(code):
+        return too_big
+    if parent.kind != "program" or parent.language != "python":
+        return ""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return f"the code does not parse: {exc.msg} (line {exc.lineno})"
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    if parent.entrypoint and parent.entrypoint not in defined:
+        return f"the code defines no top-level function {parent.entrypoint!r}"
+    return ""
+
+
+def kept_outside(parent: Artifact, code: str) -> str:
+    """``code`` with ``parent``'s text outside its EVOLVE-BLOCKs (programs only; a program
+    without markers evolves as a whole, so its child is ``code`` as it is).
+
+    Raises:
+        BlockMarkerError: the parent's or the code's markers do not pair up.
+        BlockMismatchError: the code has another number of blocks than the parent.
+    """
+    return splice(parent.source, code) if parent.kind == "program" else code
+
+
+def skills_in_blocks(
+    parent: Artifact, skills: Sequence[tuple[str, str]]
+) -> tuple[str, tuple[str, ...]]:
+    """``apply_skills`` where the parent may change: a skill counts as used only when it changed
+    code inside the parent's EVOLVE-BLOCKs (its edits outside them are dropped).
+
+    Raises:
+        BlockMarkerError: the parent's markers do not pair up.
+    """
+    source, used = parent.source, list[str]()
+    for name, snippet in skills:
+        edited, applied = apply_skills(source, [(name, snippet)])
+        if not applied:
+            continue
+        edited = kept_outside(parent, edited)
+        try:
+            ast.parse(edited)
+        except SyntaxError:  # its edit needed a line outside the blocks to stay valid
+            continue
+        if edited != source:
+            source = edited
+            used.append(name)
+    return source, tuple(used)
+
+
+def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
+    """The offline engine's child: prompt artifacts and programs have their own engines."""
+    engine = propose_prompt if parent.kind == "prompt" else propose
+    child = engine(
+        parent,
+        operator=work.operator,
+        rng_seed=work.rng_seed,
+        co_parent=work.co_parent.artifact if work.co_parent else None,
+        diagnosis=work.diagnosis,
+        intensity=work.intensity,
+    )
+    if too_big := source_problem(child.artifact.source):  # a crossover of two large parents
+        raise ProposalError(too_big)
+    return child
+
+
+class Actor:
+    """The actor's handlers, with the registry (skills, tools) and the campaigns' models."""
+
+    def __init__(self, proc: AgentProcess, registry: RegistryClient, models: ModelAccess) -> None:
+        self.proc = proc
+        self.registry = registry
+        self.models = models
+
+    async def retrieve(self, work: ProposeWork) -> list[Resource]:
+        """Top-K skills for the diagnosis, best first as the registry ranks them (similarity
+        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``); none
+        when there is no diagnosis or no registry."""
+        if not work.skills or work.diagnosis is None:
+            return []
+        try:
+            hits = await self.registry.search("skill", skill_query(work.diagnosis), work.skills)
+        except RegistryError as exc:
+            log.warning("skills not retrieved: %s", exc)
+            return []
+        return [skill for skill, _ in hits]
+
+    async def tools(self, query: str) -> list[Resource]:
+        """Registered tools relevant to ``query``, with their contracts."""
+        try:
+            hits = await self.registry.search("tool", query, TOOLS_SHOWN)
+        except RegistryError as exc:
+            log.warning("tools not retrieved: %s", exc)
+            return []
+        return [tool for tool, _ in hits]
+
+    async def propose(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """Propose a child; an unusable parent or answer is a typed failure, not a crash."""
+        work = expect(item, ProposeWork)
+        skills = await self.retrieve(work)
+        models = await self.models.for_campaign(work.campaign)
+        if models is not None:
+            try:
+                return [result_outbound(await self.with_model(models, work, skills), "propose")]
+            except LLMError as exc:
+                return [model_failure(work, "propose", exc)]
+            except ProposalError as exc:  # the parent's EVOLVE-BLOCK markers do not pair up
+                return [work_failed(work, "propose", str(exc))]
+        parent = work.parent.artifact
+        try:
+            source, used = skills_in_blocks(parent, [(s.name, s.source) for s in skills])
+            child = offline_child(work, msgspec.structs.replace(parent, source=source))
+            # The engine edits inside the blocks only; splicing makes that a guarantee.
+            kept = kept_outside(parent, child.artifact.source)
+        except ProposalError as exc:
+            return [work_failed(work, "propose", f"offline engine: {exc}")]
+        child = msgspec.structs.replace(
+            child, artifact=msgspec.structs.replace(child.artifact, source=kept)
+        )
+        rationale = child.rationale
+        if used:
+            rationale = f"applied skills {', '.join(used)}; {rationale}"
+        proposal = Proposal(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            operator=work.operator,
+            parent_ids=parent_ids(work),
+            artifact=child.artifact,
+            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
+            engine=child.engine,
+            skills_used=used,
+        )
+        return [result_outbound(proposal, "propose")]
+
+    async def with_model(
+        self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
+    ) -> Proposal:
+        """The actor model's child: one structured call with ``samples`` choices, the first
+        usable one taken; one repair round when none is usable. Each answer is spliced into the
+        parent's text outside its EVOLVE-BLOCKs before it is judged.
+
+        Raises:
+            LLMError: the model did not answer, or never gave a usable child.
+            BlockMarkerError: the parent's EVOLVE-BLOCK markers do not pair up.
+        """
+        section = models.section
+        prompt = await models.prompts.get(f"actor.{work.operator}")
+        parent = work.parent.artifact
+        query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
+        co = work.co_parent
+        values = task_values(work.task, parent) | {
+            "parent_code": parent.source,
+            "fitness_score": f"{work.parent_evaluation.score:.4f}",
+            "diagnosis_json": msgspec.json.format(
+                msgspec.json.encode(work.diagnosis), indent=2
+            ).decode()
+            if work.diagnosis
+            else "{}",
+            "co_parent_code": co.artifact.source if co else "",
+            "co_fitness_score": "",
+            "skills": skills_md(skills),
+            "tools": tools_md(shown := await self.tools(query)),
+            "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
+            "operator": work.operator,
+            "intensity": f"{work.intensity:.2f}",
+            "evolve_blocks": evolve_blocks(parent),
+        }
+        system, user = prompt.render(values)
+        messages = [text_message("system", system), user_message(user)]
+        out = await models.actor.structured(
+            section.actor_model,
+            messages,
+            ActorDraft,
+            n=section.samples,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+        )
+        usage = out.usage
+        draft, problem = _first_usable(parent, out.values)
+        if draft is None:
+            # One repair round for code that is valid JSON but not a usable child.
+            bad = out.values[0]
+            messages += [
+                text_message("assistant", msgspec.json.encode(bad).decode()),
+                user_message(
+                    f"That child is not usable: {problem}. Answer again with the same JSON keys "
+                    f"and a complete, valid {parent.kind}."
+                ),
+            ]
+            again = await models.actor.structured(
+                section.actor_model,
+                messages,
+                ActorDraft,
+                max_tokens=section.max_tokens,
+                temperature=section.temperature,
+            )
+            usage = usage + again.usage
+            draft, problem = _first_usable(parent, again.values)
+            if draft is None:
+                raise InvalidModelOutput("ActorDraft", f"no usable child: {problem}", "", usage)
+        timeout = section.timeout_seconds * (section.tool_refine_rounds + 2)
+        tools = await request_tools(
+            self.proc.js, self.proc.publisher, work, draft.tool_requests, wait_seconds=timeout
+        )
+        code = draft.code  # unfenced and spliced by _first_usable
+        requested = {ref.name for ref in tools.refs}
+        imported = imported_tools(code)
+        tools.refs += [
+            ToolRef(name=t.name, version=t.version)
+            for t in shown
+            if t.name in imported and t.name not in requested
+        ]
+        rationale = draft.rationale.strip()
+        if tools.notes:
+            rationale += f" [{'; '.join(tools.notes)}]"
+        return Proposal(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            operator=work.operator,
+            parent_ids=parent_ids(work),
+            artifact=msgspec.structs.replace(parent, source=code),
+            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            skills_used=tuple(s.name for s in skills),
+            tools=tuple(tools.refs),
+            usage=usage + tools.usage,
+        )
+
+    async def repair(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """FlashEvolve §3.2 (reflective staleness): patch a stale proposal against the pool's
+        changes since it was made, or discard it as covered. Offline, the classical stand-in
+        crosses it with the current best (x_div), so it builds on the pool as it is now."""
+        work = expect(item, RepairWork)
+        models = await self.models.for_campaign(work.campaign)
+        if models is None:
+            try:
+                engine = propose_prompt if work.artifact.kind == "prompt" else propose
+                child = engine(
+                    work.artifact,
+                    operator="x_div",
+                    rng_seed=zlib.crc32(work.work_id.encode()),
+                    co_parent=work.best.artifact,
+                )
+                source = kept_outside(work.artifact, child.artifact.source)
+                artifact: Artifact | None = msgspec.structs.replace(child.artifact, source=source)
+                why = f"crossed with the current best {work.best.id}: {child.rationale}"
+                if too_big := source_problem(source):
+                    raise ProposalError(too_big)
+            except ProposalError as exc:
+                artifact, why = work.artifact, f"kept as it is ({exc})"
+            result = Repaired(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                candidate_id=work.candidate_id,
+                artifact=artifact,
+                rationale=truncate(why, MAX_TEXT_CHARS, "rationale"),
+            )
+            return [result_outbound(result, "repair")]
+        try:
+            result = await self.repair_with_model(models, work)
+        except LLMError as exc:
+            return [model_failure(work, "repair", exc)]
+        except ProposalError as exc:  # the proposal's EVOLVE-BLOCK markers do not pair up
+            result = Repaired(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                candidate_id=work.candidate_id,
+                artifact=work.artifact,
+                rationale=truncate(f"kept as it is ({exc})", MAX_TEXT_CHARS, "rationale"),
+            )
+        return [result_outbound(result, "repair")]
+
+    async def repair_with_model(self, models: CampaignModels, work: RepairWork) -> Repaired:
+        """The ``stale_repair`` prompt: a patched child (spliced into the proposal's text outside
+        its EVOLVE-BLOCKs), or the current best back (discard).
+
+        Raises:
+            LLMError: the model did not answer.
+            BlockMarkerError: the proposal's EVOLVE-BLOCK markers do not pair up.
+        """
+        values = task_values(work.task, work.artifact) | {
+            "old_version": work.stale_version,
+            "new_version": work.pool_version,
+            "proposal_code": work.artifact.source,
+            "pool_changes": work.pool_changes,
+            "best_code": work.best.artifact.source,
+            "skills": "",
+            "tools": "",
+            "evolve_blocks": evolve_blocks(work.artifact),
+        }
+        out, prompt = await models.ask("actor", "stale_repair", values, ActorDraft)
+        draft, problem = _first_usable(work.artifact, out.values)
+        code = draft.code if draft else ""
+        covered = draft is None or code.strip() == work.best.artifact.source.strip()
+        return Repaired(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            candidate_id=work.candidate_id,
+            artifact=None if covered else msgspec.structs.replace(work.artifact, source=code),
+            rationale=truncate(
+                (draft.rationale if draft else f"no usable patch: {problem}").strip(),
+                MAX_TEXT_CHARS,
+                "rationale",
+            ),
+            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
+            usage=out.usage,
+        )
+
+    async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """Turn an improving parent → child change into a skill's draft (REFLEX §3.4).
+
+        The draft goes back in the result; the orchestrator registers it, and holds it in the
+        campaign state while the registry is away, so extraction never waits for the registry.
+        """
+        work = expect(item, ExtractWork)
+        trigger = skill_query(work.diagnosis) if work.diagnosis else ""
+        models = await self.models.for_campaign(work.campaign)
+        usage = Usage()
+        if models is None:
+            draft = skill_from_diff(
+                work.parent.artifact.source, work.child.artifact.source, trigger=trigger
+            )
+            found = (draft.name, draft.trigger, draft.snippet, draft.origin) if draft else None
+        else:
+            try:
+                answer, usage = await self.extract_with_model(models, work)
+            except LLMError as exc:
+                return [model_failure(work, "extract", exc)]
+            name = skill_slug(answer.name or answer.trigger)
+            found = (name, answer.trigger, answer.snippet, "model") if answer.snippet else None
+        if found is None:
+            result = SkillExtracted(
+                work_id=work.work_id,
+                campaign=work.campaign,
+                reason="no meaningful change",
+                usage=usage,
+            )
+            return [result_outbound(result, "extract")]
+        name, trigger, snippet, origin = found
+        result = SkillExtracted(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            name=name,
+            usage=usage,
+            trigger=truncate(trigger, MAX_TEXT_CHARS, "trigger"),
+            snippet=truncate(snippet, MAX_SOURCE_CHARS, "snippet"),
+            origin=origin,
+            source_candidate=work.child.id,
+        )
+        return [result_outbound(result, "extract")]
+
+    async def extract_with_model(
+        self, models: CampaignModels, work: ExtractWork
+    ) -> tuple[SkillDraft, Usage]:
+        """The actor model's skill for an improving change (the ``skill_extractor`` prompt)."""
+        values = task_values(work.task, work.parent.artifact) | {
+            "parent_code": work.parent.artifact.source,
+            "child_code": work.child.artifact.source,
+            "delta": f"{work.delta:.4f}",
+            "diagnosis": skill_query(work.diagnosis) if work.diagnosis else "(none)",
+        }
+        out, _ = await models.ask("actor", "skill_extractor", values, SkillDraft)
+        return out.values[0], out.usage
+
+
+def imported_tools(code: str) -> set[str]:
+    """The ``tools.<name>`` modules a program imports (none when it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "tools" and len(parts) > 1:
+                names.add(parts[1])
+            elif node.module == "tools":
+                names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "tools" and len(parts) > 1:
+                    names.add(parts[1])
+    return names
+
+
+def parent_ids(work: ProposeWork) -> tuple[str, ...]:
+    return (work.parent.id,) + ((work.co_parent.id,) if work.co_parent else ())
+
+
+def _first_usable(parent: Artifact, drafts: Sequence[ActorDraft]) -> tuple[ActorDraft | None, str]:
+    """The first draft that makes a usable child, its code unfenced and spliced into the
+    parent's fixed text; else None and why the last one did not."""
+    problem = "no answer"
+    for draft in drafts:
+        try:
+            code = kept_outside(parent, unfenced(draft.code))
+        except ProposalError as exc:  # a block lost, or markers that do not pair up
+            problem = exc.reason
+            continue
+        problem = child_problem(parent, code)
+        if not problem:
+            return msgspec.structs.replace(draft, code=code), ""
+    return None, problem
+
+
+async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
+    """Serve the ``propose``, ``extract`` and ``repair`` stages."""
+    registry = RegistryClient(proc.nc)
+    actor = Actor(proc, registry, ModelAccess(proc, registry))
+    return [
+        WorkBinding("propose", actor.propose, on_dead("propose")),
+        WorkBinding("extract", actor.extract, on_dead("extract")),
+        WorkBinding("repair", actor.repair, on_dead("repair")),
+    ]

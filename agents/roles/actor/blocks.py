@@ -1,0 +1,140 @@
+"""EVOLVE-BLOCK markers: which parts of a program may change (the OpenEvolve/ShinkaEvolve rule).
+
+Lines between ``# EVOLVE-BLOCK-START`` and ``# EVOLVE-BLOCK-END`` evolve; everything else — the
+marker lines themselves, imports above, helpers, ``if __name__ == "__main__":`` — is fixed. A
+program without markers evolves as a whole. Every proposer's child goes through ``splice``, so
+whatever an engine or a model writes outside the blocks, the child keeps its parent's fixed text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from evobus.agents.roles.actor.errors import BlockMarkerError, BlockMismatchError
+
+START_MARKER = "# EVOLVE-BLOCK-START"
+END_MARKER = "# EVOLVE-BLOCK-END"
+
+# Line ends as Python's tokenizer counts them (so line numbers agree with the AST's); not
+# str.splitlines, which also breaks at form feeds and Unicode separators.
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A source cut at its markers: ``fixed[0] + blocks[0] + fixed[1] + … + fixed[-1]``.
+
+    Attributes:
+        fixed: the text that may not change, marker lines included; one more than ``blocks``.
+        blocks: each block's contents, the lines between its two markers.
+        block_lines: each block's contents as 1-based (first, last) line numbers; an empty
+            block has ``last == first - 1``.
+    """
+
+    fixed: tuple[str, ...]
+    blocks: tuple[str, ...]
+    block_lines: tuple[tuple[int, int], ...]
+
+    @property
+    def marked(self) -> bool:
+        """Whether the source has blocks (else all of it evolves)."""
+        return bool(self.blocks)
+
+    @property
+    def source(self) -> str:
+        """The source the layout was read from."""
+        return (
+            "".join(f + b for f, b in zip(self.fixed, self.blocks, strict=False)) + self.fixed[-1]
+        )
+
+    def editable(self, first: int, last: int) -> bool:
+        """Whether lines ``first``..``last`` (1-based) may change: all inside one block, or the
+        source has no markers."""
+        if not self.marked:
+            return True
+        return any(lo <= first and last <= hi for lo, hi in self.block_lines)
+
+
+def parse(source: str, *, what: str = "the source") -> Layout:
+    """Cut ``source`` at its EVOLVE-BLOCK markers.
+
+    A marker is a line whose text, stripped, starts with the marker comment.
+
+    Raises:
+        BlockMarkerError: a START inside a block, an END outside one, or a START never closed.
+    """
+    fixed: list[str] = []
+    blocks: list[str] = []
+    block_lines: list[tuple[int, int]] = []
+    current: list[str] = []
+    opened = 0  # the line of the open block's START, 0 when outside a block
+    for number, line in enumerate(_LINE.findall(source), start=1):
+        text = line.strip()
+        if text.startswith(START_MARKER):
+            if opened:
+                raise BlockMarkerError(
+                    what,
+                    number,
+                    f"a nested {START_MARKER} (the block opened at line {opened} is not closed)",
+                )
+            fixed.append("".join(current) + line)
+            current, opened = [], number
+        elif text.startswith(END_MARKER):
+            if not opened:
+                raise BlockMarkerError(
+                    what, number, f"an {END_MARKER} without a {START_MARKER} before it"
+                )
+            blocks.append("".join(current))
+            block_lines.append((opened + 1, number - 1))
+            current, opened = [line], 0
+        else:
+            current.append(line)
+    if opened:
+        raise BlockMarkerError(what, opened, f"a {START_MARKER} with no {END_MARKER} after it")
+    fixed.append("".join(current))
+    return Layout(fixed=tuple(fixed), blocks=tuple(blocks), block_lines=tuple(block_lines))
+
+
+def splice(parent: str, child: str) -> str:
+    """The parent's fixed text with the child's block contents (the child as it is when the
+    parent has no markers).
+
+    Raises:
+        BlockMarkerError: the parent's or the child's markers do not pair up.
+        BlockMismatchError: the child has a different number of blocks than the parent.
+    """
+    fixed = parse(parent, what="the parent").fixed
+    blocks = parse(child, what="the code").blocks  # even unmarked parents get no broken markers
+    if len(fixed) == 1:
+        return child
+    if len(blocks) != len(fixed) - 1:
+        raise BlockMismatchError(len(fixed) - 1, len(blocks))
+    return "".join(f + b for f, b in zip(fixed, blocks, strict=False)) + fixed[-1]
+
+
+def outside_equal(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` have the same number of blocks and the same text outside them.
+
+    Raises:
+        BlockMarkerError: the markers of ``a`` or ``b`` do not pair up.
+    """
+    return parse(a).fixed == parse(b).fixed
+
+
+def block_rule(source: str) -> str:
+    """What a model must be told about ``source``'s blocks, in words ("" when it has none).
+
+    Raises:
+        BlockMarkerError: its markers do not pair up.
+    """
+    count = len(parse(source).blocks)
+    if not count:
+        return ""
+    blocks = "one block" if count == 1 else f"{count} blocks"
+    return (
+        f"Only the code between the `{START_MARKER}` and `{END_MARKER}` lines may change (the "
+        f"parent has {blocks}). Code outside the EVOLVE-BLOCK markers is fixed and must be "
+        "returned unchanged: answer with the whole file, every marker line kept where it is; "
+        "whatever you write outside the blocks is replaced by the parent's code."
+    )

@@ -1,0 +1,286 @@
+"""The orchestrator process: loads a submitted campaign, runs its state machine on the bus."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import msgspec
+from nats.js.errors import KeyNotFoundError
+
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.messages import Emit
+from evobus.agents.roles.orchestrator.persist import (
+    LEASE_RENEW_SECONDS,
+    LEASE_TTL_SECONDS,
+    Lease,
+    SnapshotStore,
+    digest,
+)
+from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import Step, TaskPlan
+from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.runtime.errors import CampaignNotFound
+from evobus.agents.runtime.events import EVENT_LOG, append_events, describe
+from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.agents.tasks import campaign_seed, get_task
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import PullConsumer
+from evobus.bus.control import send_workers_target
+from evobus.bus.envelope import MessageContext
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_results_consumer, ensure_streams, key_value
+from evobus.infra.telemetry import SPAN_FILE, add_span_file
+from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.campaign import CampaignRecord, CampaignSummary
+from evobus.schemas.events import CampaignResumed, Event, StoreRecovered
+from evobus.schemas.results import Result
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.25
+PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
+_record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
+
+
+def campaign_dir(out_dir: str | Path, campaign: str) -> Path:
+    """``<out>/<cid>``: the campaign's run folder."""
+    return Path(out_dir) / campaign
+
+
+def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: float) -> Step:
+    """Restore ``saved`` into a fresh ``state`` and announce it: a ``campaign_resumed`` event
+    whose digests say whether the restored state is the snapshot (they are equal)."""
+    snapshot.restore(state, saved)
+    restored = snapshot.take(state, last_applied=saved.last_applied, now=saved.saved_at)
+    state.clock.resume(now)  # the budget goes on from what had run, not from the pause
+    event = CampaignResumed(
+        campaign=state.cid,
+        at=now,
+        revision=revision,
+        results_applied=saved.results_applied,
+        last_applied=saved.last_applied,
+        digest=digest(saved),
+        restored_digest=digest(restored),
+        in_flight=len(state.pending),
+        phase=state.phase,
+    )
+    # Not from the event counter: the dead orchestrator may have published events past the
+    # snapshot, which the redelivered result will publish again under the same ids (and
+    # JetStream drops as duplicates) — only if this event takes none of those ids.
+    step = Step()
+    step.outbound.append(Emit(event, f"{state.cid}-resumed-{revision}", state.trace.note(event)))
+    step.controls += state.target_messages(now)
+    return step
+
+
+def workspace_recovered(campaign: str, workspace: CampaignWorkspace, now: float) -> StoreRecovered:
+    """The ``store_recovered`` event of what opening the workspace put right."""
+    recovery = workspace.recovery
+    return StoreRecovered(
+        campaign=campaign,
+        at=now,
+        store="workspace",
+        path=str(workspace.path),
+        stale_locks=recovery.stale_locks,
+        rolled_back=recovery.rolled_back,
+        restored=recovery.restored,
+    )
+
+
+def write_summary(path: Path, summary: CampaignSummary) -> None:
+    """Write summary.json atomically (readers never see half a file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(msgspec.json.format(codec.to_json(summary), indent=2) + b"\n")
+    tmp.replace(path)
+
+
+async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
+    """Run one campaign to its end and return its summary.
+
+    Raises:
+        CampaignNotFound: the campaign was not submitted to EVO_CAMPAIGNS on this bus.
+    """
+    agent = make_agent_ref("orchestrator")
+    nc = await connect(settings.nats_url, name=f"evobus-orchestrator-{campaign}")
+    js = nc.jetstream()
+    try:
+        await ensure_streams(js)
+        kv = await key_value(js, subjects.KV_CAMPAIGNS)
+        try:
+            entry = await kv.get(campaign)
+        except KeyNotFoundError:
+            raise CampaignNotFound(campaign) from None
+        assert entry.value is not None
+        record = _record_decoder.decode(entry.value)
+        run_dir = campaign_dir(record.out_dir, campaign)
+        add_span_file(run_dir / SPAN_FILE)  # the audit log on disk, whoever started us
+        task = get_task(record.spec.campaign.task)
+        plan = TaskPlan(
+            name=task.name,
+            train=task.instances(record.spec.task, "train"),
+            validation=task.instances(record.spec.task, "validation"),
+            params=task.task_params(record.spec.task),
+            tools=task.tools(),
+            failure_score=task.failure_score,
+            best_possible=getattr(task, "best_possible", None),
+            seed=campaign_seed(task, record.spec.task, record.seed_source),
+        )
+        # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
+        leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)
+        lease = Lease(leases, campaign, f"{agent.agent_id}@{agent.host}")
+        await lease.acquire()
+        # Opened by the campaign's one writer: what a killed predecessor left is put right.
+        workspace = CampaignWorkspace(run_dir / "workspace")
+        store = SnapshotStore(await key_value(js, subjects.KV_STATE), campaign)
+        saved = await store.load()
+        state = CampaignState(
+            record,
+            plan,
+            started_at=time.time(),
+            orchestrator=agent,
+            best_artifact=str(
+                workspace.best_path(".py" if plan.seed.language == "python" else ".txt")
+            ),
+        )
+        publisher = Publisher(js, agent)
+        proc = AgentProcess(settings, agent, nc, js, publisher)
+        if workspace.recovery.changed:
+            recovered = workspace_recovered(campaign, workspace, time.time())
+            log.warning("campaign %s: %s", campaign, describe(recovered))
+            append_events(run_dir / EVENT_LOG, [recovered])
+            await publisher.event(recovered, f"{agent.agent_id}-workspace")
+
+        runner = Effects(state, RegistryClient(nc), workspace)
+
+        async def effects(step: Step) -> list[Outbound]:
+            return await carried_out(*await runner.run(step))
+
+        async def carried_out(out: list[Outbound], controls: list[WorkersTarget]) -> list[Outbound]:
+            """What effects lead to, recorded and sent; the messages left to publish."""
+            state.trace.end_retired()
+            # The run folder keeps the campaign's events too: `evobus report` reads them there.
+            append_events(
+                run_dir / EVENT_LOG, [o.message for o in out if isinstance(o.message, Event)]
+            )
+            for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
+                await send_workers_target(nc, target)
+            if state.phase == "finished":
+                write_summary(run_dir / "summary.json", state.summary(time.time()))
+            return out
+
+        applied = [saved.last_applied if saved else ""]  # the last result's work id
+        # The single writer's transactions — a result, a clock tick, the registry backlog —
+        # each change the state, carry out the effects, publish, then snapshot, one at a time:
+        # a snapshot never holds a change whose messages are not yet published.
+        writer = anyio.Lock()
+
+        async def persist() -> None:
+            """Snapshot the state (after its messages are published)."""
+            await store.save(snapshot.take(state, last_applied=applied[0], now=time.time()))
+
+        async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
+            """Apply a result, publish what follows and snapshot; the consumer then acks it (a
+            publish that fails stops the process unacked: it resumes from the snapshot)."""
+            async with writer:
+                applied[0] = result.work_id
+                try:
+                    step = state.apply(result, ctx.sender, time.time())
+                except Exception as exc:  # the state machine broke: a redelivery would stall
+                    log.exception(
+                        "campaign %s: applying %s failed", campaign, type(result).__name__
+                    )
+                    step = state.fail(
+                        f"orchestrator error: {type(exc).__name__}: {exc}", time.time()
+                    )
+                await publisher.publish_all(await effects(step))
+                await persist()
+            return ()
+
+        async def clock() -> None:
+            logged = time.monotonic()
+            while state.phase != "finished":
+                await anyio.sleep(TICK_SECONDS)
+                async with writer:
+                    out = await effects(state.tick(time.time()))
+                    await publisher.publish_all(out)
+                    if out:  # event ids moved on: a restart must not reuse them
+                        await persist()
+                if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
+                    logged = time.monotonic()
+                    stages = Counter(chain.stage for chain in state.live)
+                    log.info(
+                        "campaign %s: pool v%d, steps by stage %s, %d work items pending",
+                        campaign,
+                        state.pool.version,
+                        dict(sorted(stages.items())),
+                        len(state.pending),
+                    )
+            # What is still queued for this campaign will never be used.
+            await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
+
+        async def keep_lease() -> None:
+            """Renew the lease on its own: a transaction that waits (a registry that hangs)
+            must not let it expire."""
+            while True:
+                await anyio.sleep(LEASE_RENEW_SECONDS)
+                await lease.renew()
+
+        async def backlog() -> None:
+            """What waits for the registry, worked off beside the clock (one transaction a
+            round): a registry that is away answers at once (no responders), one that hangs
+            holds the writer for at most a call's patience."""
+            while True:
+                await anyio.sleep(TICK_SECONDS)
+                async with writer:
+                    out = await carried_out(*await runner.work_backlog())
+                    if out:
+                        await publisher.publish_all(out)
+                        await persist()
+
+        async def clock_and_backlog() -> None:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_lease)
+                tg.start_soon(backlog)
+                await clock()
+                tg.cancel_scope.cancel()
+
+        durable = await ensure_results_consumer(js, campaign)
+        proc.consumers.append(
+            PullConsumer(
+                js,
+                publisher,
+                stream=subjects.STREAM_RESULTS,
+                durable=durable,
+                decoder=codec.RESULT_DECODER,
+                handler=handle,
+                stateful=True,  # an unpublishable result: exit, resume from the snapshot
+                concurrency=1,  # the single writer applies results one at a time
+            )
+        )
+        await runner.register_environment(task.description, task.signature)
+        if saved is None:
+            await publisher.publish_all(await effects(state.start(time.time())))
+        else:
+            resumed = resume(state, saved, store.revision or 0, time.time())
+            log.info("campaign %s: resumed from snapshot revision %s", campaign, store.revision)
+            await publisher.publish_all(await effects(resumed))
+        await persist()
+        if state.phase != "finished":
+            await serve(proc, extra=clock_and_backlog)
+            await persist()  # the finished state: `evobus resume` reports it, nothing reruns
+        write_summary(run_dir / "summary.json", state.summary(time.time()))
+        await lease.release()
+        state.trace.finish(state.status, state.stop_reason)
+        return state.summary(time.time())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await nc.drain()

@@ -1,0 +1,194 @@
+"""Where a campaign's state lives between orchestrator processes: a leader lease and a snapshot,
+both in JetStream KV, both written with compare-and-set.
+
+* The lease (``EVO_LEASES``, entries expire ``LEASE_TTL_SECONDS`` after their last write) names
+  the one orchestrator that may write a campaign's snapshot; it renews it every
+  ``LEASE_RENEW_SECONDS``. A second orchestrator of the same campaign waits for the lease to
+  expire (its holder was killed) or gives up naming the holder. A holder that finds its lease
+  taken stops.
+* The snapshot (``EVO_STATE``) is written after each applied result is published and before it
+  is acked, with the revision it last wrote as the expected one: a writer that lost the lease
+  cannot overwrite its successor's state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+
+import anyio
+from nats.errors import ConnectionClosedError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoStreamResponseError
+from nats.js.kv import KeyValue
+
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
+from evobus.agents.runtime.errors import AgentError
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_SECONDS = 6.0
+LEASE_RENEW_SECONDS = 2.0
+BUS_PATIENCE_SECONDS = 30.0  # how long a snapshot write waits for the bus to come back
+# What a KV write raises while the server restarts or the connection reconnects.
+TRANSIENT = (NoStreamResponseError, NatsTimeoutError, ConnectionClosedError, TimeoutError)
+
+
+class LeaseHeld(AgentError):
+    """Another orchestrator holds the campaign's lease."""
+
+    def __init__(self, campaign: str, holder: str) -> None:
+        self.campaign = campaign
+        self.holder = holder
+        super().__init__(
+            f"campaign {campaign} is run by another orchestrator ({holder}); it stops being "
+            f"its owner {LEASE_TTL_SECONDS:.0f} s after that process dies"
+        )
+
+
+class LeaseLost(AgentError):
+    """This orchestrator's lease was taken over: it must stop writing."""
+
+
+class Lease:
+    """One orchestrator's lease on one campaign."""
+
+    def __init__(self, kv: KeyValue, campaign: str, holder: str) -> None:
+        self.kv = kv
+        self.campaign = campaign
+        self.holder = holder
+        self.revision = 0
+
+    async def acquire(self, wait: float = LEASE_TTL_SECONDS + 2.0) -> None:
+        """Take the lease, waiting up to ``wait`` s for a dead holder's to expire.
+
+        Raises:
+            LeaseHeld: a live holder kept renewing it.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.revision = await self.kv.create(self.campaign, self.holder.encode())
+                return
+            except KeyWrongLastSequenceError:
+                holder = await self._holder()
+            if time.monotonic() >= deadline:
+                raise LeaseHeld(self.campaign, holder)
+            await anyio.sleep(0.25)
+
+    async def _holder(self) -> str:
+        try:
+            entry = await self.kv.get(self.campaign)
+        except KeyNotFoundError:
+            return "?"
+        return (entry.value or b"?").decode(errors="replace")
+
+    async def renew(self) -> None:
+        """Write the lease again (restarting its expiry); a bus that is away is skipped (the
+        next renewal tries again).
+
+        Raises:
+            LeaseLost: another orchestrator took it.
+        """
+        try:
+            self.revision = await self.kv.update(
+                self.campaign, self.holder.encode(), last=self.revision
+            )
+        except (KeyWrongLastSequenceError, KeyNotFoundError):
+            if await self._holder() == self.holder:  # a lost answer: it was written
+                self.revision = (await self.kv.get(self.campaign)).revision or self.revision
+                return
+            raise LeaseLost(
+                f"campaign {self.campaign}: the lease is now {await self._holder()}'s"
+            ) from None
+        except TRANSIENT as exc:
+            log.warning("campaign %s: lease not renewed (%r)", self.campaign, exc)
+
+    async def release(self) -> None:
+        """Give the lease up (a finished or stopped campaign)."""
+        with contextlib.suppress(KeyWrongLastSequenceError, KeyNotFoundError):
+            await self.kv.delete(self.campaign, last=self.revision)
+
+
+def digest(snap: CampaignSnapshot) -> str:
+    """A short fingerprint of a snapshot's content (equal snapshots, equal digests)."""
+    return hashlib.sha256(snapshot._encoder.encode(snap)).hexdigest()[:16]
+
+
+class SnapshotStore:
+    """The campaign's snapshot, written with compare-and-set on the last revision written."""
+
+    def __init__(self, kv: KeyValue, campaign: str) -> None:
+        self.kv = kv
+        self.campaign = campaign
+        self.revision: int | None = None
+        self.bytes_written = 0
+        self._lock = anyio.Lock()
+
+    async def load(self) -> CampaignSnapshot | None:
+        """The last snapshot written, or None for a campaign that never saved one.
+
+        Raises:
+            AgentError: the stored bytes are not a snapshot (names the campaign).
+        """
+        try:
+            entry = await self.kv.get(self.campaign)
+        except KeyNotFoundError:
+            return None
+        self.revision = entry.revision
+        try:
+            return snapshot.decode(entry.value or b"")
+        except Exception as exc:  # zlib.error, msgspec errors: a corrupt or foreign value
+            raise AgentError(
+                f"campaign {self.campaign}: the stored snapshot cannot be read ({exc})"
+            ) from None
+
+    async def save(self, snap: CampaignSnapshot) -> None:
+        """Write ``snap`` if nobody wrote since our last write; a bus that is away (a server
+        restart) is waited for up to ``BUS_PATIENCE_SECONDS``.
+
+        Raises:
+            LeaseLost: another orchestrator wrote the campaign's snapshot meanwhile.
+        """
+        data = snapshot.encode(snap)
+        async with self._lock:  # the result handler and the clock both save
+            deadline = time.monotonic() + BUS_PATIENCE_SECONDS
+            uncertain = False  # a try whose answer was lost may have written
+            while True:
+                try:
+                    if self.revision is None:
+                        self.revision = await self.kv.create(self.campaign, data)
+                    else:
+                        self.revision = await self.kv.update(
+                            self.campaign, data, last=self.revision
+                        )
+                    break
+                except KeyWrongLastSequenceError:
+                    if uncertain and await self._holds(data):
+                        break
+                    raise LeaseLost(
+                        f"campaign {self.campaign}: another orchestrator wrote its snapshot"
+                    ) from None
+                except TRANSIENT as exc:
+                    if time.monotonic() >= deadline:
+                        raise
+                    log.warning(
+                        "campaign %s: snapshot not written (%r); retrying", self.campaign, exc
+                    )
+                    uncertain = True
+                    await anyio.sleep(0.5)
+        self.bytes_written = len(data)
+
+    async def _holds(self, data: bytes) -> bool:
+        """Whether the stored snapshot is ``data`` (then its revision is ours)."""
+        try:
+            entry = await self.kv.get(self.campaign)
+        except KeyNotFoundError:
+            return False
+        if entry.value == data:
+            self.revision = entry.revision
+            return True
+        return False

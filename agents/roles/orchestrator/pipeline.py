@@ -1,0 +1,300 @@
+"""The FlashEvolve pipeline: moving every step in flight as far as its stages allow.
+
+Asynchronous mode keeps each stage's target K in flight (FlashEvolve §3.1), applies the
+staleness policy when a proposal's turn to be evaluated comes (§3.2) and rebalances the stages'
+targets by queue pressure and production rates (§3.4); the synchronous baseline moves a
+generation through each stage together. A step's stages: explore (its parents scored on its
+minibatch) → [diagnose] → propose → [ε-net] → [repair] → evaluate (its child) → decide.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from evobus.agents.evolution.staleness import StaleAction, decide_staleness
+from evobus.agents.evolution.workers import StageBounds, StagePressure, reallocate_with_pressure
+from evobus.agents.roles.orchestrator.chains import diagnose, propose, start_chain
+from evobus.agents.roles.orchestrator.decide import decide
+from evobus.agents.roles.orchestrator.speculation import forget
+from evobus.agents.roles.orchestrator.steps import (
+    PASSED_DIAGNOSE,
+    REBALANCED,
+    SEED_ID,
+    STALE_PARENT_ACTION,
+    Chain,
+    ChainStage,
+    Pending,
+    Step,
+)
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.events import StaleDecided, WorkersChanged
+from evobus.schemas.results import Repaired
+from evobus.schemas.work import RepairWork
+
+if TYPE_CHECKING:
+    from evobus.agents.roles.orchestrator.state import CampaignState
+
+
+def refill(state: CampaignState, step: Step, now: float) -> None:
+    """Move every step as far as the pipeline allows and start new ones while the budgets
+    allow; finish when nothing is left."""
+    if state.phase != "evolving":
+        return
+    if state.strategy.mode == "sync":
+        _refill_sync(state, step, now)
+    else:
+        _refill_async(state, step, now)
+    if state.phase == "evolving" and not state.pending and not state.admitting and not state.live:
+        state.finish(step, now, "completed", "proposal budget spent")
+
+
+def _can_start(state: CampaignState) -> bool:
+    budget = state.spec.campaign.budget
+    return state.proposals < budget.proposals
+
+
+def _count(state: CampaignState, *stages: ChainStage) -> int:
+    return sum(1 for chain in state.live if chain.stage in stages)
+
+
+def _waiting(state: CampaignState, stage: ChainStage) -> list[Chain]:
+    return [chain for chain in state.live if chain.stage == stage]
+
+
+def _refill_async(state: CampaignState, step: Step, now: float) -> None:
+    """FlashEvolve §3.1: every stage keeps up to its target K in flight; steps wait for a slot
+    in the queue before it, oldest first, and the stages nearest the decision go first; new steps
+    start only while there is room for what they will produce, so a fast stage cannot flood a
+    slow one. The evaluate stage's K bounds the steps with evaluations in flight, their parents'
+    (explore) or their child's."""
+    targets = state.targets
+    for chain in _waiting(state, "ready"):  # oldest first
+        if _count(state, *EVALUATING) >= targets["evaluate"]:
+            break
+        _dispatch_ready(state, step, chain, now)
+    for chain in _waiting(state, "diagnosed"):
+        if _count(state, "propose") >= targets["propose"]:
+            break
+        propose(state, step, chain)
+    for chain in _waiting(state, "explored"):
+        if _count(state, "diagnose") >= targets["diagnose"]:
+            break
+        diagnose(state, step, chain)
+    # Every started step will need an evaluate slot: count them all against the queue, so
+    # that proposals cannot pile up (and go stale) faster than they are evaluated.
+    queue = state.strategy.queue or targets["propose"] + targets["evaluate"]
+    while (
+        _can_start(state)
+        and _count(state, *EVALUATING) < targets["evaluate"]
+        and _count(state, "explored", "diagnose") < targets["diagnose"]
+        and _count(state, "diagnosed", "propose") < targets["propose"]
+        and _count(state, *BEFORE_EVALUATION) < queue
+    ):
+        start_chain(state, step, now)
+
+
+# The stages of a step with evaluations in flight: what the evaluate stage's K bounds.
+EVALUATING: tuple[ChainStage, ...] = ("explore", "evaluate")
+# The stages of a step between its start and its child's evaluation (what the queue bounds).
+BEFORE_EVALUATION: tuple[ChainStage, ...] = (
+    "explore",
+    "explored",
+    "diagnose",
+    "diagnosed",
+    "propose",
+    "admitting",
+    "ready",
+    "repair",
+)
+
+
+def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
+    """The synchronous baseline (GEPA-style): a generation of ``in_flight`` steps passes
+    each stage together — every parent scored before any diagnosis, every diagnosis before any
+    proposal, every proposal before any evaluation, every evaluation before any decision."""
+    if not state.live:
+        budget = state.spec.campaign.budget
+        for _ in range(min(state.strategy.in_flight, budget.proposals - state.proposals)):
+            if _can_start(state):
+                start_chain(state, step, now)
+    if not _count(state, "explore"):
+        for chain in _waiting(state, "explored"):
+            diagnose(state, step, chain)
+    if not _count(state, "explore", "explored", "diagnose"):
+        for chain in _waiting(state, "diagnosed"):
+            propose(state, step, chain)
+    if not _count(state, "explore", "explored", "diagnose", "diagnosed", "propose", "admitting"):
+        for chain in _waiting(state, "ready"):
+            _dispatch_ready(state, step, chain, now)
+    evaluated = _waiting(state, "evaluated")
+    if evaluated and len(evaluated) == len(state.live):
+        for chain in evaluated:
+            decide(state, step, chain, now)
+        if not state.live and state.phase == "evolving":
+            _refill_sync(state, step, now)  # the next generation
+
+
+def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
+    """A proposal's turn to be evaluated: the staleness policy first (FlashEvolve §3.2)."""
+    assert chain.candidate_id is not None
+    policy = state.strategy.staleness
+    decision = decide_staleness(
+        policy, chain.version, state.pool.version, state.strategy.max_staleness
+    )
+    action: StaleAction = decision.action
+    reason = decision.reason
+    if chain.stale_parent:
+        action = STALE_PARENT_ACTION[policy]
+        reason = f"made from {chain.stale_parent}, a removed speculative candidate"
+    if chain.repaired and action == "repair":
+        action, reason = "keep", "repaired once already"
+    if action == "repair" and _count(state, "repair") >= state.targets["repair"]:
+        return  # no repair slot: it stays in the queue
+    if decision.delta > 0 or action != "keep":
+        state.emit(
+            step,
+            StaleDecided(
+                campaign=state.cid,
+                at=now,
+                candidate_id=chain.candidate_id,
+                policy=policy,
+                delta=decision.delta,
+                action=action,
+                reason=reason,
+            ),
+        )
+    match action:
+        case "keep":
+            _evaluate_chain(state, step, chain)
+        case "discard":
+            state.burst.observe(improved=False)
+            forget(state, chain, "stale-discarded")
+        case "repair":
+            _repair(state, step, chain)
+
+
+def _evaluate_chain(state: CampaignState, step: Step, chain: Chain) -> None:
+    """POLCA Algorithm 1, lines 9-10: evaluate the child on the minibatch its parents were
+    scored on, before it joins the pool (when decided).
+
+    With speculation on (async mode), the evaluator reports the score of the minibatch's
+    speculative prefix first (FlashEvolve §3.3). A step restored from a snapshot of an evobus
+    that scored the parents with the child has no parent scores yet: they come with the child's.
+    """
+    assert chain.candidate_id is not None
+    chain.move("evaluate")
+    chain.waiting += 1
+    state.evaluate(
+        step,
+        state.candidates[chain.candidate_id],
+        chain.minibatch,
+        Pending("evaluate", chain, chain.candidate_id),
+        speculative_prefix=chain.speculative_prefix,
+    )
+    for parent in dict.fromkeys(chain.parent_ids):
+        if parent not in chain.evaluations:
+            chain.waiting += 1
+            state.evaluate(
+                step, state.candidates[parent], chain.minibatch, Pending("evaluate", chain, parent)
+            )
+
+
+def _repair(state: CampaignState, step: Step, chain: Chain) -> None:
+    """Reflective staleness: the actor patches the proposal against the pool changes since
+    vᵢ, or judges it covered (FlashEvolve §3.2)."""
+    assert chain.candidate_id is not None
+    best = state.pool.best(min_evaluations=state.strategy.min_evaluations) or SEED_ID
+    changes = state.pool_log.between(chain.version, state.pool.version)
+    item = RepairWork(
+        work_id=state.new_work_id(),
+        campaign=state.cid,
+        pool_version=state.pool.version,
+        task=state.plan.name,
+        candidate_id=chain.candidate_id,
+        artifact=state.candidates[chain.candidate_id].artifact,
+        rationale=chain.rationale,
+        stale_version=chain.version,
+        pool_changes=state.pool_log.render(changes),
+        best=state.candidates[best],
+    )
+    chain.move("repair")
+    chain.version = state.pool.version
+    chain.stale_parent = ""
+    state.send_work(step, "repair", item, Pending("repair", chain, chain.candidate_id))
+
+
+def on_repaired(
+    state: CampaignState, step: Step, chain: Chain, result: Repaired, now: float
+) -> None:
+    """The actor's repair: the patched proposal goes back to the queue (once), or the step
+    ends when the actor found nothing to patch it with."""
+    assert chain.candidate_id is not None
+    cid = chain.candidate_id
+    if result.artifact is None:
+        action, reason = "repair_discarded", result.rationale
+        forget(state, chain, "repair-discarded")
+    else:
+        action, reason = "repaired", result.rationale
+        state.candidates[cid] = msgspec.structs.replace(
+            state.candidates[cid], artifact=result.artifact, pool_version=chain.version
+        )
+        chain.rationale = f"{chain.rationale} [repaired: {result.rationale}]"
+        chain.repaired = True
+        chain.move("ready")
+    state.emit(
+        step,
+        StaleDecided(
+            campaign=state.cid,
+            at=now,
+            candidate_id=cid,
+            policy=state.strategy.staleness,
+            delta=state.pool.version - chain.version,
+            action=action,
+            reason=reason,
+        ),
+    )
+
+
+def rebalance(state: CampaignState, step: Step, now: float) -> None:
+    """FlashEvolve §3.4: the stage with steps queued for it and every slot busy gets one more
+    worker; otherwise a stage passing steps at under half the median rate gets one more (unless
+    it has idle slots and nothing queued: it is starved, not slow), one over twice the median
+    one fewer — within [workers_min, workers_max]. Rates count steps (``RATE_WINDOW_SECONDS``);
+    the agents serving a stage are told on ``evo.control.<stage>``."""
+    if not state.strategy.adaptive_workers or state.strategy.mode != "async":
+        return
+    measured = state.rates.rates(now)
+    if PASSED_DIAGNOSE in measured:  # the steps that needed no diagnosis passed it too
+        measured["diagnose"] = measured.get("diagnose", 0.0) + measured.pop(PASSED_DIAGNOSE)
+    # A stage that passed no step in the window has rate 0 (once any stage has a rate).
+    rates = {stage: measured.get(stage, 0.0) for stage in REBALANCED} if measured else {}
+    bounds = {
+        stage: StageBounds(state.strategy.workers_min, state.strategy.workers_max)
+        for stage in state.targets
+    }
+    pressure = {
+        "diagnose": StagePressure(_count(state, "diagnose"), _count(state, "explored")),
+        "propose": StagePressure(_count(state, "propose"), _count(state, "diagnosed")),
+        "evaluate": StagePressure(_count(state, *EVALUATING), _count(state, "ready")),
+    }
+    workers = {stage: state.targets[stage] for stage in REBALANCED}
+    for change in reallocate_with_pressure(rates, workers, bounds, pressure):
+        state.emit(
+            step,
+            WorkersChanged(
+                campaign=state.cid,
+                at=now,
+                stage=change.stage,
+                old=change.old,
+                new=change.new,
+                rates={k: round(v, 4) for k, v in rates.items()},
+                reason=change.reason,
+            ),
+        )
+        step.controls.append(
+            WorkersTarget(stage=change.stage, concurrency=change.new, campaign=state.cid, at=now)
+        )
+        state.targets[change.stage] = change.new
+    refill(state, step, now)

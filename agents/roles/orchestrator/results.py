@@ -1,0 +1,309 @@
+"""Applying one result to the campaign: the bookkeeping, then the handler for its kind.
+
+A campaign registers the task's tools, then scores the seed (on validation and on one train
+minibatch) before the first step; a step's diagnosis, proposal and repair go to the chain and
+the pipeline; an evaluation either counts down its step's minibatch or confirms a candidate on
+validation; failed work abandons its step (or the campaign, for a tool or the seed). A seed
+whose evaluation failed on every instance stops the campaign before evolution (``failures``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from evobus.agents.evolution.pool import sample_minibatch
+from evobus.agents.roles.orchestrator.chains import explored, on_proposal
+from evobus.agents.roles.orchestrator.decide import confirm, decide
+from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_failure
+from evobus.agents.roles.orchestrator.pipeline import on_repaired, refill
+from evobus.agents.roles.orchestrator.speculation import drop_chain, on_partial
+from evobus.agents.roles.orchestrator.steps import (
+    SEED_ID,
+    TARGET_REACHED,
+    Chain,
+    Pending,
+    SkillRegistration,
+    Status,
+    Step,
+)
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Candidate
+from evobus.schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
+from evobus.schemas.llm import SIMULATOR_NOTE
+from evobus.schemas.results import (
+    Diagnosis,
+    Evaluation,
+    PartialEvaluation,
+    Proposal,
+    Repaired,
+    Result,
+    SkillExtracted,
+    Summary,
+    ToolResult,
+    WorkFailed,
+)
+from evobus.schemas.tools import ToolRef
+
+if TYPE_CHECKING:
+    from evobus.agents.roles.orchestrator.state import CampaignState
+
+
+def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
+    """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
+    step = Step()
+    if isinstance(result, PartialEvaluation):
+        # The full evaluation of the same work follows: the work stays pending.
+        partial_of = state.pending.get(result.work_id)
+        if partial_of is not None and state.phase != "finished":
+            on_partial(state, step, partial_of, result, now)
+            refill(state, step, now)
+        return step
+    pending = state.pending.pop(result.work_id, None)
+    if pending is None or state.phase == "finished":
+        return step
+    state.results_applied += 1
+    state.usage = state.usage + result.usage
+    if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
+        state.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
+    if sender is not None:
+        _, count = state.work_by_agent.get(sender.agent_id, (sender, 0))
+        state.work_by_agent[sender.agent_id] = (sender, count + 1)
+    chain = pending.chain
+    match result:
+        case ToolResult():
+            _on_tool(state, step, result, now)
+        case WorkFailed() if pending.kind in ("tool", "seed"):
+            state.finish(step, now, "failed", f"{result.stage} failed: {result.error}")
+        case WorkFailed() if pending.kind == "validate" and pending.candidate_id == SEED_ID:
+            # The evaluation itself failed (no sandbox, dead-lettered): not the seed's fault.
+            state.finish(step, now, "failed", f"the seed's evaluation failed: {result.error}")
+        case WorkFailed():
+            _abandon(state, step, result, chain, now)
+        case Evaluation():
+            _on_evaluation(state, step, pending, result, sender, now)
+        case Diagnosis() if chain is not None:
+            state.rates.record("diagnose", now)
+            chain.diagnosis = result
+            chain.move("diagnosed")  # refill hands it a propose slot
+        case Repaired() if chain is not None:
+            state.rates.record("repair", now)
+            on_repaired(state, step, chain, result, now)
+        case Proposal() if chain is not None:
+            state.rates.record("propose", now)
+            on_proposal(state, step, chain, result, now)
+        case Summary():
+            state.run_summary = result.text
+        case SkillExtracted():
+            _on_skill(state, step, result, pending.candidate_id, now)
+        case _:
+            state.finish(step, now, "failed", f"unexpected {type(result).__name__} result")
+    _check_budgets(state, step, now)
+    refill(state, step, now)
+    return step
+
+
+def _check_budgets(state: CampaignState, step: Step, now: float) -> None:
+    """The token and evaluation budgets are hard stops, checked after every applied result:
+    what is in flight is dropped (the shell purges the campaign's queued work when it finishes,
+    and snapshots the finished state). Proposals stop new steps in ``refill``; wall time on the
+    clock's tick. A campaign whose validated best (the seed's score included) reaches the
+    budget's ``target_score`` is done: it completes at once, the same way."""
+    budget = state.spec.campaign.budget
+    if state.phase == "finished":
+        return
+    target = budget.target_score
+    if target is not None and state.best_validation is not None and state.best_validation >= target:
+        state.finish(step, now, "completed", TARGET_REACHED)
+        return
+    if budget.tokens and state.usage.total_tokens >= budget.tokens:
+        spent = "token"
+    elif budget.evaluations and state.evaluations >= budget.evaluations:
+        spent = "evaluation"
+    else:
+        return
+    status: Status = "completed" if state.best_id else "failed"
+    state.finish(step, now, status, f"{spent} budget spent")
+
+
+def _simulated(engine: str) -> str:
+    """The simulator's note, kept when an engine string is shortened."""
+    return f" ({SIMULATOR_NOTE})" if SIMULATOR_NOTE in engine else ""
+
+
+def evaluate_seed(state: CampaignState, step: Step) -> None:
+    """The seed is scored on validation (its reported score) and on one train minibatch."""
+    state.phase = "seed"
+    seed = Candidate(
+        id=SEED_ID,
+        artifact=msgspec.structs.replace(state.plan.seed, source=state.record.seed_source),
+    )
+    state.candidates[seed.id] = seed
+    state.pool.add(seed.id)
+    state.evaluate(
+        step,
+        seed,
+        state.plan.validation,
+        Pending("validate", candidate_id=SEED_ID),
+        evidence=True,
+    )
+    minibatch = sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng)
+    state.evaluate(step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
+
+
+def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -> None:
+    if result.record is None:
+        state.finish(step, now, "failed", f"tool {result.name} was refused: {result.error}")
+        return
+    record = result.record
+    state.tools[record.name] = ToolRef(name=record.name, version=record.version)
+    state.emit(
+        step,
+        ToolRegistered(
+            campaign=state.cid,
+            at=now,
+            name=record.name,
+            version=record.version,
+            reused=result.reused,
+        ),
+    )
+    if not any(p.kind == "tool" for p in state.pending.values()):
+        evaluate_seed(state, step)
+
+
+def _on_skill(
+    state: CampaignState, step: Step, result: SkillExtracted, candidate_id: str, now: float
+) -> None:
+    """REFLEX §3.4: the actor's draft of an improving change waits in the state until the
+    registry has it (``skill_learned`` then). An actor of an earlier evobus registered it
+    itself (``version`` > 0): it is learned already."""
+    if result.version > 0:
+        state.emit(
+            step,
+            SkillLearned(
+                campaign=state.cid,
+                at=now,
+                name=result.name,
+                version=result.version,
+                origin=f"{state.cid}/{candidate_id}",
+            ),
+        )
+    elif result.name and result.snippet:
+        state.skill_registrations.append(
+            SkillRegistration(
+                name=result.name,
+                trigger=result.trigger,
+                snippet=result.snippet,
+                origin=result.origin,
+                candidate_id=candidate_id,
+            )
+        )
+
+
+def _abandon(
+    state: CampaignState, step: Step, result: WorkFailed, chain: Chain | None, now: float
+) -> None:
+    state.emit(
+        step,
+        WorkAbandoned(
+            campaign=state.cid,
+            at=now,
+            work_id=result.work_id,
+            stage=result.stage,
+            error=result.error,
+            error_type=result.error_type,
+        ),
+    )
+    if chain is not None:
+        drop_chain(state, chain, "abandoned")
+
+
+def _record_evaluation(
+    state: CampaignState,
+    step: Step,
+    cid: str,
+    ev: Evaluation,
+    now: float,
+    *,
+    sender: AgentRef | None,
+    train: bool,
+    chain: Chain | None = None,
+) -> None:
+    """Count an evaluation and announce it, with its error when it failed on every instance
+    and the id of the agent that evaluated it."""
+    state.evaluations += 1
+    state.last_evaluation[cid] = ev
+    if train:
+        state.recent.append(ev)
+    if train and not ev.error:
+        for score in ev.instances:
+            state.pool.record(cid, score.instance, score.score)
+    state.emit(
+        step,
+        CandidateEvaluated(
+            campaign=state.cid,
+            at=now,
+            candidate_id=cid,
+            score=ev.score,
+            isolation=ev.isolation,
+            agent_id=sender.agent_id if sender is not None else "",
+            error=evaluation_error(ev),
+            work_id=ev.work_id,
+            split="train" if train else "validation",
+        ),
+        chain,  # a parent re-evaluated for a step belongs to that step's trace
+    )
+
+
+def _on_evaluation(
+    state: CampaignState,
+    step: Step,
+    pending: Pending,
+    ev: Evaluation,
+    sender: AgentRef | None,
+    now: float,
+) -> None:
+    train = pending.kind != "validate"
+    chain = pending.chain if train else None
+    _record_evaluation(
+        state, step, pending.candidate_id, ev, now, sender=sender, train=train, chain=chain
+    )
+    if state.phase == "seed" and pending.candidate_id == SEED_ID:
+        reason = seed_failure(ev, state.plan.failure_score)
+        if reason:  # the first of the seed's evaluations to fail stops it: no waiting
+            state.finish(step, now, "failed", reason)
+            return
+    if pending.kind == "validate":
+        _on_validation(state, step, pending.candidate_id, ev, now)
+        return
+    if pending.kind == "seed":
+        _seed_ready(state, step, now)
+        return
+    assert chain is not None
+    chain.evaluations[pending.candidate_id] = ev
+    chain.waiting -= 1
+    if chain.waiting > 0:
+        return
+    if chain.stage == "explore":  # the parents are scored: on to the critic or the actor
+        explored(state, chain, now)
+        return
+    state.rates.record("evaluate", now)  # a step counts once, whatever it evaluated
+    if state.strategy.mode == "sync":
+        chain.move("evaluated")  # the generation's barrier decides (in refill)
+    else:
+        decide(state, step, chain, now)
+
+
+def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
+    if state.phase == "seed" and not any(p.candidate_id == SEED_ID for p in state.pending.values()):
+        state.phase = "evolving"
+
+
+def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
+    if cid == SEED_ID and state.seed_score is None:  # a failed seed stopped the campaign before
+        state.seed_score = ev.score
+        confirm(state, step, cid, ev.score, now)
+        _seed_ready(state, step, now)
+        return
+    confirm(state, step, cid, ev.score, now)

@@ -1,0 +1,230 @@
+"""The words of the orchestrator's state machine: a campaign's steps and what they ask for.
+
+A *step* (POLCA Algorithm 1, one iteration; REFLEX Algorithm 1, one generation) is a ``Chain``
+from selection to decision; ``Pending`` says what a work id in flight is for; applying a result
+returns a ``Step`` of effects for the shell. The constants that tune the pipeline, the
+decisions and the summaries live here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
+
+from evobus.agents.evolution.staleness import StaleAction
+from evobus.agents.roles.orchestrator.errors import IllegalMove
+from evobus.agents.roles.orchestrator.messages import Outgoing
+from evobus.schemas.agents import WorkersTarget
+from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
+from evobus.schemas.campaign import PipelineStage, StrategySection
+from evobus.schemas.results import Diagnosis, Evaluation
+from evobus.schemas.tools import ToolSpec
+
+Status = Literal["completed", "failed"]
+Phase = Literal["tools", "seed", "evolving", "finished"]
+SEED_ID = "c0000"
+# The stop reason of a campaign whose validated best reached ``[campaign.budget] target_score``.
+TARGET_REACHED = "target score reached"
+ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based critic; no LLM)"
+# FlashEvolve §3.4: production rates over this window, rebalanced this often. A rate counts
+# steps, not work items: a step counts once as it leaves a stage (its parents' and its child's
+# evaluations as one), and a step that needs no diagnosis counts as ``PASSED_DIAGNOSE`` when it
+# passes that stage, so every stage's rate is in steps per second.
+RATE_WINDOW_SECONDS = 60.0
+WORKERS_PERIOD_SECONDS = 10.0
+PASSED_DIAGNOSE = "diagnose:passed"
+# The stage targets are sent again this often, for agents that started after the last time.
+TARGETS_RESEND_SECONDS = 2.0
+REBALANCED = ("diagnose", "propose", "evaluate")
+# FlashEvolve §3.3: a step made from a removed speculative candidate is stale whatever Δ says.
+STALE_PARENT_ACTION: dict[str, StaleAction] = {
+    "full": "keep",
+    "guarded": "discard",
+    "reflective": "repair",
+}
+# POLCA's summarizer runs after this many decided steps, over the best few of the pool.
+SUMMARY_EVERY = 10
+SUMMARY_TOP = 5
+# A-Evolve Phase 5: a failure pattern seeds a skill once it recurs this often.
+SEED_PATTERN_MIN_COUNT = 3
+SEED_PATTERN_MIN_SHARE = 0.5
+# ... among the instances of this many recent evaluations (one minibatch is too few to tell a
+# pattern of the search from a property of one instance).
+ANALYSIS_WINDOW = 20
+
+
+_PROGRAM = Artifact(source="")
+
+
+def stage_targets(strategy: StrategySection) -> dict[str, int]:
+    """Each pipeline stage's in-flight target K: ``strategy.workers``, else ``in_flight``."""
+    stages: tuple[PipelineStage, ...] = ("diagnose", "propose", "evaluate", "repair")
+    return {stage: strategy.workers.get(stage, strategy.in_flight) for stage in stages}
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What the orchestrator needs of the task, resolved once at start."""
+
+    name: str
+    train: tuple[str, ...]
+    validation: tuple[str, ...]
+    params: dict[str, int | float | str | bool]
+    tools: tuple[ToolSpec, ...]
+    failure_score: float
+    best_possible: float | None = None
+    seed: Artifact = _PROGRAM  # the task's seed: its kind, language and entrypoint
+
+    @property
+    def entrypoint(self) -> str:
+        return self.seed.entrypoint
+
+
+# Where a step is: waiting for a stage's work, or parked between stages (a queue).
+ChainStage = Literal[
+    "explore",  # its parents' evaluations on its minibatch in flight (POLCA Alg. 1 l. 5)
+    "explored",  # m_diag: parents scored, waiting for a diagnose slot
+    "diagnose",  # DiagnoseWork in flight
+    "diagnosed",  # waiting for a propose slot (diagnosed, or an operator that needs none)
+    "propose",  # ProposeWork in flight
+    "admitting",  # at the registry's ε-net
+    "ready",  # a proposal waiting for an evaluate slot (the staleness check happens here)
+    "repair",  # RepairWork in flight (reflective staleness)
+    "evaluate",  # the child's evaluation in flight
+    "evaluated",  # sync mode: waiting for the barrier before the decision
+]
+FIRST_STAGE: ChainStage = "explore"
+# The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
+# step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
+# abandoned, made from a removed speculative parent) — by leaving ``CampaignState.live``, from
+# any stage: that is not a move.
+MOVES: dict[ChainStage, frozenset[ChainStage]] = {
+    # the parents are scored: m_diag waits for the critic, the other operators pass it
+    "explore": frozenset({"explored", "diagnosed"}),
+    "explored": frozenset({"diagnose"}),  # a diagnose slot (refill)
+    "diagnose": frozenset({"diagnosed"}),  # the critic's diagnosis (REFLEX §3.2)
+    "diagnosed": frozenset({"propose"}),  # a propose slot (refill)
+    "propose": frozenset({"admitting", "ready"}),  # the proposal: to the ε-net when it is on
+    "admitting": frozenset({"ready"}),  # admitted (or admitted unfiltered)
+    # FlashEvolve §3.2: the staleness policy keeps it (evaluate) or repairs it
+    "ready": frozenset({"evaluate", "repair"}),
+    "repair": frozenset({"ready"}),  # patched: back to the queue, once
+    "evaluate": frozenset({"evaluated"}),  # sync mode's barrier (async decides at once)
+    "evaluated": frozenset(),  # decided with its generation
+}
+
+
+@dataclass(eq=False)
+class Chain:
+    """One step in flight, from selection to decision."""
+
+    operator: Operator
+    forced: bool
+    parent_ids: tuple[str, ...]
+    minibatch: tuple[str, ...]
+    candidate_id: str | None = None
+    diagnosis: Diagnosis | None = None
+    rationale: str = ""
+    skills_used: tuple[str, ...] = ()
+    evaluations: dict[str, Evaluation] = field(default_factory=dict)
+    waiting: int = 0
+    key: int = 0  # a serial number: the chain's id in the speculative set
+    version: int = 0  # vᵢ: the pool version the chain's proposal was made from (FlashEvolve §3.1)
+    stage: ChainStage = FIRST_STAGE  # changed only by ``move``
+    repaired: bool = False
+    stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
+    speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+
+    def move(self, to: ChainStage) -> None:
+        """Move the step to stage ``to``.
+
+        Raises:
+            IllegalMove: ``MOVES`` does not allow ``to`` from the step's stage.
+        """
+        allowed = MOVES[self.stage]
+        if to not in allowed:
+            raise IllegalMove(self.key, self.stage, to, frozenset(allowed))
+        self.stage = to
+
+
+PendingKind = Literal[
+    "tool",
+    "seed",
+    "validate",
+    "diagnose",
+    "propose",
+    "evaluate",
+    "extract",
+    "summarize",
+    "repair",
+]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What a work id in flight is for."""
+
+    kind: PendingKind
+    chain: Chain | None = None
+    candidate_id: str = ""
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A side effect for the shell: record a decided candidate in the workspace.
+
+    ``record.tag`` is set for an improving child (``accept/<n>``) and the seed; ``best`` moves
+    the workspace's best to it.
+    """
+
+    candidate: Candidate
+    record: LineageRecord
+    best: bool = False
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """A side effect for the shell: ask the registry's ε-net about a proposal."""
+
+    candidate_id: str
+    text: str
+
+
+class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
+    """A skill's utility to credit in the registry (REFLEX §3.4): kept in the campaign state —
+    and its snapshot — until the registry has it; ``use_id`` makes a repeat a no-op."""
+
+    use_id: str
+    name: str
+    delta: float
+
+
+class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
+    """A skill to register in the registry (REFLEX §3.4, A-Evolve Phase 5): kept in the
+    campaign state — and its snapshot — until the registry has it. Registering is idempotent
+    (the same content is the same version), so one sent again after a crash adds nothing.
+
+    Attributes:
+        name, trigger, snippet: the skill (a stable name; when it applies; what to reuse).
+        origin: how it was made (``diff``, ``model``, ``auto-seed``).
+        candidate_id: the improving child it was extracted from; "" for a seeded skill.
+    """
+
+    name: str
+    trigger: str
+    snippet: str
+    origin: str
+    candidate_id: str = ""
+
+
+@dataclass
+class Step:
+    """What applying one result (or one tick) asks the shell to do."""
+
+    outbound: list[Outgoing] = field(default_factory=list)  # to send: the shell publishes
+    commits: list[Commit] = field(default_factory=list)
+    admissions: list[AdmissionRequest] = field(default_factory=list)
+    rollbacks: list[str] = field(default_factory=list)
+    controls: list[WorkersTarget] = field(default_factory=list)

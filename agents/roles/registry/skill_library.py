@@ -1,0 +1,130 @@
+"""The skill library's upkeep in the registry: its settings, near-duplicate merging, eviction.
+
+The rules are agents/evolution/skills.py's (REFLEX §3.4 utility, retrieval and eviction); what
+the registry adds is where they apply:
+
+* **Merging** (A-Evolve Phase 4, "Auto-Corrections", tidies the workspace and prunes memory
+  to a cap before the next cycle; this is that upkeep for the skill library): a skill
+  registered under a new name that is a near-duplicate of an active skill — the same name
+  stem (same trigger slug, another snippet digest), or, with a dense embedder, its index
+  vector (name, trigger, contract) within ``merge_distance`` (cosine) of that skill's —
+  becomes that skill's next version, keeping its utility and uses, instead of a new skill.
+  A name that exists (active or retired) is never merged: it is that skill.
+* **The cap** (REFLEX §3.4 evicts skills that fail; its Figure 3 archives or evicts them):
+  once a registration leaves more than ``cap`` active skills, the ones that failed
+  (``eviction_order``) are retired — archived: a new version with ``retired`` set, out of
+  search, its history kept — and a ``skill_retired`` event says so.
+
+Both are registry settings, not campaign keys: one library serves every campaign on the bus,
+so its size and what counts as the same skill are properties of the library; two campaigns
+with different caps would retire each other's skills. They come from the environment of the
+registry process (``evobus run`` starts it with its own environment).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from evobus.agents.evolution.skills import skill_stats, skill_stem
+from evobus.agents.roles.registry.errors import InvalidSetting
+from evobus.schemas.registry import RegisterRequest, Resource
+
+SKILL_CAP_ENV = "EVOBUS_SKILL_CAP"
+MERGE_DISTANCE_ENV = "EVOBUS_SKILL_MERGE_DISTANCE"
+DEFAULT_CAP = 200
+# Cosine distance between the index vectors of two skills with the same trigger and another
+# snippet is about 0.05 with the hashed embedder; unrelated skills are 0.7 and more apart.
+DEFAULT_MERGE_DISTANCE = 0.1
+MERGED_FROM = "merged_from"
+"""The metadata key of a merged version: the name it was registered under."""
+
+
+class SkillLibraryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How the registry keeps its skill library (see the module docstring).
+
+    Attributes:
+        cap: the most active skills before failed ones are retired (0: no cap).
+        merge_distance: the cosine distance under which a new skill merges into the nearest
+            active one (dense embedder only; 0: merge by name stem only).
+    """
+
+    cap: int = DEFAULT_CAP
+    merge_distance: float = DEFAULT_MERGE_DISTANCE
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SkillLibraryPolicy:
+        """The policy from ``EVOBUS_SKILL_CAP`` and ``EVOBUS_SKILL_MERGE_DISTANCE`` (defaults
+        for those unset or empty).
+
+        Raises:
+            InvalidSetting: a variable is not a number in its range.
+        """
+        env = os.environ if environ is None else environ
+        cap, distance = env.get(SKILL_CAP_ENV, "").strip(), env.get(MERGE_DISTANCE_ENV, "").strip()
+        policy = cls()
+        if cap:
+            try:
+                policy = msgspec.structs.replace(policy, cap=int(cap))
+            except ValueError:
+                raise InvalidSetting(SKILL_CAP_ENV, f"{cap!r} is not a whole number") from None
+            if policy.cap < 0:
+                raise InvalidSetting(SKILL_CAP_ENV, f"{cap} is negative (0 turns the cap off)")
+        if distance:
+            try:
+                value = float(distance)
+            except ValueError:
+                raise InvalidSetting(MERGE_DISTANCE_ENV, f"{distance!r} is not a number") from None
+            if not (math.isfinite(value) and 0.0 <= value <= 2.0):
+                raise InvalidSetting(MERGE_DISTANCE_ENV, f"{distance} is not a cosine distance")
+            policy = msgspec.structs.replace(policy, merge_distance=value)
+        return policy
+
+
+class SkillEviction(msgspec.Struct, frozen=True, kw_only=True):
+    """A skill the registry retired to keep the library within its cap.
+
+    Attributes:
+        skill: its retired version.
+        active: active skills once the registration's evictions were done.
+        cap: the cap.
+        registered: the skill whose registration passed the cap.
+    """
+
+    skill: Resource
+    active: int
+    cap: int
+    registered: str
+
+
+class Registered(msgspec.Struct, frozen=True, kw_only=True):
+    """What a registration did: the version it left, and for a skill the upkeep it caused.
+
+    Attributes:
+        resource: the latest version of the registered resource (for a merged skill: of the
+            skill it merged into, whose name differs from the one asked for).
+        merged_from: the name asked for, when the skill merged into ``resource``; else "".
+        evicted: the skills retired because the library passed its cap.
+    """
+
+    resource: Resource
+    merged_from: str = ""
+    evicted: tuple[SkillEviction, ...] = ()
+
+
+def same_stem(name: str, skills: Sequence[Resource]) -> Resource | None:
+    """The active skill whose name has the stem of ``name`` (the most used, then the most
+    recently changed, when an older library holds several), or None."""
+    stem = skill_stem(name)
+    matches = [s for s in skills if not s.retired and skill_stem(s.name) == stem]
+    return max(matches, key=lambda s: (skill_stats(s)[1], s.updated_at, s.name), default=None)
+
+
+def merged_request(request: RegisterRequest, into: Resource) -> RegisterRequest:
+    """``request`` as the next version of the skill ``into``, noting the name it came under."""
+    return msgspec.structs.replace(
+        request, name=into.name, metadata={**request.metadata, MERGED_FROM: request.name}
+    )

@@ -1,0 +1,290 @@
+"""The runtime every agent process shares: consumers, heartbeats, control, signals, shutdown.
+
+One anyio task group per process. SIGINT/SIGTERM stop fetching; handlers already running finish
+(under ``shutdown_timeout``) and are acked; then the connection drains. A ``WorkersTarget`` on
+``evo.control.<stage>`` changes how many handlers of that stage the process runs at once
+(FlashEvolve §3.4's worker counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from evobus.agents.runtime.errors import AgentError
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.consumer import Handler, OnDead, PullConsumer
+from evobus.bus.publisher import Publisher
+from evobus.bus.streams import ensure_streams, ensure_work_consumer
+from evobus.schemas.agents import AgentRef, Heartbeat, Role, WorkersTarget
+from evobus.schemas.work import Work
+
+log = logging.getLogger(__name__)
+
+
+def make_agent_ref(role: Role) -> AgentRef:
+    """This process's identity; the id is unique even across hosts with equal pids."""
+    return AgentRef(
+        role=role,
+        agent_id=f"{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        pid=os.getpid(),
+        host=socket.gethostname(),
+    )
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How one agent process runs.
+
+    Attributes:
+        nats_url: the bus.
+        concurrency: handlers run at once, per stage the process serves, until a control
+            message says otherwise.
+        heartbeat_interval: seconds between heartbeats.
+        shutdown_timeout: how long in-flight handlers may take to finish after a signal.
+        max_concurrency: the most a control message may raise one stage's concurrency to.
+    """
+
+    role: Role
+    nats_url: str
+    concurrency: int = 1
+    heartbeat_interval: float = 2.0
+    shutdown_timeout: float = 30.0
+    max_concurrency: int = 256
+
+
+@dataclass(frozen=True)
+class WorkBinding:
+    """A stage this process serves: its handler, and what to publish if an item dies."""
+
+    stage: str
+    handler: Handler[Work]
+    on_dead: OnDead[Work] | None = None
+
+
+@dataclass
+class AgentProcess:
+    """What a running agent exposes to its handlers (connection, identity, consumers).
+
+    ``consumers`` are all the process runs; ``stages`` the work stages among them, whose
+    concurrency follows the control messages on ``evo.control.<stage>``.
+    """
+
+    settings: AgentSettings
+    agent: AgentRef
+    nc: Client
+    js: JetStreamContext
+    publisher: Publisher
+    consumers: list[PullConsumer[Any]] = field(default_factory=list)
+    stages: dict[str, PullConsumer[Any]] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+    stop_requested: anyio.Event = field(default_factory=anyio.Event)
+
+    def heartbeat(self) -> Heartbeat:
+        """A heartbeat with this process's counters."""
+        by_campaign: dict[str, int] = {}
+        for consumer in self.consumers:
+            for cid, count in consumer.processed_by_campaign.items():
+                by_campaign[cid] = by_campaign.get(cid, 0) + count
+        return Heartbeat(
+            agent=self.agent,
+            started_at=self.started_at,
+            at=time.time(),
+            items_processed=sum(c.processed for c in self.consumers),
+            items_by_campaign=by_campaign,
+            in_flight=sum(c.in_flight for c in self.consumers),
+            concurrency=sum(c.concurrency for c in self.consumers),
+        )
+
+    def serve_stage(self, stage: str, consumer: PullConsumer[Any]) -> None:
+        """Run ``consumer`` as this process's worker of ``stage`` (once ``serve`` starts)."""
+        if stage in self.stages:
+            raise AgentError(f"stage {stage!r} is already served by this process")
+        self.consumers.append(consumer)
+        self.stages[stage] = consumer
+
+    def set_workers(self, target: WorkersTarget) -> bool:
+        """Obey a ``WorkersTarget``: clamp it to 1..``max_concurrency`` and apply it to the
+        stage's consumer. Handlers already running are never cancelled: a lower limit takes
+        effect as they finish. Returns whether the concurrency changed."""
+        consumer = self.stages.get(target.stage)
+        if consumer is None:
+            log.warning(
+                "%s %s: workers target for %r, a stage this process does not serve",
+                self.agent.role,
+                self.agent.agent_id,
+                target.stage,
+            )
+            return False
+        old = consumer.concurrency
+        new = max(1, min(target.concurrency, self.settings.max_concurrency))
+        if new != target.concurrency:
+            log.warning(
+                "%s %s: %s workers target %d clamped to %d (1..%d)",
+                self.agent.role,
+                self.agent.agent_id,
+                target.stage,
+                target.concurrency,
+                new,
+                self.settings.max_concurrency,
+            )
+        if new == old:
+            return False
+        consumer.set_concurrency(new)
+        log.info(
+            "%s %s: %s concurrency %d → %d%s",
+            self.agent.role,
+            self.agent.agent_id,
+            target.stage,
+            old,
+            new,
+            f" (campaign {target.campaign})" if target.campaign else "",
+        )
+        return True
+
+    def request_stop(self) -> None:
+        """Stop fetching, let running handlers finish, then leave ``serve``. Safe to repeat."""
+        self.stop_requested.set()
+
+
+Setup = Callable[[AgentProcess], Awaitable[Sequence[WorkBinding]]]
+
+
+async def run_agent(settings: AgentSettings, setup: Setup) -> None:
+    """Run one agent process until SIGINT/SIGTERM.
+
+    ``setup`` gets the connected process and returns the stages it serves with their handlers
+    (explicit registration: nothing is found by import side effects).
+    """
+    agent = make_agent_ref(settings.role)
+    nc = await connect(settings.nats_url, name=f"evobus-{settings.role}-{agent.agent_id}")
+    js = nc.jetstream()
+    try:
+        await ensure_streams(js)
+        proc = AgentProcess(settings, agent, nc, js, Publisher(js, agent))
+        for binding in await setup(proc):
+            durable = await ensure_work_consumer(js, binding.stage)
+            proc.serve_stage(
+                binding.stage,
+                PullConsumer(
+                    js,
+                    proc.publisher,
+                    stream=subjects.STREAM_WORK,
+                    durable=durable,
+                    decoder=codec.WORK_DECODER,
+                    handler=binding.handler,
+                    on_dead=binding.on_dead,
+                    concurrency=settings.concurrency,
+                ),
+            )
+        await serve(proc)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await nc.drain()
+
+
+async def serve(proc: AgentProcess, *, extra: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Run the process's consumers, control and heartbeat until a signal or ``request_stop()``.
+
+    ``extra`` runs beside the consumers (the orchestrator's clock); when it returns, the process
+    stops as after a signal. Stopping finishes in-flight handlers under ``shutdown_timeout``.
+    """
+    async with anyio.create_task_group() as outer:
+        # Listening before the first heartbeat: whoever has seen the process can retune it.
+        for stage in proc.stages:
+            await outer.start(_obey_control, proc, stage)
+        outer.start_soon(_heartbeats, proc)
+        outer.start_soon(_stop_on_signal, proc)
+        if extra is not None:
+            outer.start_soon(_stop_after, extra, proc)
+        with anyio.CancelScope() as consumers_scope:
+            async with anyio.create_task_group() as consumers:
+                for consumer in proc.consumers:
+                    await consumers.start(consumer.run)
+                log.info("%s %s ready", proc.agent.role, proc.agent.agent_id)
+                await proc.stop_requested.wait()
+                for consumer in proc.consumers:
+                    consumer.stop()
+                consumers_scope.deadline = anyio.current_time() + proc.settings.shutdown_timeout
+        outer.cancel_scope.cancel()
+
+
+async def _stop_after(extra: Callable[[], Awaitable[None]], proc: AgentProcess) -> None:
+    await extra()
+    proc.request_stop()
+
+
+async def _heartbeats(proc: AgentProcess) -> None:
+    while True:
+        await _beat(proc)
+        await anyio.sleep(proc.settings.heartbeat_interval)
+
+
+async def _beat(proc: AgentProcess) -> None:
+    subject = subjects.heartbeat(proc.agent.role, proc.agent.agent_id)
+    await proc.nc.publish(subject, codec.encode(proc.heartbeat()))
+
+
+async def _obey_control(
+    proc: AgentProcess, stage: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    sub = await proc.nc.subscribe(subjects.control(stage))
+    try:
+        await proc.nc.flush()  # subscribed on the server before the process says it is alive
+        task_status.started()
+        async for msg in sub.messages:
+            target = _decode_control(proc, stage, msg)
+            if target is not None and proc.set_workers(target):
+                await _beat(proc)  # the change is seen at once, not a heartbeat interval later
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sub.unsubscribe()
+
+
+def _decode_control(proc: AgentProcess, stage: str, msg: Msg) -> WorkersTarget | None:
+    """The control message, or None (logged) when it is not one or names another stage."""
+    try:
+        target = codec.CONTROL_DECODER.decode(msg.data)
+    except codec.DecodeError as exc:
+        log.warning(
+            "%s %s: ignoring undecodable control message on %s: %s",
+            proc.agent.role,
+            proc.agent.agent_id,
+            msg.subject,
+            exc,
+        )
+        return None
+    if target.stage != stage:
+        log.warning(
+            "%s %s: ignoring workers target for %r sent on %s",
+            proc.agent.role,
+            proc.agent.agent_id,
+            target.stage,
+            msg.subject,
+        )
+        return None
+    return target
+
+
+async def _stop_on_signal(proc: AgentProcess) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info(
+                "%s: %s: finishing in-flight work", proc.agent.role, signal.Signals(signum).name
+            )
+            proc.request_stop()
+            return
