@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -16,7 +17,7 @@ from evobus.bus.connection import connect
 from evobus.bus.consumer import Handler, PullConsumer
 from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import Retry
-from evobus.bus.publisher import Outbound, Publisher, PublishError
+from evobus.bus.publisher import Outbound, PayloadTooLarge, Publisher, PublishError
 from evobus.bus.streams import ensure_streams, ensure_work_consumer
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.agents import AgentRef
@@ -339,3 +340,45 @@ async def test_an_empty_pull_that_runs_out_of_time_is_no_error(nats_server: Nats
                 assert await consumer._fetch(psub, 3, 0.0001) == []
         finally:
             await psub.unsubscribe()
+
+
+async def test_a_batch_is_stored_in_order_once_and_nothing_of_it_when_one_is_too_large(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    # publish_all sends a batch before its PubAcks come back: the stream keeps it in order,
+    # the same batch again (a redelivered input's outputs) is dropped by id, and a batch with
+    # one message over the limit sends nothing at all.
+    async with jetstream(nats_server) as (_, js):
+        acked: list[str] = []
+
+        class Counting(Publisher):
+            def published(self, out: Outbound, started: float, acked_at: float) -> None:
+                assert acked_at >= started
+                acked.append(out.msg_id)
+
+        publisher = Counting(js, SENDER)
+        subject = subjects.work(campaign_id, "evaluate")
+        batch = [
+            Outbound(subject, evaluate_item(campaign_id, n), f"{campaign_id}-w{n}", campaign_id)
+            for n in range(20)
+        ]
+        await publisher.publish_all(batch)
+        await publisher.publish_all(batch)
+        assert acked == [out.msg_id for out in batch] * 2
+        info = await js.stream_info(subjects.STREAM_WORK)
+        assert info.state.messages == 20
+        stored = [
+            codec.WORK_DECODER.decode((await js.get_msg(subjects.STREAM_WORK, seq)).data or b"")
+            for seq in range(info.state.first_seq, info.state.last_seq + 1)
+        ]
+        assert [item.work_id for item in stored] == [f"w{n}" for n in range(20)]
+        huge = msgspec.structs.replace(
+            evaluate_item(campaign_id, 99),
+            candidate=Candidate(id="c99", artifact=Artifact(source="x" * 2_000_000)),
+        )
+        small = evaluate_item(campaign_id, 50)
+        with pytest.raises(PayloadTooLarge):
+            await publisher.publish_all(
+                [Outbound(subject, small, "w50", campaign_id), Outbound(subject, huge, "w99", "c")]
+            )
+        assert (await js.stream_info(subjects.STREAM_WORK)).state.messages == 20

@@ -155,11 +155,9 @@ class TimedPublisher(Publisher):
         super().__init__(js, sender)
         self._on_published = on_published
 
-    async def publish(self, out: Outbound) -> None:
-        """Publish, wait for the PubAck, and report both times."""
-        started = time.monotonic()
-        await super().publish(out)
-        self._on_published(out, started, time.monotonic())
+    def published(self, out: Outbound, started: float, acked: float) -> None:
+        """Report when the publish began and when it was acked."""
+        self._on_published(out, started, acked)
 
 
 # --- one run -----------------------------------------------------------------------------------
