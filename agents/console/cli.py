@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -473,6 +474,29 @@ def _replay_events(out: Path, campaign: str | None, show: Callable[[Event], bool
     return 0
 
 
+def launched_at() -> float:
+    """When this process started (epoch seconds, to about 10 ms), from the kernel's count of
+    its start since boot; the time of the call where /proc cannot tell."""
+    try:
+        since_boot = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return time.time() - since_boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _first_evaluation(run_dir: Path) -> float | None:
+    """When the campaign's first evaluation came back (from its event log), if it did."""
+    from evobus.agents.runtime.events import EVENT_LOG, read_events
+    from evobus.schemas.events import CandidateEvaluated
+
+    try:
+        events = read_events(run_dir / EVENT_LOG)
+    except (OSError, ValueError):
+        return None
+    return next((e.at for e in events if isinstance(e, CandidateEvaluated)), None)
+
+
 async def _run(args: argparse.Namespace) -> int:
     from evobus.agents.console.restarts import describe_outage
     from evobus.agents.console.supervisor import (
@@ -502,6 +526,7 @@ async def _run(args: argparse.Namespace) -> int:
         ),
         echo=lambda line: print(line, flush=True),
     )
+    first = _first_evaluation(args.out / summary.campaign)
     print(
         f"\nevobus: {summary.campaign} {summary.status} ({summary.stop_reason}) in "
         f"{summary.wall_seconds:.1f} s\n"
@@ -516,7 +541,13 @@ async def _run(args: argparse.Namespace) -> int:
             else ""
         )
         + "\n"
-        f"  engine: {summary.engine}\n"
+        + (
+            f"  first evaluation {first - launched_at():.1f} s after `evobus {args.command}` "
+            "started\n"
+            if first is not None and not resuming
+            else ""
+        )
+        + f"  engine: {summary.engine}\n"
         f"  best artifact: {summary.best_artifact}\n"
         f"  summary: {args.out / summary.campaign / 'summary.json'}\n"
         "  agents: "

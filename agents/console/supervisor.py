@@ -405,12 +405,15 @@ async def _supervise(
             await ensure_streams(js)
             await evidence_store(js)  # before the critics, who may only read it
             spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
+
+            def spawn_agents() -> None:
+                children.extend(_spawn(url, cid, options.workers, run_dir / "logs"))
+
+            # The agents start beside the registry: they wait for it where they need it.
             registry = await ensure_registry(
-                nc, url, options.out_dir / ".registry", run_dir / "logs", echo
+                nc, url, options.out_dir / ".registry", run_dir / "logs", echo, spawn_agents
             )
-            children = ([registry] if registry else []) + _spawn(
-                url, cid, options.workers, run_dir / "logs"
-            )
+            children[:0] = [registry] if registry else []
             echo(
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
@@ -442,10 +445,16 @@ async def _supervise(
 
 
 async def ensure_registry(
-    nc: Client, url: str, root: Path, log_dir: Path, echo: Callable[[str], None]
+    nc: Client,
+    url: str,
+    root: Path,
+    log_dir: Path,
+    echo: Callable[[str], None],
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> AgentChild | None:
     """Use the registry that answers on this bus, else start one under ``root`` and wait for
-    its first heartbeat. Returns the started child, or None when one was already there.
+    its first heartbeat, calling ``meanwhile`` once it is starting (or found running): what
+    can start beside it. Returns the started child, or None when one was already there.
 
     Raises:
         AgentError: the registry exits or stays silent.
@@ -456,6 +465,7 @@ async def ensure_registry(
         pass
     else:
         echo("evobus: using the registry that already serves this bus")
+        meanwhile()
         return None
     child = AgentChild(
         "registry",
@@ -465,6 +475,7 @@ async def ensure_registry(
     beats = await nc.subscribe(subjects.heartbeats_of("registry"))
     try:
         child.start()
+        meanwhile()
         assert child.proc is not None
         with anyio.move_on_after(REGISTRY_READY_SECONDS):
             while child.proc.poll() is None:

@@ -88,6 +88,9 @@ async def test_an_evaluator_file_campaign_runs_its_cascade_and_keeps_the_fixed_c
             run.wait(20)
     output = (tmp_path / "run.log").read_text()
     assert run.returncode == 0, output
+    # The summary says how long the user waited for the first evaluation (issue 16, item 4).
+    waited = re.search(r"first evaluation (\d+\.\d) s after `evobus run` started", output)
+    assert waited and float(waited[1]) > 0, output
     summary = msgspec.json.decode(
         (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
     )
