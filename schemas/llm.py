@@ -82,3 +82,14 @@ class HistorySummary(msgspec.Struct, frozen=True, kw_only=True):
     """POLCA's c_history: the pool and recent changes in a few sentences of global context."""
 
     summary: str
+
+
+# Every type a role asks a model for: the schemas evobus sends as ``response_format``
+# (tests/unit/test_structured_backends.py compiles each under vLLM's guided-decoding backend).
+STRUCTURED_OUTPUTS: tuple[type[msgspec.Struct], ...] = (
+    CriticVerdict,
+    ActorDraft,
+    SkillDraft,
+    ToolDraft,
+    HistorySummary,
+)
