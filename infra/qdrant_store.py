@@ -352,6 +352,22 @@ class QdrantStore:
             )
         return {str((point.payload or {})["candidate_id"]) for point in points}
 
+    async def pool(self, campaign: str) -> set[str]:
+        """Every member of the campaign's pool (none when it has no pool)."""
+        name = pool_collection(campaign)
+        members: set[str] = set()
+        offset: Any = None
+        with _translated(f"scroll {name}"):
+            if not await self._client.collection_exists(name):
+                return members
+            while True:
+                points, offset = await self._client.scroll(
+                    name, limit=256, offset=offset, with_payload=["candidate_id"]
+                )
+                members.update(str((point.payload or {})["candidate_id"]) for point in points)
+                if offset is None:
+                    return members
+
     async def nearest_in_pool(
         self, campaign: str, vectors: Sequence[Sequence[float]]
     ) -> list[tuple[str, list[float]] | None]:

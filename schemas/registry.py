@@ -188,6 +188,12 @@ class ForgetRequest(msgspec.Struct, frozen=True, kw_only=True, tag="forget"):
     candidate_ids: tuple[str, ...]
 
 
+class PoolRequest(msgspec.Struct, frozen=True, kw_only=True, tag="pool"):
+    """The members of a campaign's ε-net pool (read only)."""
+
+    campaign: str
+
+
 class SkillUseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="skill_use"):
     """A skill was used for a child whose fitness changed by ``delta``: update its utility.
 
@@ -214,6 +220,7 @@ RegistryRequest = (
     | AdmitRequest
     | ForgetRequest
     | SkillUseRequest
+    | PoolRequest
 )
 
 
@@ -264,6 +271,12 @@ class ForgetReply(msgspec.Struct, frozen=True, kw_only=True, tag="forgotten"):
     removed: int
 
 
+class PoolReply(msgspec.Struct, frozen=True, kw_only=True, tag="pool"):
+    """A campaign's ε-net pool: its members' candidate ids, sorted (none: no pool yet)."""
+
+    candidate_ids: tuple[str, ...]
+
+
 class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag="error"):
     """A request that failed.
 
@@ -289,4 +302,5 @@ RegistryReply = (
     | AdmissionReply
     | ForgetReply
     | ErrorReply
+    | PoolReply
 )

@@ -13,7 +13,6 @@ the images the critic sent, from the simulator's answerer.
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,24 +21,15 @@ from pathlib import Path
 import anyio
 import msgspec
 import pytest
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import DeliverPolicy
 
-import evobus
-from evobus.agents.console.restarts import AgentChild
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.agents.console.supervisor import agent_argv, ensure_registry
-from evobus.agents.runtime.errors import AgentError
-from evobus.bus import codec, subjects
-from evobus.bus.connection import connect
-from evobus.bus.streams import ensure_streams, evidence_store
 from evobus.infra.llm_sim.answers import ChatRequest
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.agents import Role
 from evobus.schemas.campaign import CampaignSpec, LLMSection, load_campaign
 from evobus.schemas.events import CandidateEvaluated, SpeculativeDecided, StaleDecided
-from evobus.schemas.results import Diagnosis, PartialEvaluation, Result
+from evobus.schemas.results import Diagnosis, PartialEvaluation
+from tests.integration.campaigns_at_once import WORKERS, Outcome, run_at_once
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,7 +39,6 @@ VISION = "pendulum.toml through the simulator, vision on"
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
 PROPOSALS = 4
-WORKERS: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator", "evaluator")
 
 
 def tiny(path: Path) -> CampaignSpec:
@@ -107,78 +96,11 @@ class CountingAnswerer(OfflineAnswerer):
         return super().answer(request)
 
 
-@dataclass
-class Outcome:
-    """One example's run: its result (or why it has none) and the results its agents sent."""
-
-    campaign_id: str
-    result: evobus.Result | None = None
-    error: str = ""
-    results: tuple[Result, ...] = ()
-
-
-async def results_of(nats_url: str, campaign: str) -> tuple[Result, ...]:
-    """Every result the campaign's agents published, from EVO_RESULTS."""
-    nc = await connect(nats_url, name="test-results")
-    try:
-        sub = await nc.jetstream().subscribe(
-            subjects.results_filter(campaign),
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.ALL,
-        )
-        results: list[Result] = []
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except NatsTimeoutError:
-                return tuple(results)
-            results.append(codec.RESULT_DECODER.decode(msg.data))
-    finally:
-        await nc.drain()
-
-
 async def run_examples(url: str, out: Path, sim_url: str) -> dict[str, Outcome]:
-    """Start a registry and the worker agents, run every example at once, stop them."""
+    """Run every example at once, served by one registry and one set of worker agents."""
     specs = {name: tiny(EXAMPLES / name) for name in FILES}
     specs[VISION] = with_vision_critic(specs["pendulum.toml"], sim_url)
-    outcomes = {name: Outcome(f"ex{uuid.uuid4().hex[:10]}") for name in specs}
-    children: list[AgentChild] = []
-    nc = await connect(url, name="test-examples")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js)
-        await evidence_store(js)
-        registry = await ensure_registry(nc, url, out / ".registry", out, lambda _: None)
-        children += [registry] if registry else []
-        for n, role in enumerate(WORKERS):
-            children.append(AgentChild(role, agent_argv(role, url), out / f"{role}-{n}.log"))
-            children[-1].start()
-
-        async def run(name: str) -> None:
-            outcome = outcomes[name]
-            campaign = evobus.Campaign.from_spec(specs[name])
-            try:
-                outcome.result = await campaign.run_async(
-                    out=out,
-                    nats=url,
-                    campaign_id=outcome.campaign_id,
-                    workers=dict.fromkeys(("critic", "actor", "tool-generator", "evaluator"), 0),
-                    echo=None,
-                )
-            except AgentError as exc:  # CampaignFailed: the test says why
-                outcome.error = f"{type(exc).__name__}: {exc}"
-            outcome.results = await results_of(url, outcome.campaign_id)
-
-        async with anyio.create_task_group() as tg:
-            for name in specs:
-                tg.start_soon(run, name)
-    finally:
-        with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for child in children:  # at once: each waits for its agent's graceful stop
-                    tg.start_soon(anyio.to_thread.run_sync, child.stop)
-            await nc.drain()
-    return outcomes
+    return await run_at_once(url, out, specs, WORKERS)
 
 
 @dataclass

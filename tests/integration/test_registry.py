@@ -191,9 +191,13 @@ async def test_epsilon_net_rejects_near_duplicates_and_admits_distinct_programs(
         again = await client.admit(campaign_id, [("c0003", AVERAGE)], epsilon=0.08)
         assert again.admitted == ("c0003",)  # a retried admission is not its own duplicate
 
+        assert await client.pool(campaign_id) == ["c0001", "c0003"]  # the refused one is not
         assert await client.forget(campaign_id, ["c0001", "never-there"]) == 1
+        assert await client.pool(campaign_id) == ["c0003"]
         later = await client.admit(campaign_id, [("c0002", near_copy)], epsilon=0.08)
         assert later.admitted == ("c0002",)
+        assert await client.pool(campaign_id) == ["c0002", "c0003"]
+        assert await client.pool(f"{campaign_id}-none") == []  # a campaign with no pool
 
         with pytest.raises(InvalidRequest):
             await client.admit(campaign_id, [("c9", AVERAGE)], 0.08, EmbedderSpec(dim=64))

@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
+from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.effects import Effects
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.roles.registry.client import RegistryClient
@@ -125,7 +126,7 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
         origin="diff",
         candidate_id="c0001",
     )
-    state.skill_registrations.append(skill)
+    backlog.queue_registration(state, skill)
     nc = await connect(nats_server.url, name="outage-effects")
     workspace = CampaignWorkspace(tmp_path / "workspace")
     published: list[object] = []
@@ -140,27 +141,29 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             await run(state.apply(proposal(work), None, 4.0))
         unfiltered = [e for e in published if isinstance(e, AdmittedUnfiltered)]
         assert [e.candidate_id for e in unfiltered] == ["c0001", "c0002"]
-        assert state.unfiltered == ["c0001", "c0002"] and state.skill_registrations == [skill]
+        assert state.backlog.unfiltered == ["c0001", "c0002"]
+        assert state.backlog.registrations == [skill]
 
         async with registry_service(nats_server.url, tmp_path / "registry") as (registry, _):
             with anyio.fail_after(30):
                 while True:  # as the orchestrator does beside its clock
                     out, _ = await effects.work_backlog()
                     published.extend(o.message for o in out)
-                    if not state.unfiltered and not state.skill_registrations:
+                    if not state.backlog.unfiltered and not state.backlog.registrations:
                         break
                     await anyio.sleep(0.1)
             (filtered,) = [e for e in published if isinstance(e, CandidateFiltered)]
             assert filtered.late
             assert (filtered.candidate_id, filtered.nearest_id) == ("c0002", "c0001")
-            assert [c.candidate_id for c in state.live] == ["c0001"]  # the duplicate's step ended
+            live = state.flight.live.values()
+            assert [c.candidate_id for c in live] == ["c0001"]  # the duplicate's step ended
             (learned,) = [e for e in published if isinstance(e, SkillLearned)]
             assert (learned.name, learned.origin) == (skill.name, "cid/c0001")
             registered = await registry.get("skill", skill.name)
             assert registered.version == learned.version == 1
             assert registered.metadata["from"] == "c0001"
             # c0001 is in the registry's pool now: a fresh copy of it is refused at once.
-            source = state.candidates["c0001"].artifact.source
+            source = state.candidates.by_id["c0001"].artifact.source
             again = await registry.admit("cid", [("c0099", source)], 0.05)
             assert [r.nearest_id for r in again.rejected] == ["c0001"]
     finally:
@@ -179,7 +182,7 @@ async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_fi
     skill = SkillRegistration(
         name="swing-first-0a1b2c3d", trigger="never swings up", snippet="k = 3.0", origin="diff"
     )
-    state.skill_registrations.append(skill)
+    backlog.queue_registration(state, skill)
     nc = await connect(nats_server.url, name="finish-effects")
     workspace = CampaignWorkspace(tmp_path / "workspace")
     try:
@@ -188,7 +191,7 @@ async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_fi
             out, _ = await effects.run(state.fail("stopped by the test", 5.0))
             kinds = [type(o.message).__name__ for o in out]
             assert kinds[-1] == "CampaignFinished"
-            assert "SkillLearned" in kinds and state.skill_registrations == []
+            assert "SkillLearned" in kinds and state.backlog.registrations == []
             assert await effects.work_backlog() == ([], [])
     finally:
         workspace.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.pipeline import BEFORE_EVALUATION
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import (
@@ -54,7 +55,7 @@ def two_proposals(state: CampaignState) -> tuple[Step, list[EvaluateWork]]:
     assert not of_type(second, EvaluateWork)  # queued: the evaluate stage is full
     evaluations = of_type(explore(state, started[0], at=4.2), EvaluateWork)
     assert [w.candidate.id for w in evaluations] == ["c0001"]  # the parents were scored
-    assert [c.stage for c in state.live] == ["evaluate", "ready", "diagnose"]
+    assert [c.stage for c in state.flight.live.values()] == ["evaluate", "ready", "diagnose"]
     return second, evaluations
 
 
@@ -76,7 +77,8 @@ def test_guarded_staleness_discards_a_proposal_the_pool_moved_past() -> None:
     assert (stale.candidate_id, stale.delta, stale.action) == ("c0002", 1, "discard")
     assert "Δ 1 > Δmax 0" in stale.reason
     assert not any(w.candidate.id == "c0002" for w in of_type(decided, EvaluateWork))
-    assert [c.stage for c in state.live] == ["diagnose", "explore"]  # step 4 started meanwhile
+    live = state.flight.live.values()
+    assert [c.stage for c in live] == ["diagnose", "explore"]  # step 4 started meanwhile
 
 
 def test_guarded_staleness_keeps_a_proposal_within_max_staleness() -> None:
@@ -112,7 +114,7 @@ def test_reflective_staleness_repairs_against_the_pool_changes_then_evaluates() 
     (repaired,) = of_type(after, StaleDecided)
     assert repaired.action == "repaired"
     # Step 4 started meanwhile and scores its parent: the patched child waits for the slot.
-    assert [c.stage for c in state.live] == ["ready", "diagnose", "explore"]
+    assert [c.stage for c in state.flight.live.values()] == ["ready", "diagnose", "explore"]
     evaluated = of_type(explore(state, decided, at=6.5), EvaluateWork)
     child = next(w for w in evaluated if w.candidate.id == "c0002")
     assert child.candidate.artifact.source == patched
@@ -166,13 +168,14 @@ def test_a_promising_prefix_makes_a_speculative_candidate_that_a_bad_full_score_
     (event,) = of_type(admitted, SpeculativeDecided)
     # The threshold is the parent's score on the same prefix instance, from this minibatch.
     assert (event.action, event.score, event.threshold) == ("admitted", -500.0, -1000.0)
-    assert "c0001" in state.pool and state.speculative.is_speculative("c0001")
-    assert state.pending[child.work_id]  # the full evaluation is still awaited
+    assert "c0001" in state.population.pool
+    assert state.speculation.speculative.is_speculative("c0001")
+    assert state.flight.pending[child.work_id]  # the full evaluation is still awaited
     assert not of_type(state.apply(partial(child, -500.0), EVALUATOR, 4.6), SpeculativeDecided)
     decided = state.apply(evaluation(child, -1100.0), EVALUATOR, 5.1)
     assert of_type(decided, CandidateRejected)
     (removed,) = of_type(decided, SpeculativeDecided)
-    assert removed.action == "removed" and "c0001" not in state.pool
+    assert removed.action == "removed" and "c0001" not in state.population.pool
 
 
 def test_a_speculative_candidate_is_confirmed_by_its_full_score() -> None:
@@ -181,14 +184,14 @@ def test_a_speculative_candidate_is_confirmed_by_its_full_score() -> None:
     state.apply(partial(child, -500.0), EVALUATOR, 4.5)
     decided = state.apply(evaluation(child, -600.0), EVALUATOR, 5.1)
     (confirmed,) = of_type(decided, SpeculativeDecided)
-    assert confirmed.action == "confirmed" and "c0001" in state.pool
+    assert confirmed.action == "confirmed" and "c0001" in state.population.pool
 
 
 def test_a_weak_prefix_is_not_speculative() -> None:
     state = make_state(**SPECULATIVE)
     child = speculative_child(state)
     assert not of_type(state.apply(partial(child, -2000.0), EVALUATOR, 4.5), SpeculativeDecided)
-    assert "c0001" not in state.pool
+    assert "c0001" not in state.population.pool
 
 
 @pytest.mark.parametrize(
@@ -217,7 +220,7 @@ def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_sta
     (diag_b,) = of_type(after_a, DiagnoseWork)  # B holds the slot: no step can start
     (child_a,) = of_type(state.apply(proposal(prop_a), None, 3.1), EvaluateWork)
     (admitted,) = of_type(state.apply(partial(child_a, -500.0), EVALUATOR, 3.2), SpeculativeDecided)
-    assert admitted.action == "admitted" and state.speculative.is_speculative("c0001")
+    assert admitted.action == "admitted" and state.speculation.speculative.is_speculative("c0001")
     after_b = state.apply(diagnosis(diag_b), None, 3.3)  # the slot is free: step C starts
     (c_parent,) = exploring(state, after_b)
     assert c_parent.candidate.id == "c0001"  # speculative and unscored: explored first
@@ -227,7 +230,8 @@ def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_sta
     assert prop_c.parent.id == "c0001" and prop_c.parent_evaluation.score == -600.0
     decided = state.apply(evaluation(child_a, -1100.0), EVALUATOR, 3.6)  # A's child: worse
     (removed,) = of_type(decided, SpeculativeDecided)
-    assert (removed.action, removed.stale) == ("removed", 1) and "c0001" not in state.pool
+    assert (removed.action, removed.stale) == ("removed", 1)
+    assert "c0001" not in state.population.pool
     after_c = state.apply(proposal(prop_c), None, 3.7)
     (stale,) = of_type(after_c, StaleDecided)
     assert (stale.candidate_id, stale.action) == ("c0002", action)
@@ -259,8 +263,9 @@ def test_sync_mode_passes_each_stage_as_a_generation() -> None:
 
 def is_child(state: CampaignState, work: EvaluateWork) -> bool:
     """Whether ``work`` evaluates a step's child (not its parents, not a validation)."""
-    pending = state.pending.get(work.work_id)
-    return pending is not None and pending.chain is not None and pending.chain.stage == "evaluate"
+    pending = state.flight.pending.get(work.work_id)
+    chain = flight.chain_of(state, pending) if pending is not None else None
+    return chain is not None and chain.stage == "evaluate"
 
 
 def run_up_to_children(state: CampaignState, step: Step) -> list[EvaluateWork]:
@@ -288,7 +293,7 @@ def test_the_bottleneck_stage_gains_a_worker_and_an_idle_one_none() -> None:
     # looked fast and diagnose (m_diag steps only) slow: diagnose gained, evaluate lost.
     state = make_state(mode="async", in_flight=4, adaptive_workers=True, proposals=50, queue=12)
     children = run_up_to_children(state, seeded(state))
-    stages = [c.stage for c in state.live]
+    stages = [c.stage for c in state.flight.live.values()]
     assert len(children) == stages.count("evaluate") == 4 and stages.count("ready") == 3
     assert not {"explore", "explored", "diagnose", "propose"} & set(stages)  # both are idle
     step = state.tick(WORKERS_PERIOD_SECONDS + 0.1)
@@ -296,8 +301,9 @@ def test_the_bottleneck_stage_gains_a_worker_and_an_idle_one_none() -> None:
     assert (changed.stage, changed.old, changed.new) == ("evaluate", 4, 5)
     assert "bottleneck" in changed.reason and changed.rates["evaluate"] == 0.0
     assert ("evaluate", 5) in [(c.stage, c.concurrency) for c in step.controls]
-    assert state.targets == {"diagnose": 4, "propose": 4, "evaluate": 5, "repair": 4}
-    assert [c.stage for c in state.live].count("evaluate") == 5  # the new slot is used at once
+    assert state.workers.targets == {"diagnose": 4, "propose": 4, "evaluate": 5, "repair": 4}
+    live = state.flight.live.values()
+    assert [c.stage for c in live].count("evaluate") == 5  # the new slot is used at once
     assert not of_type(state.tick(WORKERS_PERIOD_SECONDS + 1.0), WorkersChanged)  # per period
 
 
@@ -305,11 +311,11 @@ def test_stage_rates_count_steps_not_work_items() -> None:
     state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)  # m_diag: a pool of 1
     (child,) = run_up_to_children(state, first)
-    chain = state.pending[child.work_id].chain
+    chain = flight.chain_of(state, state.flight.pending[child.work_id])
     assert chain is not None and chain.operator == "x_div"  # two parents scored, no diagnosis
     assert set(chain.evaluations) == set(chain.parent_ids) and len(chain.parent_ids) == 2
     state.apply(evaluation(child, -950.0), EVALUATOR, 7.0)
-    rates = state.rates.rates(8.0)
+    rates = state.workers.rates.rates(8.0)
     # Each step passed each stage once, whatever it evaluated: 2 steps for every stage.
     assert rates["evaluate"] == rates["propose"] == rates["diagnose"] + rates[PASSED_DIAGNOSE]
     assert rates["diagnose"] == rates[PASSED_DIAGNOSE] == rates["propose"] / 2
@@ -333,7 +339,8 @@ def test_the_queue_bounds_every_step_between_its_start_and_its_evaluation() -> N
         step = explore(state, step)
         assert len(of_type(step, DiagnoseWork)) == 1
     assert not exploring(state, step)  # the queue (3) is full, though K_diagnose = 8
-    assert [c.stage for c in state.live] == ["diagnose"] * 3
+    assert [c.stage for c in state.flight.live.values()] == ["diagnose"] * 3
     children = run_up_to_children(state, step)
-    assert len(children) == 1 and [c.stage for c in state.live].count("evaluate") == 1
-    assert sum(c.stage in BEFORE_EVALUATION for c in state.live) <= 3
+    live = state.flight.live.values()
+    assert len(children) == 1 and [c.stage for c in live].count("evaluate") == 1
+    assert sum(c.stage in BEFORE_EVALUATION for c in state.flight.live.values()) <= 3

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TypeVar
 
 import msgspec
+import pytest
 
-from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator import flight, snapshot
+from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
 from evobus.schemas.agents import AgentRef
@@ -170,8 +172,9 @@ def exploring(state: CampaignState, step: Step) -> list[EvaluateWork]:
     """The parents' evaluations the steps ``step`` started ask for (POLCA Algorithm 1, l. 5)."""
     works = []
     for work in of_type(step, EvaluateWork):
-        pending = state.pending.get(work.work_id)
-        if pending is not None and pending.chain is not None and pending.chain.stage == "explore":
+        pending = state.flight.pending.get(work.work_id)
+        chain = flight.chain_of(state, pending) if pending is not None else None
+        if chain is not None and chain.stage == "explore":
             works.append(work)
     return works
 
@@ -207,8 +210,8 @@ def one_step(state: CampaignState, step: Step, child: float, parent: float) -> S
 def test_the_seed_is_validated_then_a_step_scores_its_parent_before_the_critic_sees_it() -> None:
     state = make_state()
     step = seeded(state)
-    assert state.seed_score == -1000.0 and state.best_id == SEED_ID
-    assert state.pool.stats(SEED_ID).count == 2 and state.proposals == 1
+    assert state.observed.seed_score == -1000.0 and state.best.candidate_id == SEED_ID
+    assert state.population.pool.stats(SEED_ID).count == 2 and state.flight.proposals == 1
     # POLCA Algorithm 1, lines 3-7: the explored parent is scored on the step's minibatch first,
     # and the statistics are updated, before anything is asked of the critic or the actor.
     assert not of_type(step, DiagnoseWork) and not of_type(step, ProposeWork)
@@ -216,7 +219,7 @@ def test_the_seed_is_validated_then_a_step_scores_its_parent_before_the_critic_s
     assert parent_work.candidate.id == SEED_ID and set(parent_work.instances) <= set(TRAIN)
     assert "evidence" not in parent_work.task_params  # the offline critic reads no image
     (diag,) = of_type(explore(state, step, -900.0), DiagnoseWork)
-    assert state.pool.stats(SEED_ID).count == 4
+    assert state.population.pool.stats(SEED_ID).count == 4
     assert diag.evaluation.work_id == parent_work.work_id and diag.evaluation.score == -900.0
 
 
@@ -237,7 +240,7 @@ def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
     assert accepted.previous_best == -900.0 and accepted.tag == "accept/1"
     assert [c.record.tag for c in decided.commits] == ["accept/1"]
     child_id = accepted.candidate_id
-    assert state.skill_uses == [
+    assert state.backlog.skill_uses == [
         SkillUse(use_id=f"{state.cid}/{child_id}", name="raise-gain", delta=500.0)
     ]
     assert of_type(decided, ExtractWork)[0].delta == 500.0
@@ -245,7 +248,7 @@ def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
     confirmed = state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
     (event,) = of_type(confirmed, BestConfirmed)
     assert event.is_best and event.validation_score == -450.0
-    assert state.best_id == validate.candidate.id and state.best_score == -450.0
+    assert state.best.candidate_id == validate.candidate.id and state.best_score == -450.0
     assert [c.best for c in confirmed.commits] == [True]
 
 
@@ -254,7 +257,7 @@ def test_a_worse_child_is_rejected_and_not_tagged() -> None:
     decided = one_step(state, seeded(state), child=-1200.0, parent=-1000.0)
     assert of_type(decided, CandidateRejected) and not of_type(decided, CandidateAccepted)
     assert [c.record.tag for c in decided.commits] == [""]
-    assert state.best_id == SEED_ID
+    assert state.best.candidate_id == SEED_ID
 
 
 def test_the_epsilon_net_filters_a_proposal_before_evaluation() -> None:
@@ -286,7 +289,7 @@ def test_a_failed_step_is_abandoned_and_replaced() -> None:
         WorkFailed(work_id=diag.work_id, campaign="cid", stage="diagnose", error="x"), None, 3.0
     )
     assert of_type(step, WorkAbandoned)
-    assert len(exploring(state, step)) == 1 and state.proposals == 2
+    assert len(exploring(state, step)) == 1 and state.flight.proposals == 2
 
 
 def test_the_campaign_finishes_when_the_last_step_is_decided() -> None:
@@ -360,7 +363,7 @@ def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
     # On validation the child is worse than the seed: the seed stays the campaign's best,
     # while the train mean prefers the child — the search has drifted from its best.
     state.apply(evaluation(validate, -1500.0), EVALUATOR, 7.0)
-    assert state.best_id == SEED_ID
+    assert state.best.candidate_id == SEED_ID
     rolled: list[RolledBack] = []
     for _ in range(4):
         step = one_step(state, step, child=-1300.0, parent=-1250.0)
@@ -374,16 +377,16 @@ def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
 def test_the_evaluation_budget_is_a_hard_stop_that_leaves_a_finished_snapshot() -> None:
     state = make_state(proposals=10, evaluations=4)
     step = seeded(state)
-    assert state.evaluations == 2 and not of_type(step, CampaignFinished)
+    assert state.tally.evaluations == 2 and not of_type(step, CampaignFinished)
     decided = one_step(state, step, child=-400.0, parent=-900.0)
     (finished,) = of_type(decided, CampaignFinished)
     assert finished.summary.stop_reason == "evaluation budget spent"
-    assert finished.summary.evaluations == 4 and state.phase == "finished"
+    assert finished.summary.evaluations == 4 and state.run.phase == "finished"
     assert not of_type(decided, DiagnoseWork) and not of_type(decided, EvaluateWork)
     # What a resume would load is the finished campaign: nothing reruns.
     resumed = make_state(proposals=10, evaluations=4)
     snapshot.restore(resumed, snapshot.take(state, last_applied="", now=8.0))
-    assert resumed.phase == "finished" and resumed.evaluations == 4
+    assert resumed.run.phase == "finished" and resumed.tally.evaluations == 4
     assert not resumed.tick(9.0).outbound
 
 
@@ -397,7 +400,7 @@ def test_the_campaign_stops_when_its_validated_best_reaches_the_target_score() -
     summary = finished.summary
     assert (summary.status, summary.stop_reason) == ("completed", "target score reached")
     assert summary.best_score == -450.0 and summary.proposals == 2
-    assert not exploring(state, confirmed) and state.phase == "finished"
+    assert not exploring(state, confirmed) and state.run.phase == "finished"
 
 
 def test_a_seed_at_the_target_score_is_the_answer_at_once() -> None:
@@ -416,7 +419,7 @@ def test_model_tokens_are_charged_once_and_the_token_budget_is_a_hard_stop() -> 
     answer = msgspec.structs.replace(diagnosis(diag), usage=spent)
     (prop,) = of_type(state.apply(answer, None, 3.0), ProposeWork)
     state.apply(answer, None, 3.1)  # a redelivered duplicate is not charged again
-    assert state.usage == spent and state.phase == "evolving"
+    assert state.tally.usage == spent and state.run.phase == "evolving"
     failed = WorkFailed(
         work_id=prop.work_id,
         campaign="cid",
@@ -456,3 +459,13 @@ def test_offline_runs_are_not_summarised() -> None:
     for n in range(SUMMARY_EVERY + 1):
         step = one_step(state, step, child=-1000.0 - n, parent=-1000.0)
         assert not of_type(step, SummarizeWork)
+
+
+def test_the_campaigns_phases_only_move_on() -> None:
+    state = make_state()
+    seeded(state)
+    assert state.run.phase == "evolving"
+    for back in ("tools", "seed", "evolving", "finished"):
+        with pytest.raises(IllegalPhase, match=f"from phase 'evolving' to '{back}'"):
+            state.enter(back)
+    assert state.run.phase == "evolving"

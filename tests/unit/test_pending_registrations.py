@@ -3,11 +3,7 @@ unfiltered, checked against the ε-net late — pure state transitions, no regis
 
 from __future__ import annotations
 
-import zlib
-
-import msgspec
-
-from evobus.agents.roles.orchestrator import backlog, snapshot
+from evobus.agents.roles.orchestrator import admission, backlog, snapshot
 from evobus.agents.roles.orchestrator.persist import digest
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID, SkillRegistration, Step
@@ -56,7 +52,7 @@ def unfiltered_child(state: CampaignState) -> tuple[str, list[EvaluateWork]]:
     step = state.admitted_unfiltered(request.candidate_id, reason, 4.5)
     (event,) = of_type(step, AdmittedUnfiltered)
     assert (event.candidate_id, event.reason) == (request.candidate_id, reason)
-    assert state.unfiltered == [request.candidate_id]
+    assert state.backlog.unfiltered == [request.candidate_id]
     works = of_type(step, EvaluateWork)
     assert [w.candidate.id for w in works] == [request.candidate_id]
     return request.candidate_id, works
@@ -92,11 +88,11 @@ def test_an_extracted_draft_waits_in_the_state_until_the_registry_has_it() -> No
     applied = state.apply(result, None, 8.0)
     assert not of_type(applied, SkillLearned)  # not learned before the registry has it
     assert accepted.candidate_id == QUEUED.candidate_id
-    assert state.skill_registrations == [QUEUED]
+    assert state.backlog.registrations == [QUEUED]
     learned = state.skill_registered(QUEUED, QUEUED.name, 2, 20.0)
     (event,) = of_type(learned, SkillLearned)
     assert (event.name, event.version, event.origin) == ("raise-gain-0a1b2c3d", 2, "cid/c0001")
-    assert state.skill_registrations == []
+    assert state.backlog.registrations == []
 
 
 def test_a_skill_an_older_actor_registered_itself_is_learned_at_once() -> None:
@@ -108,52 +104,43 @@ def test_a_skill_an_older_actor_registered_itself_is_learned_at_once() -> None:
     result = SkillExtracted(work_id=extract.work_id, campaign="cid", name="old", version=3)
     (event,) = of_type(state.apply(result, None, 8.0), SkillLearned)
     assert (event.name, event.version, event.origin) == ("old", 3, "cid/c0001")
-    assert state.skill_registrations == []
+    assert state.backlog.registrations == []
 
 
 def test_snapshot_and_restore_keep_the_waiting_skills_and_unfiltered_candidates() -> None:
     state = make_state(epsilon=0.1, skills=3)
     cid, _ = unfiltered_child(state)
-    state.skill_registrations.append(
-        SkillRegistration(name="error-timeout-1234", origin="auto-seed", trigger="t", snippet="#")
+    backlog.queue_registration(
+        state,
+        SkillRegistration(name="error-timeout-1234", origin="auto-seed", trigger="t", snippet="#"),
     )
     taken = snapshot.take(state, last_applied="w9", now=6.0)
     decoded = snapshot.decode(snapshot.encode(taken))
-    assert decoded == taken and decoded.unfiltered == (cid,)
+    assert decoded == taken
     fresh = make_state(epsilon=0.1, skills=3)
     snapshot.restore(fresh, decoded)
-    assert fresh.unfiltered == [cid] and fresh.skill_registrations == state.skill_registrations
+    assert fresh.backlog.unfiltered == [cid]
+    assert fresh.backlog.registrations == state.backlog.registrations
     again = snapshot.take(fresh, last_applied="w9", now=6.0)
     assert again == taken and digest(again) == digest(taken)
     # What is waiting is part of the state's digest (a resume that lost it would show).
-    fresh.unfiltered.clear()
+    backlog.unfiltered_checked(fresh, cid)
     assert digest(snapshot.take(fresh, last_applied="w9", now=6.0)) != digest(taken)
-
-
-def test_a_snapshot_from_before_the_backlog_restores_with_nothing_waiting() -> None:
-    state = make_state(epsilon=0.1)
-    unfiltered_child(state)
-    fields = msgspec.to_builtins(snapshot.take(state, last_applied="", now=6.0))
-    del fields["skill_registrations"], fields["unfiltered"]
-    old = snapshot.decode(zlib.compress(msgspec.msgpack.encode(fields)))
-    fresh = make_state(epsilon=0.1)
-    snapshot.restore(fresh, old)
-    assert fresh.unfiltered == [] and fresh.skill_registrations == []
 
 
 def test_a_late_refusal_removes_a_decided_candidate_from_the_pool() -> None:
     state = make_state(epsilon=0.1, proposals=3)
     cid, works = unfiltered_child(state)
     assert of_type(decide(state, works, child=-1100.0), CandidateRejected)
-    assert cid in state.pool and state.best_id == SEED_ID
-    assert backlog.next_unfiltered(state) == (cid, state.candidates[cid].artifact.source)
-    version = state.pool.version
+    assert cid in state.population.pool and state.best.candidate_id == SEED_ID
+    assert backlog.next_unfiltered(state) == (cid, state.candidates.by_id[cid].artifact.source)
+    version = state.population.pool.version
     step = state.late_admission(cid, near(cid), 9.0)
     (filtered,) = of_type(step, CandidateFiltered)
     assert filtered.late and (filtered.candidate_id, filtered.nearest_id) == (cid, "c0009")
-    assert cid not in state.pool and state.pool.version == version + 1
-    assert state.unfiltered == []
-    (change,) = [c for c in state.pool_log._changes if c.kind == "removed"]
+    assert cid not in state.population.pool and state.population.pool.version == version + 1
+    assert state.backlog.unfiltered == []
+    (change,) = [c for c in state.population.log._changes if c.kind == "removed"]
     assert (change.candidate_id, change.score) == (cid, -1100.0)
 
 
@@ -163,13 +150,14 @@ def test_a_late_refusal_keeps_the_campaigns_best() -> None:
     decided = decide(state, works, child=-400.0)
     (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
     state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
-    assert state.best_id == cid
-    assert backlog.protected(state, cid) == "the campaign's best"
+    assert state.best.candidate_id == cid
+    assert admission.protected(state, cid) == "the campaign's best"
     step = state.late_admission(cid, near(cid), 9.0)
     assert not of_type(step, CandidateFiltered)
-    assert cid in state.pool and state.best_id == cid and state.unfiltered == []
-    assert "checked late" in state.notes[-1] and "kept" in state.notes[-1]
-    assert backlog.protected(state, SEED_ID) == "the seed"
+    assert cid in state.population.pool and state.best.candidate_id == cid
+    assert state.backlog.unfiltered == []
+    assert "checked late" in state.decisions.notes[-1] and "kept" in state.decisions.notes[-1]
+    assert admission.protected(state, SEED_ID) == "the seed"
 
 
 def test_a_candidate_refused_late_while_its_validation_runs_never_becomes_best() -> None:
@@ -177,12 +165,12 @@ def test_a_candidate_refused_late_while_its_validation_runs_never_becomes_best()
     cid, works = unfiltered_child(state)
     decided = decide(state, works, child=-400.0)
     (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
-    assert validate.candidate.id == cid and state.best_id == SEED_ID
+    assert validate.candidate.id == cid and state.best.candidate_id == SEED_ID
     state.late_admission(cid, near(cid), 6.5)
     confirmed = state.apply(evaluation(validate, -10.0), EVALUATOR, 7.0)
     (event,) = of_type(confirmed, BestConfirmed)
     assert event.candidate_id == cid and not event.is_best
-    assert state.best_id == SEED_ID and not confirmed.commits
+    assert state.best.candidate_id == SEED_ID and not confirmed.commits
 
 
 def test_a_step_in_flight_ends_when_its_candidate_is_refused_late() -> None:
@@ -193,13 +181,14 @@ def test_a_step_in_flight_ends_when_its_candidate_is_refused_late() -> None:
     step = state.late_admission(cid, near(cid), 4.8)
     (filtered,) = of_type(step, CandidateFiltered)
     assert filtered.late and filtered.candidate_id == cid
-    assert not any(chain.candidate_id == cid for chain in state.live)
+    assert not any(chain.candidate_id == cid for chain in state.flight.live.values())
     assert exploring(state, step)  # the next step takes its place
-    assert state.proposals == 2
+    assert state.flight.proposals == 2
     for work in works:
         late = state.apply(evaluation(work, -400.0), EVALUATOR, 5.0)
         assert not late.outbound  # forgotten work: no evaluation counted, no decision
-    assert cid not in state.pool and state.evaluations == 3  # the seed's two, the parent's
+    assert cid not in state.population.pool
+    assert state.tally.evaluations == 3  # the seed's two, the parent's
 
 
 def test_a_speculative_candidate_refused_late_leaves_the_pool() -> None:
@@ -207,10 +196,11 @@ def test_a_speculative_candidate_refused_late_leaves_the_pool() -> None:
     cid, works = unfiltered_child(state)
     child = next(w for w in works if w.candidate.id == cid)
     state.apply(partial(child, -500.0), EVALUATOR, 4.6)
-    assert cid in state.pool and state.speculative.is_speculative(cid)
+    assert cid in state.population.pool and state.speculation.speculative.is_speculative(cid)
     step = state.late_admission(cid, near(cid), 4.8)
     assert of_type(step, CandidateFiltered)
-    assert cid not in state.pool and not state.speculative.is_speculative(cid)
+    assert cid not in state.population.pool
+    assert not state.speculation.speculative.is_speculative(cid)
     assert not of_type(state.apply(evaluation(child, -400.0), EVALUATOR, 5.0), CandidateEvaluated)
 
 
@@ -218,8 +208,8 @@ def test_candidates_that_left_the_campaign_are_not_checked_late() -> None:
     state = make_state(epsilon=0.1, proposals=3)
     cid, works = unfiltered_child(state)
     decide(state, works, child=-1100.0)
-    state.pool.remove(cid)  # as if its step had ended undecided
-    assert backlog.next_unfiltered(state) is None and state.unfiltered == []
+    state.population.pool.remove(cid)  # as if its step had ended undecided
+    assert backlog.next_unfiltered(state) is None and state.backlog.unfiltered == []
     assert not state.late_admission(cid, near(cid), 9.0).outbound
 
 
@@ -227,7 +217,7 @@ def test_an_admitted_candidate_just_leaves_the_queue() -> None:
     state = make_state(epsilon=0.1, proposals=3)
     cid, works = unfiltered_child(state)
     step = state.late_admission(cid, None, 4.8)
-    assert not step.outbound and state.unfiltered == []
+    assert not step.outbound and state.backlog.unfiltered == []
     assert of_type(decide(state, works, child=-400.0), CandidateAccepted)
 
 
@@ -239,10 +229,10 @@ def test_a_seeded_skill_waits_in_the_same_queue() -> None:
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     failing = evaluation(works[0], -2000.0, error="ZeroDivisionError: division by zero")
-    state.recent.extend([failing] * 10)
+    state.observed.recent.extend([failing] * 10)
     decided = decide(state, works, child=-1100.0)
     assert not of_type(decided, SkillLearned)
-    (seed,) = state.skill_registrations
+    (seed,) = state.backlog.registrations
     assert seed.origin == "auto-seed" and seed.candidate_id == ""
     assert "ZeroDivisionError" in seed.trigger
     (event,) = of_type(state.skill_registered(seed, seed.name, 1, 9.0), SkillLearned)

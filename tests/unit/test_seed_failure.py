@@ -93,7 +93,7 @@ def test_a_seed_that_does_not_load_stops_the_campaign_at_its_first_evaluation() 
     summary = finished.summary
     assert (summary.status, summary.stop_reason) == ("failed", SEED_FAILED + LOAD)
     assert summary.seed_score is None and summary.proposals == 0
-    assert state.phase == "finished" and not of_type(step, EvaluateWork)  # no step started
+    assert state.run.phase == "finished" and not of_type(step, EvaluateWork)  # no step started
     # The seed's other evaluation, still in flight, changes nothing.
     assert not state.apply(of_work(validation, FAILURE, LOAD), EVALUATOR, 2.0).outbound
 
@@ -117,9 +117,9 @@ def test_a_seed_that_fails_some_instances_is_evolved() -> None:
     (evaluated,) = of_type(state.apply(partial, EVALUATOR, 1.0), CandidateEvaluated)
     assert evaluated.error == "" and evaluated.agent_id == EVALUATOR.agent_id
     step = state.apply(of_work(validation, -950.0), None, 2.0)
-    assert not of_type(step, CampaignFinished) and state.phase == "evolving"
+    assert not of_type(step, CampaignFinished) and state.run.phase == "evolving"
     assert of_type(step, CandidateEvaluated)[0].agent_id == ""  # no sender header
-    assert state.seed_score == -950.0 and exploring(state, step)  # the first step started
+    assert state.observed.seed_score == -950.0 and exploring(state, step)  # the first step started
 
 
 def test_a_seed_failure_is_a_users_error_other_failures_are_not() -> None:

@@ -9,6 +9,7 @@ from typing import get_args
 
 import pytest
 
+from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.errors import IllegalMove
 from evobus.agents.roles.orchestrator.steps import FIRST_STAGE, MOVES, Chain, ChainStage
 from evobus.schemas.artifacts import Artifact
@@ -131,7 +132,7 @@ def sync_with_the_epsilon_net() -> None:
     (request,) = state.apply(proposal(prop), None, 4.0).admissions
     (child,) = of_type(state.on_admission(request.candidate_id, None, 4.5), EvaluateWork)
     state.apply(evaluation(child, -900.0), EVALUATOR, 5.0)
-    assert state.accepted == 1
+    assert state.decisions.accepted == 1
 
 
 def crossover_without_diagnosis() -> None:
@@ -139,7 +140,7 @@ def crossover_without_diagnosis() -> None:
     state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)
     (child,) = run_up_to_children(state, first)
-    chain = state.pending[child.work_id].chain
+    chain = flight.chain_of(state, state.flight.pending[child.work_id])
     assert chain is not None and chain.operator == "x_div"
 
 

@@ -66,12 +66,12 @@ def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: fl
         campaign=state.cid,
         at=now,
         revision=revision,
-        results_applied=saved.results_applied,
+        results_applied=state.tally.results_applied,
         last_applied=saved.last_applied,
         digest=digest(saved),
         restored_digest=digest(restored),
-        in_flight=len(state.pending),
-        phase=state.phase,
+        in_flight=len(state.flight.pending),
+        phase=state.run.phase,
     )
     # Not from the event counter: the dead orchestrator may have published events past the
     # snapshot, which the redelivered result will publish again under the same ids (and
@@ -173,7 +173,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             )
             for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
                 await send_workers_target(nc, target)
-            if state.phase == "finished":
+            if state.run.phase == "finished":
                 write_summary(run_dir / "summary.json", state.summary(time.time()))
             return out
 
@@ -207,7 +207,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
 
         async def clock() -> None:
             logged = time.monotonic()
-            while state.phase != "finished":
+            while state.run.phase != "finished":
                 await anyio.sleep(TICK_SECONDS)
                 async with writer:
                     out = await effects(state.tick(time.time()))
@@ -216,13 +216,13 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                         await persist()
                 if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
                     logged = time.monotonic()
-                    stages = Counter(chain.stage for chain in state.live)
+                    stages = Counter(chain.stage for chain in state.flight.live.values())
                     log.info(
                         "campaign %s: pool v%d, steps by stage %s, %d work items pending",
                         campaign,
-                        state.pool.version,
+                        state.population.pool.version,
                         dict(sorted(stages.items())),
-                        len(state.pending),
+                        len(state.flight.pending),
                     )
             # What is still queued for this campaign will never be used.
             await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
@@ -250,6 +250,8 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             async with anyio.create_task_group() as tg:
                 tg.start_soon(keep_lease)
                 tg.start_soon(backlog)
+                # The registry may still be starting (it starts beside the agents).
+                tg.start_soon(runner.register_environment, task.description, task.signature)
                 await clock()
                 tg.cancel_scope.cancel()
 
@@ -266,7 +268,6 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 concurrency=1,  # the single writer applies results one at a time
             )
         )
-        await runner.register_environment(task.description, task.signature)
         if saved is None:
             await publisher.publish_all(await effects(state.start(time.time())))
         else:
@@ -274,12 +275,12 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             log.info("campaign %s: resumed from snapshot revision %s", campaign, store.revision)
             await publisher.publish_all(await effects(resumed))
         await persist()
-        if state.phase != "finished":
+        if state.run.phase != "finished":
             await serve(proc, extra=clock_and_backlog)
             await persist()  # the finished state: `evobus resume` reports it, nothing reruns
         write_summary(run_dir / "summary.json", state.summary(time.time()))
         await lease.release()
-        state.trace.finish(state.status, state.stop_reason)
+        state.trace.finish(state.run.status, state.run.stop_reason)
         return state.summary(time.time())
     finally:
         with anyio.CancelScope(shield=True):

@@ -2,44 +2,110 @@
 
 Parent(s) by priority, an operator from the bandit (or a forced burst), the parents scored on
 the step's minibatch (POLCA Algorithm 1, lines 3-6), the critic's diagnosis for ``m_diag``, the
-actor's proposal — and the context both of them read.
+actor's proposal — and the context both of them read. What chooses a step's operator and
+parents (the random generator, the bandit, the burst, a rollback's parent) and the candidates
+made are this module's to change: a decision credits the bandit through ``reward``.
 """
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from evobus.agents.evolution.analysis import analyze, render_analysis
-from evobus.agents.evolution.bandit import next_operator
+from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit, next_operator
 from evobus.agents.evolution.intensity import mutation_intensity, other_means
 from evobus.agents.evolution.pool import noise_scale, sample_minibatch
 from evobus.agents.evolution.reordering import reorder
 from evobus.agents.evolution.speculative import speculative_prefix
-from evobus.agents.roles.orchestrator.steps import (
-    PASSED_DIAGNOSE,
-    SEED_ID,
-    AdmissionRequest,
-    Chain,
-    Pending,
-    Step,
-)
+from evobus.agents.roles.orchestrator import flight
+from evobus.agents.roles.orchestrator.speculation import derive
+from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
 from evobus.schemas.events import CandidateProposed
 from evobus.schemas.results import Evaluation, Proposal
+from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import DiagnoseWork, ProposeWork
 
 if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
 
 
+class Selection(msgspec.Struct, kw_only=True):
+    """What chooses the next step's operator and parents. Owner: ``chains``.
+
+    Attributes:
+        rng: every random draw of the campaign (operators, parents, minibatches, seeds).
+        bandit: REFLEX's operator bandit (UCB1), credited by decisions (``reward``).
+        burst: A-Evolve's exploration burst: the forced operators queued, and the steps
+            without improvement counted towards the next one (``count_outcome``).
+        rollback_parent: the parent a forced step restarts from after a rollback (A-Evolve
+            Phase 8), if any.
+    """
+
+    rng: random.Random
+    bandit: OperatorBandit
+    burst: ExplorationBurst
+    rollback_parent: str | None = None
+
+
+class Candidates(msgspec.Struct, kw_only=True):
+    """Every candidate made, by id. Owner: ``chains``.
+
+    Attributes:
+        by_id: the seed, the children, and a repaired child's newest version.
+        tools: the registered tools a child's proposal asked for.
+    """
+
+    by_id: dict[str, Candidate] = msgspec.field(default_factory=dict)
+    tools: dict[str, tuple[ToolRef, ...]] = msgspec.field(default_factory=dict)
+
+
+def keep_candidate(state: CampaignState, candidate: Candidate) -> None:
+    """The candidate as it is now: the seed, or a repaired version of a child."""
+    state.candidates.by_id[candidate.id] = candidate
+
+
+def draw_minibatch(state: CampaignState) -> tuple[str, ...]:
+    """A minibatch of train instances (POLCA: drawn with replacement)."""
+    return sample_minibatch(state.plan.train, state.strategy.minibatch, state.selection.rng)
+
+
+def reward(state: CampaignState, operator: Operator, delta: float) -> None:
+    """Credit the operator with a decided child's Δ, when the bandit chooses operators."""
+    if state.strategy.bandit:
+        state.selection.bandit.update(operator, delta, delta_max=state.strategy.delta_max)
+
+
+def count_outcome(state: CampaignState, *, improved: bool) -> bool:
+    """Count a step that ended towards the next exploration burst (a step that ends
+    undecided counts as one without improvement); True when that queued a burst."""
+    return state.selection.burst.observe(improved=improved)
+
+
+def force_burst(state: CampaignState) -> None:
+    """Queue an exploration burst now (a no-op while one is queued)."""
+    state.selection.burst.force()
+
+
+def roll_back_to(state: CampaignState, candidate_id: str) -> None:
+    """The next forced steps restart from ``candidate_id`` (A-Evolve Phase 8)."""
+    state.selection.rollback_parent = candidate_id
+
+
 def _choose_operator(state: CampaignState) -> tuple[Operator, bool]:
     """The step's operator, and whether a burst forced it."""
+    selection = state.selection
     if state.strategy.bandit:
-        return next_operator(state.bandit, state.burst, state.rng)
-    forced = state.burst.next_forced()
+        return next_operator(selection.bandit, selection.burst, selection.rng)
+    forced = selection.burst.next_forced()
     if forced is not None:
         return forced, True
-    crossover = len(state.pool) > 1 and state.rng.random() < state.strategy.crossover_rate
+    crossover = (
+        len(state.population.pool) > 1 and selection.rng.random() < state.strategy.crossover_rate
+    )
     return ("x_div" if crossover else "m_diag"), False
 
 
@@ -47,19 +113,19 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     """Start one step: its operator, its parent(s) and its minibatch, and the parents'
     evaluations on that minibatch (POLCA Algorithm 1, lines 3-6: the explored programs are
     scored before anything is proposed from them)."""
-    state.proposals += 1
+    selection, pool = state.selection, state.population.pool
     operator, forced = _choose_operator(state)
-    if operator == "x_div" and len(state.pool) < 2:
+    if operator == "x_div" and len(pool) < 2:
         operator = "m_diag"
-    beta = state.strategy.ucb_beta * noise_scale(state.pool)
-    if state.rollback_parent is not None and forced:
-        parents = [state.rollback_parent]
+    beta = state.strategy.ucb_beta * noise_scale(pool)
+    if selection.rollback_parent is not None and forced:
+        parents = [selection.rollback_parent]
     else:
-        parents = state.pool.select(
+        parents = pool.select(
             2 if operator == "x_div" else 1,
             rule=state.strategy.selection,
             beta=beta,
-            rng=state.rng,
+            rng=selection.rng,
         )
     if operator == "i1":
         parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
@@ -67,9 +133,9 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         operator=operator,
         forced=forced,
         parent_ids=tuple(parents),
-        minibatch=sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng),
+        minibatch=draw_minibatch(state),
         key=state.next_serial("chain"),
-        version=state.pool.version,
+        version=pool.version,
     )
     if state.strategy.mode == "async" and state.strategy.speculative_alpha > 0:
         # FlashEvolve §3.3: the minibatch's order is fixed here, before anything is scored on
@@ -77,23 +143,23 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         # speculative prefix — so the parents and the child are scored on the same prefix.
         prefix = speculative_prefix(len(chain.minibatch), state.strategy.speculative_alpha)
         chain.minibatch = reorder(
-            chain.minibatch, state.passes, prefix, state.strategy.reorder_window
+            chain.minibatch, state.speculation.passes, prefix, state.strategy.reorder_window
         )
         chain.speculative_prefix = prefix
-    state.live.append(chain)
+    flight.open_step(state, chain)
     state.trace.open_step(chain, rule=state.strategy.selection)
-    if any(state.speculative.is_speculative(p) for p in chain.parent_ids):
-        state.speculative.note_derived(str(chain.key), chain.parent_ids)
+    derive(state, chain)
     for parent in dict.fromkeys(chain.parent_ids):
         chain.waiting += 1
         # REFLEX Algorithm 1, line 8: the parent an m_diag step diagnoses is rendered as
         # behavioral evidence on this minibatch, when the critic model can look at it.
         evidence = operator == "m_diag" and parent == chain.parent_ids[0] and _critic_sees(state)
-        state.evaluate(
+        flight.evaluate(
+            state,
             step,
-            state.candidates[parent],
+            state.candidates.by_id[parent],
             chain.minibatch,
-            Pending("evaluate", chain, parent),
+            Pending("evaluate", chain.key, parent),
             evidence=evidence,
         )
     return chain
@@ -106,44 +172,29 @@ def _critic_sees(state: CampaignState) -> bool:
     return llm.provider != "offline" and llm.critic_vision
 
 
-def explored(state: CampaignState, chain: Chain, now: float) -> None:
-    """The step's parents are scored on its minibatch: an ``m_diag`` step waits for the
-    critic, the other operators for the actor (they pass the diagnose stage at once)."""
-    if chain.operator == "m_diag":
-        chain.move("explored")  # refill hands it a diagnose slot
-    else:
-        chain.move("diagnosed")  # refill hands it a propose slot
-        state.rates.record(PASSED_DIAGNOSE, now)
-
-
 def diagnose(state: CampaignState, step: Step, chain: Chain) -> None:
     """Ask the critic why the step's parent scores as it does on the step's minibatch (REFLEX
     §3.2), with the evidence drawn there."""
     parent = chain.parent_ids[0]
-    evaluation = parent_evaluation(state, chain, parent)
+    evaluation = chain.evaluations[parent]  # on the step's minibatch (POLCA Alg. 1, l. 5)
     item = DiagnoseWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
-        pool_version=state.pool.version,
+        pool_version=state.population.pool.version,
         task=state.plan.name,
-        candidate=state.candidates[parent],
+        candidate=state.candidates.by_id[parent],
         evaluation=evaluation,
         context=_context(state, evaluation),
     )
     chain.move("diagnose")
-    state.send_work(step, "diagnose", item, Pending("diagnose", chain, parent))
-
-
-def parent_evaluation(state: CampaignState, chain: Chain, parent: str) -> Evaluation:
-    """The parent's evaluation on the step's minibatch; its last one for a step restored from
-    a snapshot of an evobus that scored the parents with the child."""
-    return chain.evaluations.get(parent) or state.last_evaluation[parent]
+    flight.send_work(state, step, "diagnose", item, Pending("diagnose", chain.key, parent))
 
 
 def _context(state: CampaignState, evaluation: Evaluation) -> str:
     """A-Evolve's analysis of a candidate's evaluation and the rolling history."""
     analysis = analyze([evaluation])
-    context = f"{render_analysis(analysis)}\n\nrecent changes:\n{state.history.render()}"
+    history = state.decisions.history.render()
+    context = f"{render_analysis(analysis)}\n\nrecent changes:\n{history}"
     return _with_summary(state, context)
 
 
@@ -151,31 +202,33 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
     """Ask the actor for the step's child, as intense as the parent's distance to the best
     possible score says."""
     parent = chain.parent_ids[0]
-    stats = state.pool.stats(parent) if parent in state.pool else None
-    current = stats.mean if stats and stats.count else state.last_evaluation[parent].score
+    pool, candidates = state.population.pool, state.candidates.by_id
+    stats = pool.stats(parent) if parent in pool else None
+    current = stats.mean if stats and stats.count else state.observed.last_evaluation[parent].score
+    seed_score = state.observed.seed_score
     intensity = mutation_intensity(
         current,
         state.plan.best_possible,
-        state.seed_score if state.seed_score else current,
-        others=other_means(state.pool, parent),  # no ceiling: the parent's rank in the pool
+        seed_score if seed_score else current,
+        others=other_means(pool, parent),  # no ceiling: the parent's rank in the pool
     )
     item = ProposeWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
-        pool_version=state.pool.version,
+        pool_version=pool.version,
         task=state.plan.name,
         operator=chain.operator,
-        parent=state.candidates[parent],
-        parent_evaluation=parent_evaluation(state, chain, parent),
+        parent=candidates[parent],
+        parent_evaluation=chain.evaluations[parent],
         diagnosis=chain.diagnosis,
-        co_parent=state.candidates[chain.parent_ids[1]] if len(chain.parent_ids) > 1 else None,
-        rng_seed=state.rng.randrange(2**31),
+        co_parent=candidates[chain.parent_ids[1]] if len(chain.parent_ids) > 1 else None,
+        rng_seed=state.selection.rng.randrange(2**31),
         intensity=intensity,
-        context=_with_summary(state, state.history.render()),
+        context=_with_summary(state, state.decisions.history.render()),
         skills=state.strategy.skills if chain.operator == "m_diag" else 0,
     )
     chain.move("propose")
-    state.send_work(step, "propose", item, Pending("propose", chain, parent))
+    flight.send_work(state, step, "propose", item, Pending("propose", chain.key, parent))
 
 
 def on_proposal(
@@ -187,15 +240,15 @@ def on_proposal(
         artifact=proposal.artifact,
         parent_ids=proposal.parent_ids,
         operator=proposal.operator,
-        pool_version=state.pool.version,
+        pool_version=state.population.pool.version,
     )
     chain.candidate_id = candidate.id
     state.trace.name_candidate(chain, candidate.id)
     chain.rationale = proposal.rationale
     chain.skills_used = proposal.skills_used
     if proposal.tools:
-        state.candidate_tools[candidate.id] = proposal.tools
-    state.candidates[candidate.id] = candidate
+        state.candidates.tools[candidate.id] = proposal.tools
+    state.candidates.by_id[candidate.id] = candidate
     state.emit(
         step,
         CandidateProposed(
@@ -209,7 +262,7 @@ def on_proposal(
     )
     if state.strategy.epsilon > 0:
         chain.move("admitting")
-        state.admitting[candidate.id] = chain
+        flight.to_epsilon_net(state, chain)
         step.admissions.append(AdmissionRequest(candidate.id, candidate.artifact.source))
     else:
         chain.move("ready")  # refill hands it an evaluate slot
@@ -217,6 +270,7 @@ def on_proposal(
 
 def _with_summary(state: CampaignState, context: str) -> str:
     """Context for the critic and the actor, led by the latest run summary, if any."""
-    if not state.run_summary:
+    summary = state.observed.run_summary
+    if not summary:
         return context
-    return f"summary of the run so far: {state.run_summary}\n\n{context}"
+    return f"summary of the run so far: {summary}\n\n{context}"

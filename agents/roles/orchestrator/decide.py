@@ -4,7 +4,8 @@ The child against its parent on the same minibatch updates the pool, the bandit 
 skills' utilities; an improving child is tagged and its change extracted as a skill; recurring
 failure patterns seed skills; the best by train mean is validated on held-out instances;
 stagnation rolls back and bursts; every few decisions the summarizer is asked for the run's
-global context.
+global context. The campaign's validated best (``Best``) and what the decisions add up to
+(``Decisions``) are this module's to change.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.evolution.analysis import analyze, patterns_over_threshold
+from evobus.agents.evolution.history import EvolutionHistory
 from evobus.agents.evolution.skills import seed_skill_for
-from evobus.agents.evolution.stagnation import on_stagnation
-from evobus.agents.roles.orchestrator.speculation import (
-    forget,
-    log_pool,
-    record_passes,
-    settle_speculative,
+from evobus.agents.evolution.stagnation import StagnationDetector, on_stagnation
+from evobus.agents.roles.orchestrator import backlog, flight, population
+from evobus.agents.roles.orchestrator.chains import (
+    count_outcome,
+    force_burst,
+    reward,
+    roll_back_to,
 )
+from evobus.agents.roles.orchestrator.speculation import record_passes, settle_speculative
 from evobus.agents.roles.orchestrator.steps import (
     ANALYSIS_WINDOW,
     SEED_PATTERN_MIN_COUNT,
@@ -49,6 +53,47 @@ if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
 
 
+class Best(msgspec.Struct, kw_only=True):
+    """The campaign's answer: the best on held-out validation. Owner: ``decide``.
+
+    Attributes:
+        candidate_id: the validated best ("" before the seed's validation).
+        score: its validation score (None before the seed's).
+        validated: every candidate scored on validation, with its score.
+    """
+
+    candidate_id: str = ""
+    score: float | None = None
+    validated: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+class Decisions(msgspec.Struct, kw_only=True):
+    """What the decisions add up to. Owner: ``decide``.
+
+    Attributes:
+        accepted: the children that improved on their parent (``accept/<n>`` tags).
+        lineage: each decided candidate's lineage record (rollbacks and commits read them).
+        history: the rolling history of changes the prompts show.
+        stagnation: A-Evolve Phase 8's detector over the best train mean.
+        seeded_patterns: the failure patterns that seeded a skill already (Phase 5).
+        notes: the campaign's decisions in words (``plan.md``).
+        since_summary: steps decided since the summarizer was last asked (POLCA).
+    """
+
+    stagnation: StagnationDetector
+    accepted: int = 0
+    lineage: dict[str, LineageRecord] = msgspec.field(default_factory=dict)
+    history: EvolutionHistory = msgspec.field(default_factory=EvolutionHistory)
+    seeded_patterns: list[str] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
+    since_summary: int = 0
+
+
+def note(state: CampaignState, text: str) -> None:
+    """Record a decision in words (``plan.md`` lists the last ones)."""
+    state.decisions.notes.append(text)
+
+
 def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     """Decide a step whose evaluations are all in: the child against its first parent on the
     same minibatch; then the skills, validation, stagnation and summary checks."""
@@ -56,18 +101,16 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     cid = chain.candidate_id
     child = chain.evaluations[cid]
     parent_id = chain.parent_ids[0]
-    parent_ev = chain.evaluations.get(parent_id) or state.last_evaluation[parent_id]
+    parent_ev = chain.evaluations[parent_id]  # scored on the same minibatch as the step began
     delta = child.score - parent_ev.score  # same minibatch: a paired comparison
     best_before = _best_train_mean(state)
-    if state.strategy.bandit:
-        state.bandit.update(chain.operator, delta, delta_max=state.strategy.delta_max)
+    reward(state, chain.operator, delta)
     for name in chain.skills_used:
-        use = SkillUse(use_id=f"{state.cid}/{cid}", name=name, delta=delta)
-        state.skill_uses.append(use)
+        backlog.queue_use(state, SkillUse(use_id=f"{state.cid}/{cid}", name=name, delta=delta))
     improved_parent = not child.error and delta > 0
     improved_best = improved_parent and child.score > best_before
-    if not child.error and state.pool.add(cid):  # a crashing program is no candidate
-        log_pool(state, cid, "added", child.score, chain)
+    if not child.error:  # a crashing program is no candidate
+        population.join(state, cid, child.score, chain)
     outcome = "accepted" if improved_parent else "rejected"
     state.trace.decided(
         chain,
@@ -81,13 +124,13 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
             "evobus.error": child.error,
         },
     )
-    forget(state, chain, outcome)
+    flight.forget(state, chain, outcome)
     settle_speculative(state, step, chain, improved_parent, now)
     record_passes(state, child, parent_ev)
     tag = None
     if improved_parent:
-        state.accepted += 1
-        tag = f"accept/{state.accepted}"
+        state.decisions.accepted += 1
+        tag = f"accept/{state.decisions.accepted}"
         state.emit(
             step,
             CandidateAccepted(
@@ -98,7 +141,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
                 previous_best=parent_ev.score,
                 operator=chain.operator,
                 tag=tag,
-                proposals=state.proposals,
+                proposals=state.flight.proposals,
             ),
         )
         if state.strategy.skills:
@@ -117,8 +160,8 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
             ),
         )
     record = _lineage(state, cid, child.score, tag=tag or "", chain=chain)
-    step.commits.append(Commit(state.candidates[cid], record))
-    state.history.record(
+    step.commits.append(Commit(state.candidates.by_id[cid], record))
+    state.decisions.history.record(
         candidate_id=cid,
         operator=chain.operator,
         parent_score=parent_ev.score,
@@ -126,8 +169,9 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
         accepted=improved_parent,
         summary=chain.rationale,
     )
-    if state.burst.observe(improved=improved_best):
-        _burst(state, step, now, f"no improvement of the best in {state.burst.patience} steps")
+    if count_outcome(state, improved=improved_best):
+        patience = state.selection.burst.patience
+        _burst(state, step, now, f"no improvement of the best in {patience} steps")
     _seed_skills(state)
     _validate_best(state, step)
     _watch_stagnation(state, step, now)
@@ -138,7 +182,7 @@ def _lineage(
     state: CampaignState, cid: str, score: float, *, tag: str, chain: Chain | None = None
 ) -> LineageRecord:
     """The candidate's lineage record (kept for rollbacks and the workspace's commits)."""
-    candidate = state.candidates[cid]
+    candidate = state.candidates.by_id[cid]
     diagnosis = ""
     if chain is not None and chain.diagnosis is not None:
         diagnosis = f"{chain.diagnosis.failure_mode}: {chain.diagnosis.root_cause}"
@@ -151,14 +195,15 @@ def _lineage(
         diagnosis=diagnosis,
         rationale=chain.rationale if chain else "",
     )
-    state.records[cid] = record
+    state.decisions.lineage[cid] = record
     return record
 
 
 def _best_train_mean(state: CampaignState) -> float:
     """The pool's best mean over candidates evaluated often enough (-inf before one is)."""
-    best = state.pool.best(min_evaluations=state.strategy.min_evaluations)
-    return state.pool.stats(best).mean if best else float("-inf")
+    pool = state.population.pool
+    best = pool.best(min_evaluations=state.strategy.min_evaluations)
+    return pool.stats(best).mean if best else float("-inf")
 
 
 def _extract(state: CampaignState, step: Step, chain: Chain, delta: float) -> None:
@@ -167,54 +212,59 @@ def _extract(state: CampaignState, step: Step, chain: Chain, delta: float) -> No
     item = ExtractWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
-        pool_version=state.pool.version,
+        pool_version=state.population.pool.version,
         task=state.plan.name,
-        parent=state.candidates[chain.parent_ids[0]],
-        child=state.candidates[chain.candidate_id],
+        parent=state.candidates.by_id[chain.parent_ids[0]],
+        child=state.candidates.by_id[chain.candidate_id],
         delta=delta,
         diagnosis=chain.diagnosis,
     )
-    state.send_work(step, "extract", item, Pending("extract", candidate_id=chain.candidate_id))
+    pending = Pending("extract", candidate_id=chain.candidate_id)
+    flight.send_work(state, step, "extract", item, pending)
 
 
 def _seed_skills(state: CampaignState) -> None:
     """A-Evolve Phase 5: a failure pattern that keeps recurring seeds a skill (queued for the
     registry in the state, like an extracted one)."""
-    if not state.strategy.skills or len(state.recent) < ANALYSIS_WINDOW // 2:
+    recent = state.observed.recent
+    if not state.strategy.skills or len(recent) < ANALYSIS_WINDOW // 2:
         return
     patterns = patterns_over_threshold(
-        analyze(list(state.recent)),
+        analyze(list(recent)),
         min_share=SEED_PATTERN_MIN_SHARE,
         min_count=SEED_PATTERN_MIN_COUNT,
     )
     for pattern in patterns:
         key = f"{pattern.kind}:{pattern.key}"
-        if key not in state.seeded_patterns:
-            state.seeded_patterns.add(key)
+        if key not in state.decisions.seeded_patterns:
+            state.decisions.seeded_patterns.append(key)
             draft = seed_skill_for(pattern)
-            state.skill_registrations.append(
+            backlog.queue_registration(
+                state,
                 SkillRegistration(
                     name=draft.name,
                     trigger=draft.trigger,
                     snippet=draft.snippet,
                     origin=draft.origin,
-                )
+                ),
             )
 
 
 def _validate_best(state: CampaignState, step: Step) -> None:
     """Score the best by train mean on the validation instances, once, one at a time."""
-    best = state.pool.best(min_evaluations=state.strategy.min_evaluations)
+    pool = state.population.pool
+    best = pool.best(min_evaluations=state.strategy.min_evaluations)
     if (
         best is None
-        or best in state.validated
-        or state.pool.stats(best).count < state.strategy.min_evaluations
-        or any(p.kind == "validate" for p in state.pending.values())
+        or best in state.best.validated
+        or pool.stats(best).count < state.strategy.min_evaluations
+        or any(p.kind == "validate" for p in state.flight.pending.values())
     ):
         return
-    candidate = state.candidates[best]
+    candidate = state.candidates.by_id[best]
     # Validation runs also draw the behavioral evidence the critic reads (REFLEX §3.2).
-    state.evaluate(
+    flight.evaluate(
+        state,
         step,
         candidate,
         state.plan.validation,
@@ -227,10 +277,11 @@ def confirm(state: CampaignState, step: Step, cid: str, score: float, now: float
     """POLCA Algorithm 1, line 12, confirmed on held-out data: the best by train mean
     becomes the campaign's best only if its validation score beats the best so far — and only
     while it is in the pool (one filtered late by the ε-net while its validation ran is not)."""
-    state.validated[cid] = score
-    beats = state.best_validation is None or score > state.best_validation
-    is_best = beats and cid in state.pool
-    stats = state.pool.stats(cid) if cid in state.pool else None
+    best, pool = state.best, state.population.pool
+    best.validated[cid] = score
+    beats = best.score is None or score > best.score
+    is_best = beats and cid in pool
+    stats = pool.stats(cid) if cid in pool else None
     state.emit(
         step,
         BestConfirmed(
@@ -244,35 +295,36 @@ def confirm(state: CampaignState, step: Step, cid: str, score: float, now: float
         ),
     )
     if is_best:
-        state.best_id, state.best_validation = cid, score
-        record = state.records.get(cid) or _lineage(state, cid, score, tag="seed")
+        best.candidate_id, best.score = cid, score
+        record = state.decisions.lineage.get(cid) or _lineage(state, cid, score, tag="seed")
         record = msgspec.structs.replace(record, validation=score)
-        state.records[cid] = record
-        step.commits.append(Commit(state.candidates[cid], record, best=True))
+        state.decisions.lineage[cid] = record
+        step.commits.append(Commit(state.candidates.by_id[cid], record, best=True))
 
 
 def _watch_stagnation(state: CampaignState, step: Step, now: float) -> None:
     """A-Evolve Phase 8: no gain ≥ threshold for W steps → roll back to the best, burst."""
-    state.stagnation.observe(_best_train_mean(state))
-    if not state.stagnation.stagnant or not state.best_id:
+    stagnation, best = state.decisions.stagnation, state.best
+    stagnation.observe(_best_train_mean(state))
+    if not stagnation.stagnant or not best.candidate_id:
         return
-    current = state.pool.best(min_evaluations=1) or state.best_id
-    current_stats = state.pool.stats(current)
+    current = state.population.pool.best(min_evaluations=1) or best.candidate_id
+    current_stats = state.population.pool.stats(current)
     decision = on_stagnation(
         stagnant=True,
         current_id=current,
         current_score=current_stats.mean if current_stats.count else float("-inf"),
-        best_id=state.best_id,
-        best_score=state.best_validation if state.best_validation is not None else 0.0,
+        best_id=best.candidate_id,
+        best_score=best.score if best.score is not None else 0.0,
         degradation=state.strategy.stagnation_threshold,
         good_enough=state.plan.best_possible,
     )
-    state.stagnation.reset()
+    stagnation.reset()
     if decision.rollback_to is not None:
-        record = state.records.get(decision.rollback_to)
+        record = state.decisions.lineage.get(decision.rollback_to)
         tag = record.tag if record and record.tag else "best"
-        state.rollback_parent = decision.rollback_to
-        state.notes.append(decision.reason)
+        roll_back_to(state, decision.rollback_to)
+        note(state, decision.reason)
         step.rollbacks.append(tag)
         state.emit(
             step,
@@ -290,45 +342,41 @@ def _watch_stagnation(state: CampaignState, step: Step, now: float) -> None:
 
 def _burst(state: CampaignState, step: Step, now: float, reason: str) -> None:
     """Queue an exploration burst: the next steps' operators are forced."""
-    state.burst.force()  # a no-op when the burst is already queued
-    state.notes.append(f"burst: {reason}")
-    state.emit(
-        step,
-        BurstStarted(campaign=state.cid, at=now, reason=reason, operators=state.burst.pending),
-    )
+    force_burst(state)  # a no-op when the burst is already queued
+    note(state, f"burst: {reason}")
+    operators = state.selection.burst.pending
+    state.emit(step, BurstStarted(campaign=state.cid, at=now, reason=reason, operators=operators))
 
 
 def _summarize(state: CampaignState, step: Step) -> None:
     """Every ``SUMMARY_EVERY`` decided steps, ask for POLCA's c_history (polca.md §3): the
     summarizer model turns the pool and the recent changes into global context. Offline the
     context is already statistics, so nothing is asked."""
-    state.decided_since_summary += 1
-    if state.spec.llm.provider == "offline" or state.decided_since_summary < SUMMARY_EVERY:
+    decisions = state.decisions
+    decisions.since_summary += 1
+    if state.spec.llm.provider == "offline" or decisions.since_summary < SUMMARY_EVERY:
         return
-    if any(p.kind == "summarize" for p in state.pending.values()):
+    if any(p.kind == "summarize" for p in state.flight.pending.values()):
         return
-    state.decided_since_summary = 0
+    decisions.since_summary = 0
     item = SummarizeWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
-        pool_version=state.pool.version,
+        pool_version=state.population.pool.version,
         task=state.plan.name,
         context=_pool_context(state),
     )
-    state.send_work(step, "summarize", item, Pending("summarize"))
+    flight.send_work(state, step, "summarize", item, Pending("summarize"))
 
 
 def _pool_context(state: CampaignState) -> str:
     """The pool's best members by mean, and the rolling history of changes."""
-    ranked = sorted(
-        (state.pool.stats(c) for c in state.pool.members()),
-        key=lambda s: s.mean,
-        reverse=True,
-    )
-    lines = [f"pool: {len(ranked)} candidates, version {state.pool.version}"]
+    pool = state.population.pool
+    ranked = sorted((pool.stats(c) for c in pool.members()), key=lambda s: s.mean, reverse=True)
+    lines = [f"pool: {len(ranked)} candidates, version {pool.version}"]
     for stats in ranked[:SUMMARY_TOP]:
-        made = state.candidates[stats.candidate_id].operator
+        made = state.candidates.by_id[stats.candidate_id].operator
         lines.append(
             f"  {stats.candidate_id} ({made}): mean {stats.mean:.4g} over {stats.count} scores"
         )
-    return "\n".join(lines) + f"\n\nrecent changes:\n{state.history.render()}"
+    return "\n".join(lines) + f"\n\nrecent changes:\n{state.decisions.history.render()}"

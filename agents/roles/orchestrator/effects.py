@@ -20,6 +20,7 @@ from typing import TypeVar
 import anyio
 
 from evobus.agents.roles.orchestrator import backlog
+from evobus.agents.roles.orchestrator.admission import protected
 from evobus.agents.roles.orchestrator.messages import Emit, Outgoing, Send
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
@@ -86,19 +87,27 @@ class Effects:
 
     async def register_environment(self, description: str, signature: str) -> None:
         """Register the campaign's task as an AGP environment resource (a no-op when the
-        registry already holds this version of it)."""
+        registry already holds this version of it). A registry that is not there yet — it
+        starts beside the agents — is asked again every ``retry_seconds`` until it answers."""
         state = self.state
-        try:
-            await self.registry.register(
-                "environment",
-                state.plan.name,
-                description=description,
-                contract=signature,
-                trainable=False,
-                metadata={"entrypoint": state.plan.entrypoint},
-            )
-        except RegistryError as exc:
-            log.warning("campaign %s: task not registered as an environment: %s", state.cid, exc)
+        while True:
+            try:
+                await self.registry.register(
+                    "environment",
+                    state.plan.name,
+                    description=description,
+                    contract=signature,
+                    trainable=False,
+                    metadata={"entrypoint": state.plan.entrypoint},
+                )
+                return
+            except RegistryUnavailable:
+                await anyio.sleep(self.retry_seconds)
+            except RegistryError as exc:
+                log.warning(
+                    "campaign %s: task not registered as an environment: %s", state.cid, exc
+                )
+                return
 
     async def run(self, first: Step) -> tuple[list[Outbound], list[WorkersTarget]]:
         """Carry out ``first`` and every step its effects lead to; the messages to publish on
@@ -119,14 +128,12 @@ class Effects:
         """Work off what waits for the registry (when there is any, and the registry was not
         found away moments ago); what that leads to, as ``run`` returns it. Nothing once the
         campaign has finished: its finish worked the backlog off (``run``)."""
-        if self.state.phase == "finished":
+        if self.state.run.phase == "finished":
             return [], []
         return await self._work_backlog_now()
 
     async def _work_backlog_now(self) -> tuple[list[Outbound], list[WorkersTarget]]:
-        state = self.state
-        waiting = state.skill_registrations or state.skill_uses or state.unfiltered
-        if not waiting or not self._due() or self._registry_lock.locked():
+        if not backlog.waiting(self.state) or not self._due() or self._registry_lock.locked():
             return [], []
         async with self._registry_lock:
             steps = await self._drain()
@@ -169,9 +176,9 @@ class Effects:
             return []
         state = self.state
         proposals = [(a.candidate_id, a.text) for a in step.admissions]
-        if state.unfiltered:
+        if state.backlog.unfiltered:
             reason = (
-                f"{len(state.unfiltered)} earlier proposals wait for the registry "
+                f"{len(state.backlog.unfiltered)} earlier proposals wait for the registry "
                 f"({self._away or 'it did not answer'})"
             )
             return self._unfiltered(proposals, reason)
@@ -232,9 +239,9 @@ class Effects:
             "%d skill uses to credit, %d proposals to check against the ε-net",
             state.cid,
             exc,
-            len(state.skill_registrations),
-            len(state.skill_uses),
-            len(state.unfiltered),
+            len(state.backlog.registrations),
+            len(state.backlog.skill_uses),
+            len(state.backlog.unfiltered),
         )
 
     def _answered(self) -> None:
@@ -284,8 +291,8 @@ class Effects:
             RegistryUnavailable: no registry answered (the rest wait).
         """
         state = self.state
-        while state.skill_registrations:
-            skill = state.skill_registrations[0]
+        while state.backlog.registrations:
+            skill = state.backlog.registrations[0]
             try:
                 resource = await self._ask(
                     self.registry.register(
@@ -302,7 +309,7 @@ class Effects:
                 raise
             except RegistryError as exc:  # refused (a bad name, …): it can never be registered
                 log.warning("campaign %s: skill %s dropped: %s", state.cid, skill.name, exc)
-                state.skill_registrations.remove(skill)
+                backlog.registration_refused(state, skill)
             else:
                 steps.append(
                     state.skill_registered(skill, resource.name, resource.version, time.time())
@@ -316,8 +323,8 @@ class Effects:
             RegistryUnavailable: no registry answered (the rest wait).
         """
         state = self.state
-        while state.skill_uses:
-            use = state.skill_uses[0]
+        while state.backlog.skill_uses:
+            use = state.backlog.skill_uses[0]
             try:
                 skill = await self._ask(
                     self.registry.record_skill_use(
@@ -333,7 +340,7 @@ class Effects:
                 utility = float(skill.params.get("utility", 0.0))
                 uses = int(skill.params.get("uses", 0))
                 steps.append(state.skill_updated(use.name, utility, uses, use.delta, time.time()))
-            state.skill_uses.remove(use)
+            backlog.use_settled(state, use)
 
     async def _check_unfiltered(self, steps: list[Step]) -> None:
         """Put the proposals admitted unfiltered to the ε-net, one at a time in the order they
@@ -345,7 +352,7 @@ class Effects:
         """
         state = self.state
         epsilon = state.strategy.epsilon
-        while state.phase != "finished" and (next_one := backlog.next_unfiltered(state)):
+        while state.run.phase != "finished" and (next_one := backlog.next_unfiltered(state)):
             cid, text = next_one
             try:
                 with state.trace.filtering([cid], epsilon) as span:
@@ -363,7 +370,7 @@ class Effects:
                 steps.append(state.late_admission(cid, None, time.time()))
                 continue
             rejection = admission.rejected[0] if admission.rejected else None
-            if rejection is not None and (why := backlog.protected(state, cid)):
+            if rejection is not None and (why := protected(state, cid)):
                 log.info(
                     "campaign %s: %s is within ε of %s (checked late) but is %s: kept",
                     state.cid,

@@ -26,3 +26,41 @@ class IllegalMove(AgentError):
             f"step {key} cannot move from stage {from_stage!r} to {to_stage!r} "
             f"(from {from_stage!r}: {may})"
         )
+
+
+class SnapshotFormatError(AgentError):
+    """A campaign's snapshot is of a format this evobus does not read (taken by another
+    version): the campaign cannot be resumed by it.
+
+    Attributes:
+        found: the snapshot's format.
+        reads: the format this evobus reads.
+    """
+
+    def __init__(self, found: int, reads: int) -> None:
+        self.found = found
+        self.reads = reads
+        super().__init__(
+            f"snapshot format {found}, this evobus reads format {reads}: the campaign was "
+            "saved by another version of evobus, which can resume it"
+        )
+
+
+class IllegalPhase(AgentError):
+    """The campaign was asked to move back, or to stay, in its phases (``state.PHASES``): a
+    bug of the state machine, like ``IllegalMove``.
+
+    Attributes:
+        campaign: the campaign's id.
+        from_phase: where it is.
+        to_phase: where it was asked to go.
+    """
+
+    def __init__(self, campaign: str, from_phase: str, to_phase: str) -> None:
+        self.campaign = campaign
+        self.from_phase = from_phase
+        self.to_phase = to_phase
+        super().__init__(
+            f"campaign {campaign} cannot move from phase {from_phase!r} to {to_phase!r} "
+            "(phases only move on, and to 'finished' only by finishing)"
+        )

@@ -4,7 +4,8 @@ Asynchronous mode keeps each stage's target K in flight (FlashEvolve §3.1), app
 staleness policy when a proposal's turn to be evaluated comes (§3.2) and rebalances the stages'
 targets by queue pressure and production rates (§3.4); the synchronous baseline moves a
 generation through each stage together. A step's stages: explore (its parents scored on its
-minibatch) → [diagnose] → propose → [ε-net] → [repair] → evaluate (its child) → decide.
+minibatch) → [diagnose] → propose → [ε-net] → [repair] → evaluate (its child) → decide. The
+stages' targets and the rates they pass steps at (``Workers``) are this module's to change.
 """
 
 from __future__ import annotations
@@ -14,12 +15,24 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.evolution.staleness import StaleAction, decide_staleness
-from evobus.agents.evolution.workers import StageBounds, StagePressure, reallocate_with_pressure
-from evobus.agents.roles.orchestrator.chains import diagnose, propose, start_chain
+from evobus.agents.evolution.workers import (
+    RateMeter,
+    StageBounds,
+    StagePressure,
+    reallocate_with_pressure,
+)
+from evobus.agents.roles.orchestrator import flight
+from evobus.agents.roles.orchestrator.chains import (
+    count_outcome,
+    diagnose,
+    keep_candidate,
+    propose,
+    start_chain,
+)
 from evobus.agents.roles.orchestrator.decide import decide
-from evobus.agents.roles.orchestrator.speculation import forget
 from evobus.agents.roles.orchestrator.steps import (
     PASSED_DIAGNOSE,
+    RATE_WINDOW_SECONDS,
     REBALANCED,
     SEED_ID,
     STALE_PARENT_ACTION,
@@ -37,30 +50,60 @@ if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
 
 
+class Workers(msgspec.Struct, kw_only=True):
+    """The stages' workers (FlashEvolve §3.4). Owner: ``pipeline``.
+
+    Attributes:
+        targets: each stage's target K (the agents' concurrency follows it).
+        rates: the steps each stage passed, over ``RATE_WINDOW_SECONDS`` (``passed``).
+    """
+
+    targets: dict[str, int]
+    rates: RateMeter = msgspec.field(
+        default_factory=lambda: RateMeter(window_seconds=RATE_WINDOW_SECONDS)
+    )
+
+
+def passed(state: CampaignState, stage: str, now: float) -> None:
+    """A step passed ``stage`` at ``now`` (its rate counts steps, not work items)."""
+    state.workers.rates.record(stage, now)
+
+
+def explored(state: CampaignState, chain: Chain, now: float) -> None:
+    """The step's parents are scored on its minibatch: an ``m_diag`` step waits for the
+    critic, the other operators for the actor (they pass the diagnose stage at once)."""
+    if chain.operator == "m_diag":
+        chain.move("explored")  # refill hands it a diagnose slot
+    else:
+        chain.move("diagnosed")  # refill hands it a propose slot
+        passed(state, PASSED_DIAGNOSE, now)
+
+
 def refill(state: CampaignState, step: Step, now: float) -> None:
     """Move every step as far as the pipeline allows and start new ones while the budgets
     allow; finish when nothing is left."""
-    if state.phase != "evolving":
+    if state.run.phase != "evolving":
         return
     if state.strategy.mode == "sync":
         _refill_sync(state, step, now)
     else:
         _refill_async(state, step, now)
-    if state.phase == "evolving" and not state.pending and not state.admitting and not state.live:
+    idle = not (state.flight.pending or state.flight.admitting or state.flight.live)
+    if state.run.phase == "evolving" and idle:
         state.finish(step, now, "completed", "proposal budget spent")
 
 
 def _can_start(state: CampaignState) -> bool:
     budget = state.spec.campaign.budget
-    return state.proposals < budget.proposals
+    return state.flight.proposals < budget.proposals
 
 
 def _count(state: CampaignState, *stages: ChainStage) -> int:
-    return sum(1 for chain in state.live if chain.stage in stages)
+    return sum(1 for chain in state.flight.live.values() if chain.stage in stages)
 
 
 def _waiting(state: CampaignState, stage: ChainStage) -> list[Chain]:
-    return [chain for chain in state.live if chain.stage == stage]
+    return [chain for chain in state.flight.live.values() if chain.stage == stage]
 
 
 def _refill_async(state: CampaignState, step: Step, now: float) -> None:
@@ -69,7 +112,7 @@ def _refill_async(state: CampaignState, step: Step, now: float) -> None:
     start only while there is room for what they will produce, so a fast stage cannot flood a
     slow one. The evaluate stage's K bounds the steps with evaluations in flight, their parents'
     (explore) or their child's."""
-    targets = state.targets
+    targets = state.workers.targets
     for chain in _waiting(state, "ready"):  # oldest first
         if _count(state, *EVALUATING) >= targets["evaluate"]:
             break
@@ -114,9 +157,9 @@ def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
     """The synchronous baseline (GEPA-style): a generation of ``in_flight`` steps passes
     each stage together — every parent scored before any diagnosis, every diagnosis before any
     proposal, every proposal before any evaluation, every evaluation before any decision."""
-    if not state.live:
+    if not state.flight.live:
         budget = state.spec.campaign.budget
-        for _ in range(min(state.strategy.in_flight, budget.proposals - state.proposals)):
+        for _ in range(min(state.strategy.in_flight, budget.proposals - state.flight.proposals)):
             if _can_start(state):
                 start_chain(state, step, now)
     if not _count(state, "explore"):
@@ -129,10 +172,10 @@ def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
         for chain in _waiting(state, "ready"):
             _dispatch_ready(state, step, chain, now)
     evaluated = _waiting(state, "evaluated")
-    if evaluated and len(evaluated) == len(state.live):
+    if evaluated and len(evaluated) == len(state.flight.live):
         for chain in evaluated:
             decide(state, step, chain, now)
-        if not state.live and state.phase == "evolving":
+        if not state.flight.live and state.run.phase == "evolving":
             _refill_sync(state, step, now)  # the next generation
 
 
@@ -141,7 +184,7 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
     assert chain.candidate_id is not None
     policy = state.strategy.staleness
     decision = decide_staleness(
-        policy, chain.version, state.pool.version, state.strategy.max_staleness
+        policy, chain.version, state.population.pool.version, state.strategy.max_staleness
     )
     action: StaleAction = decision.action
     reason = decision.reason
@@ -150,7 +193,7 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
         reason = f"made from {chain.stale_parent}, a removed speculative candidate"
     if chain.repaired and action == "repair":
         action, reason = "keep", "repaired once already"
-    if action == "repair" and _count(state, "repair") >= state.targets["repair"]:
+    if action == "repair" and _count(state, "repair") >= state.workers.targets["repair"]:
         return  # no repair slot: it stays in the queue
     if decision.delta > 0 or action != "keep":
         state.emit(
@@ -169,8 +212,8 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
         case "keep":
             _evaluate_chain(state, step, chain)
         case "discard":
-            state.burst.observe(improved=False)
-            forget(state, chain, "stale-discarded")
+            count_outcome(state, improved=False)
+            flight.forget(state, chain, "stale-discarded")
         case "repair":
             _repair(state, step, chain)
 
@@ -180,49 +223,45 @@ def _evaluate_chain(state: CampaignState, step: Step, chain: Chain) -> None:
     scored on, before it joins the pool (when decided).
 
     With speculation on (async mode), the evaluator reports the score of the minibatch's
-    speculative prefix first (FlashEvolve §3.3). A step restored from a snapshot of an evobus
-    that scored the parents with the child has no parent scores yet: they come with the child's.
+    speculative prefix first (FlashEvolve §3.3).
     """
     assert chain.candidate_id is not None
     chain.move("evaluate")
     chain.waiting += 1
-    state.evaluate(
+    flight.evaluate(
+        state,
         step,
-        state.candidates[chain.candidate_id],
+        state.candidates.by_id[chain.candidate_id],
         chain.minibatch,
-        Pending("evaluate", chain, chain.candidate_id),
+        Pending("evaluate", chain.key, chain.candidate_id),
         speculative_prefix=chain.speculative_prefix,
     )
-    for parent in dict.fromkeys(chain.parent_ids):
-        if parent not in chain.evaluations:
-            chain.waiting += 1
-            state.evaluate(
-                step, state.candidates[parent], chain.minibatch, Pending("evaluate", chain, parent)
-            )
 
 
 def _repair(state: CampaignState, step: Step, chain: Chain) -> None:
     """Reflective staleness: the actor patches the proposal against the pool changes since
     vᵢ, or judges it covered (FlashEvolve §3.2)."""
     assert chain.candidate_id is not None
-    best = state.pool.best(min_evaluations=state.strategy.min_evaluations) or SEED_ID
-    changes = state.pool_log.between(chain.version, state.pool.version)
+    pool, log, candidates = state.population.pool, state.population.log, state.candidates.by_id
+    best = pool.best(min_evaluations=state.strategy.min_evaluations) or SEED_ID
+    changes = log.between(chain.version, pool.version)
     item = RepairWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
-        pool_version=state.pool.version,
+        pool_version=pool.version,
         task=state.plan.name,
         candidate_id=chain.candidate_id,
-        artifact=state.candidates[chain.candidate_id].artifact,
+        artifact=candidates[chain.candidate_id].artifact,
         rationale=chain.rationale,
         stale_version=chain.version,
-        pool_changes=state.pool_log.render(changes),
-        best=state.candidates[best],
+        pool_changes=log.render(changes),
+        best=candidates[best],
     )
     chain.move("repair")
-    chain.version = state.pool.version
+    chain.version = pool.version
     chain.stale_parent = ""
-    state.send_work(step, "repair", item, Pending("repair", chain, chain.candidate_id))
+    pending = Pending("repair", chain.key, chain.candidate_id)
+    flight.send_work(state, step, "repair", item, pending)
 
 
 def on_repaired(
@@ -234,12 +273,13 @@ def on_repaired(
     cid = chain.candidate_id
     if result.artifact is None:
         action, reason = "repair_discarded", result.rationale
-        forget(state, chain, "repair-discarded")
+        flight.forget(state, chain, "repair-discarded")
     else:
         action, reason = "repaired", result.rationale
-        state.candidates[cid] = msgspec.structs.replace(
-            state.candidates[cid], artifact=result.artifact, pool_version=chain.version
+        repaired = msgspec.structs.replace(
+            state.candidates.by_id[cid], artifact=result.artifact, pool_version=chain.version
         )
+        keep_candidate(state, repaired)
         chain.rationale = f"{chain.rationale} [repaired: {result.rationale}]"
         chain.repaired = True
         chain.move("ready")
@@ -250,7 +290,7 @@ def on_repaired(
             at=now,
             candidate_id=cid,
             policy=state.strategy.staleness,
-            delta=state.pool.version - chain.version,
+            delta=state.population.pool.version - chain.version,
             action=action,
             reason=reason,
         ),
@@ -265,21 +305,22 @@ def rebalance(state: CampaignState, step: Step, now: float) -> None:
     the agents serving a stage are told on ``evo.control.<stage>``."""
     if not state.strategy.adaptive_workers or state.strategy.mode != "async":
         return
-    measured = state.rates.rates(now)
+    targets = state.workers.targets
+    measured = state.workers.rates.rates(now)
     if PASSED_DIAGNOSE in measured:  # the steps that needed no diagnosis passed it too
         measured["diagnose"] = measured.get("diagnose", 0.0) + measured.pop(PASSED_DIAGNOSE)
     # A stage that passed no step in the window has rate 0 (once any stage has a rate).
     rates = {stage: measured.get(stage, 0.0) for stage in REBALANCED} if measured else {}
     bounds = {
         stage: StageBounds(state.strategy.workers_min, state.strategy.workers_max)
-        for stage in state.targets
+        for stage in targets
     }
     pressure = {
         "diagnose": StagePressure(_count(state, "diagnose"), _count(state, "explored")),
         "propose": StagePressure(_count(state, "propose"), _count(state, "diagnosed")),
         "evaluate": StagePressure(_count(state, *EVALUATING), _count(state, "ready")),
     }
-    workers = {stage: state.targets[stage] for stage in REBALANCED}
+    workers = {stage: targets[stage] for stage in REBALANCED}
     for change in reallocate_with_pressure(rates, workers, bounds, pressure):
         state.emit(
             step,
@@ -296,5 +337,5 @@ def rebalance(state: CampaignState, step: Step, now: float) -> None:
         step.controls.append(
             WorkersTarget(stage=change.stage, concurrency=change.new, campaign=state.cid, at=now)
         )
-        state.targets[change.stage] = change.new
+        targets[change.stage] = change.new
     refill(state, step, now)

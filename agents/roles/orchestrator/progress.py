@@ -69,51 +69,54 @@ class TokenRate:
 
 def progress_event(state: CampaignState, now: float) -> CampaignProgress:
     """The campaign as of ``now``."""
-    in_flight = Counter(_STAGE_OF_KIND.get(p.kind, p.kind) for p in state.pending.values())
-    waiting: Counter[str] = Counter(chain.stage for chain in state.live)
+    pending, live = state.flight.pending.values(), state.flight.live.values()
+    in_flight = Counter(_STAGE_OF_KIND.get(p.kind, p.kind) for p in pending)
+    waiting: Counter[str] = Counter(chain.stage for chain in live)
+    targets, rates = state.workers.targets, state.workers.rates
     stages = {
         stage: StageLoad(
             in_flight=in_flight[stage],
             queued=waiting[_QUEUE_OF_STAGE[stage]] if stage in _QUEUE_OF_STAGE else 0,
-            workers=state.targets.get(stage, 0),
-            per_minute=round(60.0 * state.rates.rate(stage, now), 2),
+            workers=targets.get(stage, 0),
+            per_minute=round(60.0 * rates.rate(stage, now), 2),
         )
         for stage in PIPELINE_STAGES
     }
     for kind in ("tool", "extract", "summarize"):
         if in_flight[kind]:
             stages[kind] = StageLoad(in_flight=in_flight[kind], queued=0, workers=0, per_minute=0)
-    means = [s.mean for s in map(state.pool.stats, state.pool.members()) if s.count]
-    best = state.pool.best(min_evaluations=state.strategy.min_evaluations)
+    pool = state.population.pool
+    means = [s.mean for s in map(pool.stats, pool.members()) if s.count]
+    best = pool.best(min_evaluations=state.strategy.min_evaluations)
     budget = state.spec.campaign.budget
-    bandit = state.bandit
+    bandit = state.selection.bandit
+    proposals, evaluations = state.flight.proposals, state.tally.evaluations
+    tokens = state.tally.usage.total_tokens
     return CampaignProgress(
         campaign=state.cid,
         at=now,
         elapsed=round(state.clock.elapsed(now), 3),
-        phase=state.phase,
+        phase=state.run.phase,
         stages=stages,
-        proposals=state.proposals,
-        evaluations=state.evaluations,
-        accepted=state.accepted,
-        pool_size=len(state.pool),
-        pool_version=state.pool.version,
+        proposals=proposals,
+        evaluations=evaluations,
+        accepted=state.decisions.accepted,
+        pool_size=len(pool),
+        pool_version=pool.version,
         best_score=state.best_score,
-        best_train_mean=state.pool.stats(best).mean if best else None,
+        best_train_mean=pool.stats(best).mean if best else None,
         pool_mean=fmean(means) if means else None,
-        model_calls=state.usage.calls,
-        tokens=state.usage.total_tokens,
-        tokens_per_second=round(state.token_rate.observe(now, state.usage.total_tokens), 2),
+        model_calls=state.tally.usage.calls,
+        tokens=tokens,
+        tokens_per_second=round(state.token_rate.observe(now, tokens), 2),
         operators={
             op: OperatorShare(
                 chosen=bandit.counts[op], rewarded=bandit.rewarded[op], mean_reward=bandit.mean(op)
             )
             for op in bandit.operators
         },
-        proposals_left=max(0, budget.proposals - state.proposals),
-        evaluations_left=max(0, budget.evaluations - state.evaluations)
-        if budget.evaluations
-        else -1,
-        tokens_left=max(0, budget.tokens - state.usage.total_tokens) if budget.tokens else -1,
+        proposals_left=max(0, budget.proposals - proposals),
+        evaluations_left=max(0, budget.evaluations - evaluations) if budget.evaluations else -1,
+        tokens_left=max(0, budget.tokens - tokens) if budget.tokens else -1,
         seconds_left=round(max(0.0, budget.wall_seconds - state.clock.elapsed(now)), 3),
     )

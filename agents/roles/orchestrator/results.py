@@ -5,21 +5,25 @@ minibatch) before the first step; a step's diagnosis, proposal and repair go to 
 the pipeline; an evaluation either counts down its step's minibatch or confirms a candidate on
 validation; failed work abandons its step (or the campaign, for a tool or the seed). A seed
 whose evaluation failed on every instance stops the campaign before evolution (``failures``).
+What the applied results add up to (``Tally``) and what they said that later work reads
+(``Observed``) are this module's to change.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from evobus.agents.evolution.pool import sample_minibatch
-from evobus.agents.roles.orchestrator.chains import explored, on_proposal
+from evobus.agents.roles.orchestrator import backlog, flight, population
+from evobus.agents.roles.orchestrator.chains import draw_minibatch, keep_candidate, on_proposal
 from evobus.agents.roles.orchestrator.decide import confirm, decide
 from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_failure
-from evobus.agents.roles.orchestrator.pipeline import on_repaired, refill
-from evobus.agents.roles.orchestrator.speculation import drop_chain, on_partial
+from evobus.agents.roles.orchestrator.pipeline import explored, on_repaired, passed, refill
+from evobus.agents.roles.orchestrator.speculation import on_partial
 from evobus.agents.roles.orchestrator.steps import (
+    ANALYSIS_WINDOW,
     SEED_ID,
     TARGET_REACHED,
     Chain,
@@ -31,7 +35,7 @@ from evobus.agents.roles.orchestrator.steps import (
 from evobus.schemas.agents import AgentRef
 from evobus.schemas.artifacts import Candidate
 from evobus.schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
-from evobus.schemas.llm import SIMULATOR_NOTE
+from evobus.schemas.llm import SIMULATOR_NOTE, Usage
 from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
@@ -50,27 +54,58 @@ if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
 
 
+class Tally(msgspec.Struct, kw_only=True):
+    """What the applied results add up to. Owner: ``results``.
+
+    Attributes:
+        results_applied: the results applied (duplicates are not).
+        evaluations: the evaluations counted (the evaluation budget's).
+        usage: the model calls of every applied result (the token budget's).
+        engines: what made the diagnoses and proposals, as the results said, sorted.
+        work_by_agent: each agent's id → the agent and how many of its results were applied.
+    """
+
+    results_applied: int = 0
+    evaluations: int = 0
+    usage: Usage = Usage()
+    engines: list[str] = msgspec.field(default_factory=list)
+    work_by_agent: dict[str, tuple[AgentRef, int]] = msgspec.field(default_factory=dict)
+
+
+class Observed(msgspec.Struct, kw_only=True):
+    """What the results said that later work reads. Owner: ``results``.
+
+    Attributes:
+        last_evaluation: each candidate's latest evaluation.
+        recent: the latest train evaluations, oldest first (A-Evolve's analysis window,
+            ``ANALYSIS_WINDOW``).
+        seed_score: the seed's validation score (None before it is in).
+        tools: the task's registered tools, by name.
+        run_summary: POLCA's c_history, from the summarizer ("" before the first).
+    """
+
+    last_evaluation: dict[str, Evaluation] = msgspec.field(default_factory=dict)
+    recent: list[Evaluation] = msgspec.field(default_factory=list)
+    seed_score: float | None = None
+    tools: dict[str, ToolRef] = msgspec.field(default_factory=dict)
+    run_summary: str = ""
+
+
 def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
     """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
     step = Step()
     if isinstance(result, PartialEvaluation):
         # The full evaluation of the same work follows: the work stays pending.
-        partial_of = state.pending.get(result.work_id)
-        if partial_of is not None and state.phase != "finished":
+        partial_of = state.flight.pending.get(result.work_id)
+        if partial_of is not None and state.run.phase != "finished":
             on_partial(state, step, partial_of, result, now)
             refill(state, step, now)
         return step
-    pending = state.pending.pop(result.work_id, None)
-    if pending is None or state.phase == "finished":
+    pending = flight.claim(state, result.work_id)
+    if pending is None or state.run.phase == "finished":
         return step
-    state.results_applied += 1
-    state.usage = state.usage + result.usage
-    if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
-        state.engines.add(result.engine.split(" prompt ")[0] + _simulated(result.engine))
-    if sender is not None:
-        _, count = state.work_by_agent.get(sender.agent_id, (sender, 0))
-        state.work_by_agent[sender.agent_id] = (sender, count + 1)
-    chain = pending.chain
+    _count(state, result, sender)
+    chain = flight.chain_of(state, pending)
     match result:
         case ToolResult():
             _on_tool(state, step, result, now)
@@ -84,17 +119,17 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case Evaluation():
             _on_evaluation(state, step, pending, result, sender, now)
         case Diagnosis() if chain is not None:
-            state.rates.record("diagnose", now)
+            passed(state, "diagnose", now)
             chain.diagnosis = result
             chain.move("diagnosed")  # refill hands it a propose slot
         case Repaired() if chain is not None:
-            state.rates.record("repair", now)
+            passed(state, "repair", now)
             on_repaired(state, step, chain, result, now)
         case Proposal() if chain is not None:
-            state.rates.record("propose", now)
+            passed(state, "propose", now)
             on_proposal(state, step, chain, result, now)
         case Summary():
-            state.run_summary = result.text
+            state.observed.run_summary = result.text
         case SkillExtracted():
             _on_skill(state, step, result, pending.candidate_id, now)
         case _:
@@ -104,6 +139,20 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
     return step
 
 
+def _count(state: CampaignState, result: Result, sender: AgentRef | None) -> None:
+    """Count an applied result: its model usage, what made it, and who sent it."""
+    tally = state.tally
+    tally.results_applied += 1
+    tally.usage = tally.usage + result.usage
+    if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
+        engine = result.engine.split(" prompt ")[0] + _simulated(result.engine)
+        if engine not in tally.engines:
+            bisect.insort(tally.engines, engine)
+    if sender is not None:
+        _, count = tally.work_by_agent.get(sender.agent_id, (sender, 0))
+        tally.work_by_agent[sender.agent_id] = (sender, count + 1)
+
+
 def _check_budgets(state: CampaignState, step: Step, now: float) -> None:
     """The token and evaluation budgets are hard stops, checked after every applied result:
     what is in flight is dropped (the shell purges the campaign's queued work when it finishes,
@@ -111,19 +160,19 @@ def _check_budgets(state: CampaignState, step: Step, now: float) -> None:
     clock's tick. A campaign whose validated best (the seed's score included) reaches the
     budget's ``target_score`` is done: it completes at once, the same way."""
     budget = state.spec.campaign.budget
-    if state.phase == "finished":
+    if state.run.phase == "finished":
         return
-    target = budget.target_score
-    if target is not None and state.best_validation is not None and state.best_validation >= target:
+    target, best = budget.target_score, state.best.score
+    if target is not None and best is not None and best >= target:
         state.finish(step, now, "completed", TARGET_REACHED)
         return
-    if budget.tokens and state.usage.total_tokens >= budget.tokens:
+    if budget.tokens and state.tally.usage.total_tokens >= budget.tokens:
         spent = "token"
-    elif budget.evaluations and state.evaluations >= budget.evaluations:
+    elif budget.evaluations and state.tally.evaluations >= budget.evaluations:
         spent = "evaluation"
     else:
         return
-    status: Status = "completed" if state.best_id else "failed"
+    status: Status = "completed" if state.best.candidate_id else "failed"
     state.finish(step, now, status, f"{spent} budget spent")
 
 
@@ -134,22 +183,23 @@ def _simulated(engine: str) -> str:
 
 def evaluate_seed(state: CampaignState, step: Step) -> None:
     """The seed is scored on validation (its reported score) and on one train minibatch."""
-    state.phase = "seed"
+    state.enter("seed")
     seed = Candidate(
         id=SEED_ID,
         artifact=msgspec.structs.replace(state.plan.seed, source=state.record.seed_source),
     )
-    state.candidates[seed.id] = seed
-    state.pool.add(seed.id)
-    state.evaluate(
+    keep_candidate(state, seed)
+    population.seed(state, seed.id)
+    flight.evaluate(
+        state,
         step,
         seed,
         state.plan.validation,
         Pending("validate", candidate_id=SEED_ID),
         evidence=True,
     )
-    minibatch = sample_minibatch(state.plan.train, state.strategy.minibatch, state.rng)
-    state.evaluate(step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
+    minibatch = draw_minibatch(state)
+    flight.evaluate(state, step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
 
 
 def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -> None:
@@ -157,7 +207,7 @@ def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -
         state.finish(step, now, "failed", f"tool {result.name} was refused: {result.error}")
         return
     record = result.record
-    state.tools[record.name] = ToolRef(name=record.name, version=record.version)
+    state.observed.tools[record.name] = ToolRef(name=record.name, version=record.version)
     state.emit(
         step,
         ToolRegistered(
@@ -168,7 +218,7 @@ def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -
             reused=result.reused,
         ),
     )
-    if not any(p.kind == "tool" for p in state.pending.values()):
+    if not any(p.kind == "tool" for p in state.flight.pending.values()):
         evaluate_seed(state, step)
 
 
@@ -190,14 +240,15 @@ def _on_skill(
             ),
         )
     elif result.name and result.snippet:
-        state.skill_registrations.append(
+        backlog.queue_registration(
+            state,
             SkillRegistration(
                 name=result.name,
                 trigger=result.trigger,
                 snippet=result.snippet,
                 origin=result.origin,
                 candidate_id=candidate_id,
-            )
+            ),
         )
 
 
@@ -216,7 +267,7 @@ def _abandon(
         ),
     )
     if chain is not None:
-        drop_chain(state, chain, "abandoned")
+        flight.drop_chain(state, chain, "abandoned")
 
 
 def _record_evaluation(
@@ -232,13 +283,14 @@ def _record_evaluation(
 ) -> None:
     """Count an evaluation and announce it, with its error when it failed on every instance
     and the id of the agent that evaluated it."""
-    state.evaluations += 1
-    state.last_evaluation[cid] = ev
+    state.tally.evaluations += 1
+    observed = state.observed
+    observed.last_evaluation[cid] = ev
     if train:
-        state.recent.append(ev)
+        observed.recent.append(ev)
+        del observed.recent[:-ANALYSIS_WINDOW]
     if train and not ev.error:
-        for score in ev.instances:
-            state.pool.record(cid, score.instance, score.score)
+        population.record_scores(state, cid, ev)
     state.emit(
         step,
         CandidateEvaluated(
@@ -265,11 +317,11 @@ def _on_evaluation(
     now: float,
 ) -> None:
     train = pending.kind != "validate"
-    chain = pending.chain if train else None
+    chain = flight.chain_of(state, pending) if train else None
     _record_evaluation(
         state, step, pending.candidate_id, ev, now, sender=sender, train=train, chain=chain
     )
-    if state.phase == "seed" and pending.candidate_id == SEED_ID:
+    if state.run.phase == "seed" and pending.candidate_id == SEED_ID:
         reason = seed_failure(ev, state.plan.failure_score)
         if reason:  # the first of the seed's evaluations to fail stops it: no waiting
             state.finish(step, now, "failed", reason)
@@ -288,7 +340,7 @@ def _on_evaluation(
     if chain.stage == "explore":  # the parents are scored: on to the critic or the actor
         explored(state, chain, now)
         return
-    state.rates.record("evaluate", now)  # a step counts once, whatever it evaluated
+    passed(state, "evaluate", now)  # a step counts once, whatever it evaluated
     if state.strategy.mode == "sync":
         chain.move("evaluated")  # the generation's barrier decides (in refill)
     else:
@@ -296,13 +348,14 @@ def _on_evaluation(
 
 
 def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
-    if state.phase == "seed" and not any(p.candidate_id == SEED_ID for p in state.pending.values()):
-        state.phase = "evolving"
+    seed_pending = any(p.candidate_id == SEED_ID for p in state.flight.pending.values())
+    if state.run.phase == "seed" and not seed_pending:
+        state.enter("evolving")
 
 
 def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
-    if cid == SEED_ID and state.seed_score is None:  # a failed seed stopped the campaign before
-        state.seed_score = ev.score
+    if cid == SEED_ID and state.observed.seed_score is None:  # a failed seed stopped it before
+        state.observed.seed_score = ev.score
         confirm(state, step, cid, ev.score, now)
         _seed_ready(state, step, now)
         return

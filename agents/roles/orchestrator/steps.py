@@ -98,8 +98,8 @@ ChainStage = Literal[
 FIRST_STAGE: ChainStage = "explore"
 # The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
 # step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
-# abandoned, made from a removed speculative parent) — by leaving ``CampaignState.live``, from
-# any stage: that is not a move.
+# abandoned, made from a removed speculative parent) — by leaving the live steps
+# (``flight.forget``), from any stage: that is not a move.
 MOVES: dict[ChainStage, frozenset[ChainStage]] = {
     # the parents are scored: m_diag waits for the critic, the other operators pass it
     "explore": frozenset({"explored", "diagnosed"}),
@@ -118,7 +118,11 @@ MOVES: dict[ChainStage, frozenset[ChainStage]] = {
 
 @dataclass(eq=False)
 class Chain:
-    """One step in flight, from selection to decision."""
+    """One step in flight, from selection to decision.
+
+    A step is no record of the campaign state: it is written by the stage handling it (its
+    stage only by ``move``), and lives in ``flight.Flight.live`` under its ``key``.
+    """
 
     operator: Operator
     forced: bool
@@ -164,10 +168,11 @@ PendingKind = Literal[
 
 @dataclass(frozen=True)
 class Pending:
-    """What a work id in flight is for."""
+    """What a work id in flight is for: ``chain`` is the key of its step (0 for work of no
+    step), found among the live steps by ``flight.chain_of``."""
 
     kind: PendingKind
-    chain: Chain | None = None
+    chain: int = 0
     candidate_id: str = ""
 
 

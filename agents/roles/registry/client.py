@@ -36,6 +36,8 @@ from evobus.schemas.registry import (
     HistoryRequest,
     ListRequest,
     ParamValue,
+    PoolReply,
+    PoolRequest,
     ProposalText,
     RegisterRequest,
     RegistryReply,
@@ -259,6 +261,11 @@ class RegistryClient:
         """Remove candidates from a campaign's pool; returns how many were in it."""
         request = ForgetRequest(campaign=campaign, candidate_ids=tuple(candidate_ids))
         return (await self._call(request, ForgetReply)).removed
+
+    async def pool(self, campaign: str) -> builtins.list[str]:
+        """The candidate ids in a campaign's ε-net pool, sorted (empty: it has none)."""
+        reply = await self._call(PoolRequest(campaign=campaign), PoolReply)
+        return builtins.list(reply.candidate_ids)
 
     async def record_skill_use(
         self, name: str, delta: float, delta_max: float, use_id: str = ""

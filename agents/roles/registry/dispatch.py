@@ -29,6 +29,8 @@ from evobus.schemas.registry import (
     GetRequest,
     HistoryRequest,
     ListRequest,
+    PoolReply,
+    PoolRequest,
     RegisterRequest,
     RegistryReply,
     RegistryRequest,
@@ -119,6 +121,8 @@ async def dispatch(registry: Registry, request: RegistryRequest) -> RegistryRepl
             return AdmissionReply(admission=admission)
         case ForgetRequest(campaign=campaign, candidate_ids=ids):
             return ForgetReply(removed=await registry.forget(campaign, ids))
+        case PoolRequest(campaign=campaign):
+            return PoolReply(candidate_ids=await registry.pool(campaign))
         case SkillUseRequest(name=name, delta=delta, delta_max=delta_max, use_id=use_id):
             skill = await registry.record_skill_use(name, delta, delta_max, use_id)
             return ResourceReply(resource=skill)

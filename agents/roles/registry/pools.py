@@ -79,6 +79,12 @@ class EpsilonPools:
         async with self._locks.setdefault(campaign, anyio.Lock()):
             return await self._store.remove_from_pool(campaign, candidate_ids)
 
+    async def members(self, campaign: str) -> tuple[str, ...]:
+        """The campaign's pool, sorted (read between admissions, never half way through one)."""
+        _check_campaign(campaign)
+        async with self._locks.setdefault(campaign, anyio.Lock()):
+            return tuple(sorted(await self._store.pool(campaign)))
+
     async def aclose(self) -> None:
         """Close the embedders the pools made."""
         embedders, self._embedders = [*self._embedders.values()], {}

@@ -435,6 +435,10 @@ class Registry:
         """Remove candidates from a campaign's pool; returns how many were in it."""
         return await self._pools.forget(campaign, candidate_ids)
 
+    async def pool(self, campaign: str) -> tuple[str, ...]:
+        """The members of a campaign's pool, sorted (``EpsilonPools.members``)."""
+        return await self._pools.members(campaign)
+
 
 def _check_name(name: str) -> None:
     if not valid_name(name):

@@ -1,0 +1,83 @@
+"""The pool and the log of its changes. Pure; no I/O.
+
+The pool (POLCA's candidate pool) holds the candidates parents are selected from and every
+score they had on train instances; each change of its membership moves its version on and is
+logged at the new version, which reflective repair reads (FlashEvolve §3.2).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from evobus.agents.evolution.pool import CandidatePool
+from evobus.agents.evolution.staleness import PoolChange, PoolLog
+from evobus.agents.roles.orchestrator.steps import Chain
+from evobus.schemas.results import Evaluation
+
+if TYPE_CHECKING:
+    from evobus.agents.roles.orchestrator.state import CampaignState
+
+
+class Population(msgspec.Struct, kw_only=True):
+    """The pool and its changes. Owner: ``population``.
+
+    Attributes:
+        pool: the members, their score statistics, and the pool's version.
+        log: the recent changes of the membership, by version.
+    """
+
+    pool: CandidatePool = msgspec.field(default_factory=CandidatePool)
+    log: PoolLog = msgspec.field(default_factory=PoolLog)
+
+
+def seed(state: CampaignState, candidate_id: str) -> None:
+    """The seed is the pool's first member (no change to log: nothing was made before it)."""
+    state.population.pool.add(candidate_id)
+
+
+def record_scores(state: CampaignState, candidate_id: str, evaluation: Evaluation) -> None:
+    """Add a train evaluation's scores to the candidate's statistics (POLCA's UPDATESTATS)."""
+    for score in evaluation.instances:
+        state.population.pool.record(candidate_id, score.instance, score.score)
+
+
+def join(state: CampaignState, candidate_id: str, score: float, chain: Chain) -> bool:
+    """``chain``'s child joins the pool (logged); False when it was a member already."""
+    if not state.population.pool.add(candidate_id):
+        return False
+    _log(state, candidate_id, "added", score, chain.operator, chain.rationale)
+    return True
+
+
+def leave(
+    state: CampaignState, candidate_id: str, score: float, *, operator: str, rationale: str
+) -> bool:
+    """The candidate leaves the pool (logged, with what made it); False when it was no
+    member. Its statistics stay."""
+    if not state.population.pool.remove(candidate_id):
+        return False
+    _log(state, candidate_id, "removed", score, operator, rationale)
+    return True
+
+
+def _log(
+    state: CampaignState,
+    candidate_id: str,
+    kind: Literal["added", "removed"],
+    score: float,
+    operator: str,
+    rationale: str,
+) -> None:
+    """Log a change of the pool at its new version (reflective repair reads the changes)."""
+    state.population.log.record(
+        PoolChange(
+            version=state.population.pool.version,
+            candidate_id=candidate_id,
+            kind=kind,
+            score=score,
+            operator=operator,
+            summary=rationale.splitlines()[0] if rationale else "",
+        )
+    )
