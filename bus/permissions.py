@@ -44,7 +44,7 @@ ROLE_STAGES: Mapping[Role, tuple[Stage, ...]] = {
 """The work stages each worker role serves (its agent's ``setup``)."""
 
 REGISTRY_OPS: Mapping[str, tuple[str, ...]] = {
-    "orchestrator": ("register", "admit", "skill_use"),
+    "orchestrator": ("register", "admit", "forget", "skill_use"),
     "critic": ("get", "register"),  # prompts: the latest version, or the built-in registered
     "actor": ("get", "register", "search"),  # prompts, skills and tools found; skills learned
     "tool-generator": ("get", "register", "search"),

@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from evobus.agents.roles.orchestrator import backlog, flight, population
-from evobus.agents.roles.orchestrator.chains import count_outcome
-from evobus.agents.roles.orchestrator.decide import note
+from evobus.agents.roles.orchestrator.decide import count_undecided, note
 from evobus.agents.roles.orchestrator.pipeline import refill
 from evobus.agents.roles.orchestrator.speculation import is_speculative, withdraw_speculative
 from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
@@ -45,7 +44,7 @@ def on_admission(
     else:
         flight.forget(state, chain, "filtered")
         _filtered(state, step, candidate_id, rejection, now, late=False)
-        count_outcome(state, improved=False)
+        count_undecided(state, step, now)
     refill(state, step, now)
     return step
 
@@ -97,7 +96,7 @@ def late_admission(
         if is_speculative(state, candidate_id):
             withdraw_speculative(state, candidate_id, _score(state, candidate_id), chain)
         flight.drop_chain(state, chain, "filtered")
-        count_outcome(state, improved=False)  # a step that ends undecided, as a filtered one
+        count_undecided(state, step, now)  # a step that ends undecided, as a filtered one
     else:
         record = state.decisions.lineage.get(candidate_id)
         population.leave(

@@ -10,7 +10,12 @@ campaign runs:
 * skill uses to credit (queued by ``decide``);
 * proposals admitted unfiltered: the ε-net (POLCA Algorithm 4) could not be asked, so the
   proposal went on unfiltered; once the registry answers, each one still alive is put to the
-  ε-net in the order they were admitted (``admission.late_admission`` applies the verdict).
+  ε-net in the order they were admitted (``admission.late_admission`` applies the verdict);
+* the seed, the pool's first member (POLCA Algorithm 1) and so the ε-net's: the registry is
+  told to hold it;
+* candidates the ε-net admitted that are not in the pool (any more): a step that ended
+  undecided, a speculative candidate removed. The pool is the ε-net (POLCA §3, Algorithm 4):
+  the registry forgets them, so that they keep no later proposal out.
 """
 
 from __future__ import annotations
@@ -33,17 +38,56 @@ class Backlog(msgspec.Struct, kw_only=True):
         skill_uses: decided uses of skills, not yet credited in the registry.
         registrations: skills not yet in the registry.
         unfiltered: candidates admitted while the ε-net was away, not yet checked.
+        joins: pool members the registry's ε-net is to hold (the seed).
+        forgets: candidates that may be in the registry's ε-net but not in the pool.
     """
 
     skill_uses: list[SkillUse] = msgspec.field(default_factory=list)
     registrations: list[SkillRegistration] = msgspec.field(default_factory=list)
     unfiltered: list[str] = msgspec.field(default_factory=list)
+    joins: list[str] = msgspec.field(default_factory=list)
+    forgets: list[str] = msgspec.field(default_factory=list)
 
 
 def waiting(state: CampaignState) -> bool:
     """Whether anything waits for the registry."""
     queues = state.backlog
-    return bool(queues.registrations or queues.skill_uses or queues.unfiltered)
+    return bool(
+        queues.registrations
+        or queues.skill_uses
+        or queues.unfiltered
+        or queues.joins
+        or queues.forgets
+    )
+
+
+def queue_join(state: CampaignState, candidate_id: str) -> None:
+    """A pool member the ε-net is to hold without a verdict: the seed (POLCA Algorithm 1)."""
+    state.backlog.joins.append(candidate_id)
+
+
+def joined(state: CampaignState, candidate_id: str) -> None:
+    """The registry holds the candidate in the ε-net (or refused it for good)."""
+    if candidate_id in state.backlog.joins:
+        state.backlog.joins.remove(candidate_id)
+
+
+def queue_forget(state: CampaignState, candidate_id: str) -> None:
+    """The candidate left the campaign, or the pool: the registry's ε-net is to forget it."""
+    if candidate_id not in state.backlog.forgets:
+        state.backlog.forgets.append(candidate_id)
+
+
+def to_forget(state: CampaignState) -> list[str]:
+    """The queued candidates the ε-net is to forget now: those still out of the pool and of
+    every step in flight (one that came back meanwhile stays in the ε-net)."""
+    return [cid for cid in state.backlog.forgets if not alive(state, cid)]
+
+
+def forgets_done(state: CampaignState) -> None:
+    """The registry forgot what ``to_forget`` gave; the queue empties (a candidate that was
+    alive again stays in the ε-net, and is queued anew if it leaves again)."""
+    state.backlog.forgets.clear()
 
 
 def queue_use(state: CampaignState, use: SkillUse) -> None:

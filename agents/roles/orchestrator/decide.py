@@ -170,8 +170,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
         summary=chain.rationale,
     )
     if count_outcome(state, improved=improved_best):
-        patience = state.selection.burst.patience
-        _burst(state, step, now, f"no improvement of the best in {patience} steps")
+        _announce_patience_burst(state, step, now)
     _seed_skills(state)
     _validate_best(state, step)
     _watch_stagnation(state, step, now)
@@ -340,9 +339,26 @@ def _watch_stagnation(state: CampaignState, step: Step, now: float) -> None:
         _burst(state, step, now, decision.reason)
 
 
+def count_undecided(state: CampaignState, step: Step, now: float) -> None:
+    """A step that ended undecided (filtered by the ε-net, discarded as stale) counts as one
+    without improvement towards the next exploration burst (REFLEX §3.4), which is
+    announced when this sets it off."""
+    if count_outcome(state, improved=False):
+        _announce_patience_burst(state, step, now)
+
+
+def _announce_patience_burst(state: CampaignState, step: Step, now: float) -> None:
+    patience = state.selection.burst.patience
+    _announce_burst(state, step, now, f"no improvement of the best in {patience} steps")
+
+
 def _burst(state: CampaignState, step: Step, now: float, reason: str) -> None:
     """Queue an exploration burst: the next steps' operators are forced."""
     force_burst(state)  # a no-op when the burst is already queued
+    _announce_burst(state, step, now, reason)
+
+
+def _announce_burst(state: CampaignState, step: Step, now: float, reason: str) -> None:
     note(state, f"burst: {reason}")
     operators = state.selection.burst.pending
     state.emit(step, BurstStarted(campaign=state.cid, at=now, reason=reason, operators=operators))

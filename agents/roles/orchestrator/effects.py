@@ -257,7 +257,9 @@ class Effects:
         try:
             await self._register_skills(steps)
             await self._credit_skill_uses(steps)
+            await self._hold_joins()
             await self._check_unfiltered(steps)
+            await self._forget_gone()
         except RegistryUnavailable as exc:
             self._wait_for_registry(exc)
         return steps
@@ -379,6 +381,49 @@ class Effects:
                     why,
                 )
             steps.append(state.late_admission(cid, rejection, time.time()))
+
+    async def _hold_joins(self) -> None:
+        """The registry's ε-net takes the pool members it is to hold without a verdict (the
+        seed: POLCA Algorithm 1 starts the pool, and so the ε-net, with it).
+
+        Raises:
+            RegistryUnavailable: no registry answered (they wait).
+        """
+        state = self.state
+        for cid in list(state.backlog.joins):
+            text = state.candidates.by_id[cid].artifact.source
+            try:
+                await self._ask(
+                    self.registry.admit(
+                        state.cid, [(cid, text)], state.strategy.epsilon, state.spec.embedder
+                    ),
+                    patience=self._admit_patience(),
+                )
+            except RegistryUnavailable:
+                raise
+            except RegistryError as exc:  # refused: the ε-net goes on without it
+                log.warning("campaign %s: ε-net does not hold %s: %s", state.cid, cid, exc)
+            backlog.joined(state, cid)
+
+    async def _forget_gone(self) -> None:
+        """The registry's ε-net forgets the candidates that are not in the pool (POLCA §3: the
+        pool is the ε-net), so that they keep no later proposal out.
+
+        Raises:
+            RegistryUnavailable: no registry answered (they wait).
+        """
+        state = self.state
+        if not state.backlog.forgets:
+            return
+        gone = backlog.to_forget(state)
+        if gone:
+            try:
+                await self._ask(self.registry.forget(state.cid, gone))
+            except RegistryUnavailable:
+                raise
+            except RegistryError as exc:  # refused: they stay in the ε-net
+                log.warning("campaign %s: ε-net kept %s: %s", state.cid, ", ".join(gone), exc)
+        backlog.forgets_done(state)
 
 
 # A new skill starts unused; the registry keeps an existing skill's utility and uses.

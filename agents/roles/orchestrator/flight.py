@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.messages import Send
 from evobus.agents.roles.orchestrator.speculation import forget_step
 from evobus.agents.roles.orchestrator.steps import Chain, Pending, Step
@@ -111,6 +112,10 @@ def forget(state: CampaignState, chain: Chain, outcome: str) -> None:
     state.flight.live.pop(chain.key, None)
     state.trace.retire(chain, outcome)
     forget_step(state, chain.key)
+    if chain.candidate_id is not None and outcome != "filtered":
+        # Admitted to the ε-net when proposed; if it is not in the pool when the registry is
+        # next asked, the registry forgets it (backlog.to_forget decides then).
+        backlog.queue_forget(state, chain.candidate_id)
 
 
 def drop_chain(state: CampaignState, chain: Chain, outcome: str) -> None:

@@ -23,13 +23,12 @@ from evobus.agents.evolution.workers import (
 )
 from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.chains import (
-    count_outcome,
     diagnose,
     keep_candidate,
     propose,
     start_chain,
 )
-from evobus.agents.roles.orchestrator.decide import decide
+from evobus.agents.roles.orchestrator.decide import count_undecided, decide
 from evobus.agents.roles.orchestrator.steps import (
     PASSED_DIAGNOSE,
     RATE_WINDOW_SECONDS,
@@ -212,7 +211,7 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
         case "keep":
             _evaluate_chain(state, step, chain)
         case "discard":
-            count_outcome(state, improved=False)
+            count_undecided(state, step, now)
             flight.forget(state, chain, "stale-discarded")
         case "repair":
             _repair(state, step, chain)

@@ -13,6 +13,7 @@ import msgspec
 
 from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.staleness import PoolChange, PoolLog
+from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.steps import Chain
 from evobus.schemas.results import Evaluation
 
@@ -33,8 +34,10 @@ class Population(msgspec.Struct, kw_only=True):
 
 
 def seed(state: CampaignState, candidate_id: str) -> None:
-    """The seed is the pool's first member (no change to log: nothing was made before it)."""
+    """The seed is the pool's first member (no change to log: nothing was made before it),
+    and so the ε-net's (POLCA Algorithm 1): the registry is told with the backlog."""
     state.population.pool.add(candidate_id)
+    backlog.queue_join(state, candidate_id)
 
 
 def record_scores(state: CampaignState, candidate_id: str, evaluation: Evaluation) -> None:
@@ -59,6 +62,7 @@ def leave(
     if not state.population.pool.remove(candidate_id):
         return False
     _log(state, candidate_id, "removed", score, operator, rationale)
+    backlog.queue_forget(state, candidate_id)  # the pool is the ε-net (POLCA Algorithm 4)
     return True
 
 
