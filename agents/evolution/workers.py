@@ -53,10 +53,13 @@ class StagePressure:
     Attributes:
         in_flight: items the stage is working on (its slots in use).
         queued: items ready for the stage, waiting for a free slot.
+        gap: the mean version gap of the queued items (FlashEvolve §3.2: the pool's version
+            now less the version each was made from); 0 when none is queued.
     """
 
     in_flight: int
     queued: int
+    gap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -109,14 +112,20 @@ def reallocate_with_pressure(
     workers: Mapping[str, int],
     bounds: Mapping[str, StageBounds],
     pressure: Mapping[str, StagePressure],
+    feeds: Mapping[str, str] | None = None,
 ) -> list[Adjustment]:
-    """One §3.4 adjustment under queue pressure: the stages whose worker count moves, by one.
+    """One §3.4 adjustment under queue pressure and version gap: the stages whose worker count
+    moves, by one.
 
     A stage with items queued for it while every one of its slots is busy is the bottleneck and
     gains a worker, whatever its rate. Otherwise the rate rule of ``reallocate`` applies, except
     that a stage with idle slots and nothing queued never gains one (it waits for its inputs; more
-    workers would wait too). Stages not in ``pressure`` follow the rate rule alone. Bounds as in
-    ``reallocate``: a count moves by at most one, toward and then within its bounds.
+    workers would wait too), and a stage whose output already waits stale in the queue of the
+    stage it feeds (``feeds``: stage → the stage taking its items; a mean gap of a version or
+    more) never gains one either: more of its output would only wait longer and go staler
+    (FlashEvolve §3.4 watches "queue pressure and version gap"). Stages not in ``pressure``
+    follow the rate rule alone. Bounds as in ``reallocate``: a count moves by at most one,
+    toward and then within its bounds.
 
     Raises:
         ValueError: a rate is negative or not finite.
@@ -139,6 +148,14 @@ def reallocate_with_pressure(
             starved = load is not None and load.in_flight < count and not load.queued
             if starved and new > count >= stage_bounds.minimum:
                 new = count  # starved, not slow
+            fed = pressure.get((feeds or {}).get(stage, ""))
+            if (
+                fed is not None
+                and fed.queued
+                and fed.gap >= 1
+                and new > count >= stage_bounds.minimum
+            ):
+                new = count  # its output already waits stale downstream
             rate = rates.get(stage, 0.0)
             direction = "under half" if new > count else "over twice"
             reason = f"{stage} passes {rate:.3g} steps/s, {direction} the median {median:.3g}/s"

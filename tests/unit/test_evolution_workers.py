@@ -136,6 +136,26 @@ def test_a_busy_slow_stage_gains_by_its_rate_and_a_fast_one_loses() -> None:
     assert "over twice the median" in changes[1].reason
 
 
+def test_a_stage_whose_output_waits_stale_gains_no_worker() -> None:
+    # FlashEvolve §3.4 watches the version gap too: propose is slow by its rate, but what it
+    # made already waits in evaluate's queue two pool versions behind — a worker more would
+    # only make more stale proposals. With a fresh queue the rate rule applies.
+    rates = {"diagnose": 1.0, "propose": 0.2, "evaluate": 1.0}
+    workers = {"diagnose": 2, "propose": 2, "evaluate": 2}
+    feeds = {"diagnose": "propose", "propose": "evaluate"}
+
+    def pressure(gap: float) -> dict[str, StagePressure]:
+        return {
+            "diagnose": StagePressure(in_flight=2, queued=0),
+            "propose": StagePressure(in_flight=2, queued=0),
+            "evaluate": StagePressure(in_flight=1, queued=3, gap=gap),
+        }
+
+    assert reallocate_with_pressure(rates, workers, {}, pressure(2.0), feeds) == []
+    (change,) = reallocate_with_pressure(rates, workers, {}, pressure(0.0), feeds)
+    assert (change.stage, change.new) == ("propose", 3)
+
+
 def test_rate_meter_counts_items_in_the_window() -> None:
     meter = RateMeter(window_seconds=10.0)
     assert meter.rate("evaluate", now=5.0) == 0.0

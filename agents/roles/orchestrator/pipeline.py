@@ -101,6 +101,19 @@ def _count(state: CampaignState, *stages: ChainStage) -> int:
     return sum(1 for chain in state.flight.live.values() if chain.stage in stages)
 
 
+# Which stage takes each stage's output (FlashEvolve §3.4's queues between stages).
+FEEDS = {"diagnose": "propose", "propose": "evaluate"}
+
+
+def _queue(state: CampaignState, stage: ChainStage) -> tuple[int, float]:
+    """How many steps wait in ``stage``, and their mean version gap (FlashEvolve §3.2)."""
+    waiting = _waiting(state, stage)
+    if not waiting:
+        return 0, 0.0
+    version = state.population.pool.version
+    return len(waiting), sum(version - chain.version for chain in waiting) / len(waiting)
+
+
 def _waiting(state: CampaignState, stage: ChainStage) -> list[Chain]:
     return [chain for chain in state.flight.live.values() if chain.stage == stage]
 
@@ -299,8 +312,9 @@ def on_repaired(
 def rebalance(state: CampaignState, step: Step, now: float) -> None:
     """FlashEvolve §3.4: the stage with steps queued for it and every slot busy gets one more
     worker; otherwise a stage passing steps at under half the median rate gets one more (unless
-    it has idle slots and nothing queued: it is starved, not slow), one over twice the median
-    one fewer — within [workers_min, workers_max]. Rates count steps (``RATE_WINDOW_SECONDS``);
+    it has idle slots and nothing queued: it is starved, not slow; or its output waits a version
+    or more stale in the next stage's queue), one over twice the median one fewer — within
+    [workers_min, workers_max]. Rates count steps (``RATE_WINDOW_SECONDS``);
     the agents serving a stage are told on ``evo.control.<stage>``."""
     if not state.strategy.adaptive_workers or state.strategy.mode != "async":
         return
@@ -315,12 +329,12 @@ def rebalance(state: CampaignState, step: Step, now: float) -> None:
         for stage in targets
     }
     pressure = {
-        "diagnose": StagePressure(_count(state, "diagnose"), _count(state, "explored")),
-        "propose": StagePressure(_count(state, "propose"), _count(state, "diagnosed")),
-        "evaluate": StagePressure(_count(state, *EVALUATING), _count(state, "ready")),
+        "diagnose": StagePressure(_count(state, "diagnose"), *_queue(state, "explored")),
+        "propose": StagePressure(_count(state, "propose"), *_queue(state, "diagnosed")),
+        "evaluate": StagePressure(_count(state, *EVALUATING), *_queue(state, "ready")),
     }
     workers = {stage: targets[stage] for stage in REBALANCED}
-    for change in reallocate_with_pressure(rates, workers, bounds, pressure):
+    for change in reallocate_with_pressure(rates, workers, bounds, pressure, FEEDS):
         state.emit(
             step,
             WorkersChanged(
