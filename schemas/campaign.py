@@ -121,6 +121,9 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
         delta_max: the clip of fitness deltas before they are normalised into rewards.
         burst_after: steps without improvement before a forced exploration burst.
+        initial_population: N, the first steps' forced operator is i1, a program written from
+            the task description alone (REFLEX Algorithm 1, line 2: the zero-shot initial
+            population); 0 starts from the seed alone.
         skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
         stagnation_window: steps without an improvement of at least ``stagnation_threshold``
             before rolling back to the best tagged state (A-Evolve).
@@ -152,6 +155,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     bandit: bool = True
     delta_max: Annotated[float, msgspec.Meta(gt=0.0)] = 100.0
     burst_after: Annotated[int, msgspec.Meta(ge=1)] = 12
+    initial_population: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0
     skills: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
     stagnation_window: Annotated[int, msgspec.Meta(ge=1)] = 30
     stagnation_threshold: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
@@ -172,6 +176,9 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     ``allow_unisolated`` lets evaluation run without a network/pid namespace when neither bwrap
     nor unshare works on the host; off by default, and every result says what it ran under.
+    ``warm`` runs each evaluation in a fresh child forked from a sandboxed zygote that has
+    imported the harness (infra/zygote.py), where the host allows it (root); false: every
+    evaluation starts a sandbox of its own (cold), as before.
     """
 
     # Upper bounds keep every limit a valid rlimit (memory_mb is multiplied by 2**20).
@@ -182,6 +189,7 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_open_files: Annotated[int, msgspec.Meta(ge=16, le=1 << 20)] = 256
     max_file_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 40)] = 16_000_000
     allow_unisolated: bool = False
+    warm: bool = True
 
 
 HttpUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]

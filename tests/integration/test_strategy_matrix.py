@@ -31,7 +31,8 @@ until a burst is set off (``BURST``): that burst is announced like any other.
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
 every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``,
 ``adaptive_workers`` with ``workers_min`` and ``workers_max``, ``bandit`` and ``delta_max``,
-``crossover_rate`` (bandit off), ``skills``, ``selection`` and ``ucb_beta``, ``burst_after``,
+``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills``, ``selection``
+and ``ucb_beta``, ``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
 ``epsilon``, ``in_flight``, ``workers``, ``queue``, ``minibatch``, ``min_evaluations``,
 ``rng_seed``; and of ``[campaign.budget]``, ``evaluations`` and ``tokens`` (never reached).
@@ -177,6 +178,7 @@ def strategy_of(row: Row, index: int) -> dict[str, object]:
         table |= {"speculative_alpha": 0.5, "reorder_window": 1}
     if row["operators"] == "bandit":
         table["delta_max"] = 50.0
+        table["initial_population"] = 2  # REFLEX Algorithm 1, line 2: two i1 steps first
     else:
         table["crossover_rate"] = 0.5
     if asynchronous:
@@ -391,6 +393,12 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         assert "m_text" not in operators, operators  # (i1, x_div, m_diag): never m_text
     if row["skills"] == "noskills":
         assert not [e for e in events if isinstance(e, SkillLearned | SkillUtilityUpdated)]
+    if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
+        first = next(e for e in events if isinstance(e, BurstStarted))
+        assert first.reason.startswith("zero-shot initial population"), first
+        assert first.operators == ("i1",) * spec.initial_population
+        proposed = [e.operator for e in events if isinstance(e, CandidateProposed)]
+        assert proposed[: spec.initial_population] == list(first.operators), proposed
 
 
 def campaign_pool(events: list[Event]) -> set[str]:

@@ -55,7 +55,7 @@ ANY_CONTAINER_MUTATOR = frozenset().union(*_CONTAINER_MUTATORS.values())
 MUTATORS: dict[type, frozenset[str]] = {
     CandidatePool: frozenset({"add", "remove", "record"}),
     OperatorBandit: frozenset({"choose", "select", "update"}),
-    ExplorationBurst: frozenset({"observe", "force", "next_forced"}),
+    ExplorationBurst: frozenset({"observe", "force", "initialize", "next_forced"}),
     StagnationDetector: frozenset({"observe", "reset"}),
     EvolutionHistory: frozenset({"record"}),
     PoolLog: frozenset({"record"}),

@@ -24,7 +24,7 @@ from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.speculation import derive
 from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
-from evobus.schemas.events import CandidateProposed
+from evobus.schemas.events import BurstStarted, CandidateProposed
 from evobus.schemas.results import Evaluation, Proposal
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import DiagnoseWork, ProposeWork
@@ -83,6 +83,19 @@ def count_outcome(state: CampaignState, *, improved: bool) -> bool:
     """Count a step that ended towards the next exploration burst (a step that ends
     undecided counts as one without improvement); True when that queued a burst."""
     return state.selection.burst.observe(improved=improved)
+
+
+def zero_shot(state: CampaignState, step: Step, now: float) -> None:
+    """REFLEX Algorithm 1, line 2: the campaign starts evolving with ``initial_population``
+    steps of i1 (a program from the task description alone, the parent's code unseen), forced
+    ahead of any burst and announced as one."""
+    count = state.strategy.initial_population
+    if count:
+        operators = state.selection.burst.initialize(count)
+        reason = f"zero-shot initial population of {count} (REFLEX Algorithm 1, line 2)"
+        state.emit(
+            step, BurstStarted(campaign=state.cid, at=now, reason=reason, operators=operators)
+        )
 
 
 def force_burst(state: CampaignState) -> None:

@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.roles.orchestrator import backlog, flight, population
-from evobus.agents.roles.orchestrator.chains import draw_minibatch, keep_candidate, on_proposal
+from evobus.agents.roles.orchestrator.chains import (
+    draw_minibatch,
+    keep_candidate,
+    on_proposal,
+    zero_shot,
+)
 from evobus.agents.roles.orchestrator.decide import confirm, decide
 from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_failure
 from evobus.agents.roles.orchestrator.pipeline import explored, on_repaired, passed, refill
@@ -351,6 +356,7 @@ def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
     seed_pending = any(p.candidate_id == SEED_ID for p in state.flight.pending.values())
     if state.run.phase == "seed" and not seed_pending:
         state.enter("evolving")
+        zero_shot(state, step, now)
 
 
 def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
