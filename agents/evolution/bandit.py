@@ -190,7 +190,8 @@ class ExplorationBurst:
         """Queue ``count`` initialisations ahead of everything (REFLEX Algorithm 1, line 2: the
         population starts with programs written zero-shot from the task description); the
         operators queued."""
-        initial: tuple[Operator, ...] = ("i1",) * count
+        i1: Operator = "i1"
+        initial = (i1,) * count
         self._queue.extendleft(initial)
         return initial
 
