@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from evobus.agents.console.ui import DEFAULT_PORT as UI_PORT
 from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.runtime.errors import AgentError, CampaignFailed
 from evobus.agents.runtime.process import AgentSettings, Setup, run_agent
@@ -26,6 +27,8 @@ from evobus.schemas.agents import ROLES, Role
 from evobus.schemas.errors import SchemaError
 
 if TYPE_CHECKING:
+    from evobus.agents.console.supervisor import RunOptions
+    from evobus.schemas.campaign import CampaignSummary
     from evobus.schemas.events import Event
 
 EXIT_CONFIG = 2  # the user's input: a bad campaign file, a seed that fails on every instance
@@ -110,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
     )
+    run.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the campaign's live web page beside the run (loopback, a free port) and "
+        "print its URL",
+    )
 
     resume = sub.add_parser(
         "resume", help="go on with a campaign from its orchestrator's last snapshot"
@@ -172,6 +181,28 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--kind", help="only events of this kind (e.g. candidate_accepted)")
     events.add_argument(
         "--candidate", help="only events about this candidate (as itself, a parent, or nearest)"
+    )
+    ui = sub.add_parser(
+        "ui",
+        help="serve a live web page of campaigns, from a bus or the run folders",
+        description=UI_DESCRIPTION,
+    )
+    ui.add_argument("--campaign", help="print this campaign's page (default: the list's)")
+    ui.add_argument(
+        "--nats", help="follow this bus (default: $NATS_URL; neither: the run folders only)"
+    )
+    ui.add_argument(
+        "--out",
+        type=Path,
+        default=Path("runs"),
+        help="run folder root: its campaigns, and their candidates' sources, diagnoses and "
+        "per-instance scores",
+    )
+    ui.add_argument("--port", type=int, default=UI_PORT, help="port to listen on (0: a free one)")
+    ui.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default loopback: this machine only)",
     )
     nats_config = sub.add_parser(
         "nats-config",
@@ -338,6 +369,16 @@ EVENTS_DESCRIPTION = (
     "folder's log OUT/<campaign>/events.jsonl (OUT: runs unless given) is replayed, and the "
     "command exits at its end; that works after `evobus run` and its embedded server have "
     "ended. The filters are the same either way."
+)
+
+UI_DESCRIPTION = (
+    "Serve a web page of campaigns, live while they run: best score over time and evaluations, "
+    "stages, staleness, operators, the lineage tree with each candidate's diff, diagnosis, "
+    "scores per instance and evidence image, skills, agents and budget left. With a NATS URL "
+    "(--nats, else $NATS_URL) it follows EVO_EVENTS, as the viewer user when "
+    "EVOBUS_VIEWER_PASSWORD is set; campaigns the bus does not hold, or all without a bus, "
+    "come from OUT/<campaign>/events.jsonl. Listens on 127.0.0.1 unless --host says otherwise; "
+    "Ctrl-C stops it."
 )
 
 SERVE_DESCRIPTION = (
@@ -514,18 +555,23 @@ async def _run(args: argparse.Namespace) -> int:
         spec = command_line_spec(args.campaign, args.program, args.evaluator, args.proposals)
         # A campaign of the flags alone: errors name the command line as its file.
         campaign_file = args.campaign or Path(COMMAND_LINE_ORIGIN)
-    summary = await (resume_campaign if resuming else run_campaign)(
-        RunOptions(
-            campaign_file=campaign_file,
-            nats_url=url_from_env(args.nats),
-            campaign_id=args.campaign if resuming else args.campaign_id,
-            out_dir=args.out,
-            workers=_workers(args.workers),
-            live=None,  # the rich live view on a terminal, plain lines elsewhere
-            spec=spec,
-        ),
-        echo=lambda line: print(line, flush=True),
+    options = RunOptions(
+        campaign_file=campaign_file,
+        nats_url=url_from_env(args.nats),
+        campaign_id=args.campaign if resuming else args.campaign_id,
+        out_dir=args.out,
+        workers=_workers(args.workers),
+        live=None,  # the rich live view on a terminal, plain lines elsewhere
+        spec=spec,
     )
+
+    def echo(line: str) -> None:
+        print(line, flush=True)
+
+    if not resuming and args.ui:
+        summary = await _run_with_page(options, echo)
+    else:
+        summary = await (resume_campaign if resuming else run_campaign)(options, echo=echo)
     first = _first_evaluation(args.out / summary.campaign)
     print(
         f"\nevobus: {summary.campaign} {summary.status} ({summary.stop_reason}) in "
@@ -559,6 +605,57 @@ async def _run(args: argparse.Namespace) -> int:
         ),
         flush=True,
     )
+    return 0
+
+
+async def _run_with_page(options: RunOptions, echo: Callable[[str], None]) -> CampaignSummary:
+    """``evobus run --ui``: the run, with its live page served beside it on its bus."""
+    import dataclasses
+
+    from evobus.agents.console.supervisor import default_campaign_id, run_campaign
+    from evobus.agents.console.ui.beside import page_beside_run
+    from evobus.schemas.campaign import load_campaign, validate_campaign_id
+
+    spec = options.spec or load_campaign(options.campaign_file or Path())
+    cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
+    async with page_beside_run(options.out_dir, options.nats_url, cid, echo) as url:
+        given = dataclasses.replace(options, nats_url=url, campaign_id=cid)
+        return await run_campaign(given, echo=echo)
+
+
+async def _ui(args: argparse.Namespace) -> int:
+    import signal
+
+    from evobus.agents.console.ui.server import LOOPBACK, UiOptions, serve_ui
+    from evobus.bus.connection import redact_url
+    from evobus.schemas.campaign import validate_campaign_id
+
+    url = url_from_env(args.nats)
+    options = UiOptions(
+        out=args.out,
+        nats_url=url,
+        campaign=validate_campaign_id(args.campaign) if args.campaign else None,
+        host=args.host,
+        port=args.port,
+    )
+    async with serve_ui(options) as page:
+        where = f"the bus {redact_url(url)} and " if url else ""
+        print(f"evobus ui: {page.url}", flush=True)
+        print(
+            f"  campaigns from {where}the run folders under {args.out}; Ctrl-C stops it",
+            flush=True,
+        )
+        if args.host not in LOOPBACK:
+            print(
+                f"evobus ui: listening on {args.host}: the page has no login, anyone who "
+                "reaches it sees the campaigns (their sources and diagnoses too)",
+                file=sys.stderr,
+                flush=True,
+            )
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for received in signals:
+                print(f"evobus ui: {signal.Signals(received).name}, stopping", flush=True)
+                break
     return 0
 
 
@@ -827,6 +924,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "resume": _run,
         "agent": _agent,
         "events": _events,
+        "ui": _ui,
         "nats-config": _nats_config,
         "llm-sim": _llm_sim,
         "prompts": _prompts,

@@ -5,7 +5,8 @@ orchestrator, and by ``evobus run`` for the agents it restarts); nothing is read
 The page is self-contained — no external CSS, scripts or fonts — so that it opens offline.
 The plots use matplotlib's object-oriented API with the Agg canvas only (no pyplot, no
 display), like ``agents/tasks/control_evidence.py``; every one of them draws a note instead of
-failing when its events are missing.
+failing when its events are missing. Their numbers come from ``report/series.py``, which the
+live page (``evobus ui``) takes its series from too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import html
 import math
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,32 +23,31 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from evobus.agents.runtime.errors import AgentError
-from evobus.agents.runtime.events import EVENT_LOG, describe_splits, kind_of, read_events
-from evobus.schemas.campaign import CampaignSummary, Splits
-from evobus.schemas.events import (
-    AgentExited,
-    AgentRestarted,
-    BestConfirmed,
-    CampaignFinished,
-    CampaignProgress,
-    CampaignStarted,
-    CandidateAccepted,
-    CandidateEvaluated,
-    CandidateProposed,
-    Event,
-    SkillUtilityUpdated,
-    StaleDecided,
+from evobus.agents.console.report.series import (
+    SEED_ID,
+    STALE_ACTIONS,
+    Run,
+    ancestors,
+    collect,
+    lineage_layout,
+    lineage_nodes,
+    node_scores,
+    operator_counts,
+    score_series,
+    skill_series,
+    stage_series,
+    staleness_counts,
 )
+from evobus.agents.runtime.errors import AgentError
+from evobus.agents.runtime.events import EVENT_LOG, describe_splits, read_events
+from evobus.schemas.events import AgentExited, AgentRestarted
+
+__all__ = ["NoEventLog", "Run", "build_report", "collect", "error_rows", "lineage_nodes"]
 
 REPORT_DIR = "report"
 INDEX = "index.html"
 DPI = 100
 WIDE = (8.0, 4.0)  # inches
-SEED_ID = "c0000"
-# Stage order of the plots: the pipeline first, then the occasional kinds (tool, extract, …).
-STAGE_ORDER = ("diagnose", "propose", "repair", "evaluate")
-STALE_ACTIONS = ("keep", "discard", "repair", "repaired", "repair_discarded")
 LINEAGE_LABELS = 60  # above this many nodes only the seed and the best's chain are labelled
 SKILL_LEGEND = 15  # skills named in the legend at most (the highest utilities)
 ERROR_ROWS = 5  # distinct errors listed in "Failed evaluations" at most (the most frequent)
@@ -73,89 +72,6 @@ class NoEventLog(AgentError):
                 "check the campaign id and --out"
             )
         super().__init__(text)
-
-
-@dataclass
-class Run:
-    """The events of one campaign, sorted by kind for the plots and the page."""
-
-    cid: str
-    t0: float
-    events: int
-    started: CampaignStarted | None = None
-    summary: CampaignSummary | None = None
-    finished_at: float | None = None
-    progress: list[CampaignProgress] = field(default_factory=list)
-    proposed: dict[str, CandidateProposed] = field(default_factory=dict)
-    evaluated: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    accepted: list[CandidateAccepted] = field(default_factory=list)
-    confirmed: list[BestConfirmed] = field(default_factory=list)
-    stale: list[StaleDecided] = field(default_factory=list)
-    skills: list[SkillUtilityUpdated] = field(default_factory=list)
-    agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
-    failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
-    kinds: Counter[str] = field(default_factory=Counter)
-    last_at: float = 0.0  # the latest event's time
-
-    def t(self, at: float) -> float:
-        """Seconds since the campaign started."""
-        return at - self.t0
-
-    @property
-    def best_candidate(self) -> str:
-        """The validated best: the summary's, else the last confirmed new best ("" if none)."""
-        if self.summary is not None and self.summary.best_candidate:
-            return self.summary.best_candidate
-        bests = [c.candidate_id for c in self.confirmed if c.is_best]
-        return bests[-1] if bests else ""
-
-    @property
-    def splits(self) -> Splits | None:
-        """Which instances the scores are on (None: a log written before they were recorded)."""
-        if self.summary is not None and self.summary.splits is not None:
-            return self.summary.splits
-        return self.started.splits if self.started is not None else None
-
-    @property
-    def seed_score(self) -> float | None:
-        if self.summary is not None and self.summary.seed_score is not None:
-            return self.summary.seed_score
-        scores = self.evaluated.get(SEED_ID)
-        return sum(scores) / len(scores) if scores else None
-
-
-def collect(events: Sequence[Event], cid: str) -> Run:
-    """Sort ``events`` into a :class:`Run`; ``cid`` names it when no event does."""
-    starts = [e.at for e in events if isinstance(e, CampaignStarted)]
-    t0 = starts[0] if starts else (min(e.at for e in events) if events else 0.0)
-    run = Run(cid=events[0].campaign if events else cid, t0=t0, events=len(events))
-    for event in events:
-        run.kinds[kind_of(event)] += 1
-        run.last_at = max(run.last_at, event.at)
-        match event:
-            case CampaignStarted() if run.started is None:
-                run.started = event
-            case CampaignFinished():
-                run.summary, run.finished_at = event.summary, event.at
-            case CampaignProgress():
-                run.progress.append(event)
-            case CandidateProposed():
-                run.proposed[event.candidate_id] = event
-            case CandidateEvaluated() if not event.error:
-                run.evaluated[event.candidate_id].append(event.score)
-            case CandidateEvaluated():
-                run.failed.append(event)
-            case CandidateAccepted():
-                run.accepted.append(event)
-            case BestConfirmed():
-                run.confirmed.append(event)
-            case StaleDecided():
-                run.stale.append(event)
-            case SkillUtilityUpdated():
-                run.skills.append(event)
-            case AgentExited() | AgentRestarted():
-                run.agents.append(event)
-    return run
 
 
 def build_report(run_dir: Path) -> Path:
@@ -194,8 +110,9 @@ def _plain(text: object) -> str:
     return str(text).replace("$", r"\$")
 
 
-def _nan(value: float | None) -> float:
-    return math.nan if value is None else value
+def _gaps(values: Sequence[float | None]) -> list[float]:
+    """A series with its missing values as NaN: gaps in a matplotlib line."""
+    return [math.nan if value is None else value for value in values]
 
 
 def _note(axes: Axes, text: str, *, y: float = 0.5, blank: bool = True) -> None:
@@ -230,12 +147,6 @@ def _style(axes: Axes, title: str, xlabel: str = "", ylabel: str = "") -> None:
     axes.tick_params(labelsize=7)
 
 
-def _stages(run: Run) -> list[str]:
-    """Every stage named in a progress event, pipeline order first."""
-    seen = {name for p in run.progress for name in p.stages}
-    return [s for s in STAGE_ORDER if s in seen] + sorted(seen.difference(STAGE_ORDER))
-
-
 def _colors(names: Iterable[str]) -> dict[str, str]:
     """A colour for each name, in order (a repeated name keeps its first colour)."""
     return {name: f"C{i % 10}" for i, name in enumerate(dict.fromkeys(names))}
@@ -251,9 +162,8 @@ def plot_scores(run: Run, figure: Figure) -> str:
     figure.set_size_inches(8.0, 8.5)
     by_time, by_evals, by_calls = figure.subplots(3, 1)
     progress = run.progress
-    best = [_nan(p.best_score) for p in progress]
-    train = [_nan(p.best_train_mean) for p in progress]
-    mean = [_nan(p.pool_mean) for p in progress]
+    lines = score_series(run)
+    best, train, mean = map(_gaps, (lines.best, lines.train, lines.mean))
     seed = run.seed_score
 
     def series(axes: Axes, xs: Sequence[float]) -> None:
@@ -265,7 +175,7 @@ def plot_scores(run: Run, figure: Figure) -> str:
 
     notes: list[str] = []
     if progress:
-        series(by_time, [run.t(p.at) for p in progress])
+        series(by_time, lines.t)
     else:
         notes.append("no progress events")
     new_best = [c for c in run.confirmed if c.is_best]
@@ -304,7 +214,7 @@ def plot_scores(run: Run, figure: Figure) -> str:
     _legend(by_time, ncols=2)
 
     if progress:
-        series(by_evals, [float(p.evaluations) for p in progress])
+        series(by_evals, lines.evaluations)
     else:
         _note(by_evals, "no data: no progress events")
     _style(by_evals, "score over evaluations", "evaluations", "score")
@@ -316,7 +226,7 @@ def plot_scores(run: Run, figure: Figure) -> str:
         _note(by_calls, "no model calls (offline engine)")
         notes.append("no model calls (offline engine)")
     else:
-        series(by_calls, [float(p.model_calls) for p in progress])
+        series(by_calls, lines.model_calls)
     _style(by_calls, "score over model calls", "model calls", "score")
     _legend(by_calls)
     splits = run.splits
@@ -339,11 +249,12 @@ def plot_scores(run: Run, figure: Figure) -> str:
 def plot_rates(run: Run, figure: Figure) -> str:
     """Items finished per minute per stage, over time."""
     axes = figure.subplots()
-    stages = _stages(run)
+    loads = stage_series(run)
+    stages = list(loads)
     colors = _colors(stages)
-    xs = [run.t(p.at) for p in run.progress]
-    for stage in stages:
-        ys = [p.stages[stage].per_minute if stage in p.stages else math.nan for p in run.progress]
+    xs = score_series(run).t
+    for stage, load in loads.items():
+        ys = _gaps(load.per_minute)
         axes.plot(xs, ys, color=colors[stage], linewidth=1.0, label=_plain(stage))
     if not stages:
         _note(axes, "no data: no progress events with stage loads")
@@ -356,30 +267,18 @@ def plot_queues(run: Run, figure: Figure) -> str:
     """Queue depth, in-flight items and in-flight targets per stage, over time."""
     figure.set_size_inches(8.0, 6.0)
     queued, in_flight = figure.subplots(2, 1, sharex=True)
-    stages = _stages(run)
+    loads = stage_series(run)
+    stages = list(loads)
     colors = _colors(stages)
-    xs = [run.t(p.at) for p in run.progress]
-    for stage in stages:
-        loads = [p.stages.get(stage) for p in run.progress]
+    xs = score_series(run).t
+    for stage, load in loads.items():
         color = colors[stage]
         label = _plain(stage)
-        queued.step(
-            xs,
-            [load.queued if load else math.nan for load in loads],
-            where="post",
-            color=color,
-            label=label,
-        )
+        queued.step(xs, _gaps(load.queued), where="post", color=color, label=label)
+        in_flight.step(xs, _gaps(load.in_flight), where="post", color=color, label=label)
         in_flight.step(
             xs,
-            [load.in_flight if load else math.nan for load in loads],
-            where="post",
-            color=color,
-            label=label,
-        )
-        in_flight.step(
-            xs,
-            [load.workers if load else math.nan for load in loads],
+            _gaps(load.workers),
             where="post",
             color=color,
             linestyle=":",
@@ -407,18 +306,13 @@ def plot_staleness(run: Run, figure: Figure) -> str:
         _note(axes, "no staleness decisions in this campaign")
         _style(axes, "staleness Δ", "Δ = pool version now − version proposed from", "proposals")
         return "No staleness decisions were logged." + tail
-    by_action: dict[str, Counter[int]] = defaultdict(Counter)
-    for decision in run.stale:
-        by_action[decision.action][decision.delta] += 1
-    actions = [a for a in STALE_ACTIONS if a in by_action]
-    actions += sorted(set(by_action).difference(STALE_ACTIONS))
-    low = min(d.delta for d in run.stale)
-    high = max(d.delta for d in run.stale)
-    deltas = list(range(low, high + 1))
+    counts = staleness_counts(run)
+    deltas, by_action = counts.deltas, counts.by_action
+    actions = list(by_action)
     bottom = [0] * len(deltas)
     colors = _colors(STALE_ACTIONS + tuple(actions))
     for action in actions:
-        heights = [by_action[action][d] for d in deltas]
+        heights = by_action[action]
         axes.bar(deltas, heights, bottom=bottom, color=colors[action], label=_plain(action))
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     if len(deltas) <= 30:
@@ -426,27 +320,26 @@ def plot_staleness(run: Run, figure: Figure) -> str:
     _counts(axes)
     _style(axes, "staleness Δ", "Δ = pool version now − version proposed from", "proposals")
     _legend(axes)
-    counts = ", ".join(f"{a} {sum(by_action[a].values())}" for a in actions)
-    return f"Staleness decisions by Δ, stacked by action ({counts})." + tail
+    totals = ", ".join(f"{a} {sum(by_action[a])}" for a in actions)
+    return f"Staleness decisions by Δ, stacked by action ({totals})." + tail
 
 
 def plot_operators(run: Run, figure: Figure) -> str:
     """The bandit's choices and mean rewards, and proposals and acceptances per operator."""
     figure.set_size_inches(9.0, 3.6)
     chosen, reward, outcome = figure.subplots(1, 3)
-    shares = run.progress[-1].operators if run.progress else {}
-    names = sorted(shares)
+    counts = operator_counts(run)
+    names = counts.arms
     if names:
-        total = sum(s.chosen for s in shares.values()) or 1
         xs = range(len(names))
-        chosen.bar(xs, [shares[n].chosen / total for n in names], color="tab:blue")
+        chosen.bar(xs, counts.share, color="tab:blue")
         chosen.set_xticks(list(xs), [_plain(n) for n in names], fontsize=7)
-        reward.bar(xs, [shares[n].mean_reward for n in names], color="tab:purple")
+        reward.bar(xs, counts.mean_reward, color="tab:purple")
         reward.set_xticks(list(xs), [_plain(n) for n in names], fontsize=7)
-        for i, n in enumerate(names):
+        for i, (rewarded, mean) in enumerate(zip(counts.rewarded, counts.mean_reward, strict=True)):
             reward.annotate(
-                f"n={shares[n].rewarded}",
-                (i, shares[n].mean_reward),
+                f"n={rewarded}",
+                (i, mean),
                 ha="center",
                 va="bottom",
                 fontsize=6,
@@ -457,13 +350,11 @@ def plot_operators(run: Run, figure: Figure) -> str:
     _style(chosen, "bandit: share chosen", "", "share")
     _style(reward, "bandit: mean reward (n rewarded)", "", "mean reward")
 
-    proposed = Counter(p.operator for p in run.proposed.values())
-    accepted = Counter(a.operator for a in run.accepted)
-    ops = sorted(set(proposed) | set(accepted))
+    ops = counts.operators
     if ops:
         xs = range(len(ops))
-        outcome.bar([x - 0.2 for x in xs], [proposed[o] for o in ops], 0.4, label="proposed")
-        outcome.bar([x + 0.2 for x in xs], [accepted[o] for o in ops], 0.4, label="accepted")
+        outcome.bar([x - 0.2 for x in xs], counts.proposed, 0.4, label="proposed")
+        outcome.bar([x + 0.2 for x in xs], counts.accepted, 0.4, label="accepted")
         outcome.set_xticks(list(xs), [_plain(o) for o in ops], fontsize=7)
         _counts(outcome)
     else:
@@ -483,9 +374,7 @@ def plot_skills(run: Run, figure: Figure) -> str:
         _note(axes, "no skill utility updates in this campaign")
         _style(axes, "skill utilities", "seconds since start", "utility")
         return "No skill utility was updated (skills off, or no child used one)."
-    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for update in run.skills:
-        series[update.name].append((run.t(update.at), update.utility))
+    series = skill_series(run)
     ranked = sorted(series, key=lambda n: series[n][-1][1], reverse=True)
     named = set(ranked[:SKILL_LEGEND])
     for i, name in enumerate(sorted(series)):
@@ -506,67 +395,14 @@ def plot_skills(run: Run, figure: Figure) -> str:
     return f"Utility of each of the {len(series)} skills after each use{more}."
 
 
-def lineage_nodes(run: Run) -> dict[str, tuple[str, ...]]:
-    """The lineage tree's nodes and their parents (within the tree): the seed, the accepted
-    candidates, the validated best and every ancestor of them, in id order."""
-    wanted = [SEED_ID, *(a.candidate_id for a in run.accepted)]
-    if run.best_candidate:
-        wanted.append(run.best_candidate)
-    nodes: set[str] = set()
-    while wanted:
-        cid = wanted.pop()
-        if cid in nodes:
-            continue
-        nodes.add(cid)
-        proposal = run.proposed.get(cid)
-        if proposal is not None:
-            wanted.extend(proposal.parent_ids)
-    return {
-        cid: tuple(p for p in run.proposed[cid].parent_ids if p in nodes)
-        if cid in run.proposed
-        else ()
-        for cid in sorted(nodes)
-    }
-
-
-def _depths(parents: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """Generation of each node: 0 for a root, else one more than its deepest parent."""
-    depth: dict[str, int] = {}
-    for start in parents:
-        stack, visiting = [start], set()
-        while stack:
-            cid = stack[-1]
-            if cid in depth:
-                stack.pop()
-                continue
-            todo = [p for p in parents[cid] if p not in depth and p not in visiting]
-            if todo:
-                visiting.add(cid)
-                stack.extend(todo)
-                continue
-            stack.pop()
-            known = [depth[p] for p in parents[cid] if p in depth]
-            depth[cid] = 1 + max(known) if known else 0
-    return depth
-
-
 def plot_lineage(run: Run, figure: Figure) -> str:
     """The tree of accepted candidates and their ancestors back to the seed."""
-    parents = lineage_nodes(run)
-    depth = _depths(parents)
-    levels: dict[int, list[str]] = defaultdict(list)
-    for cid in parents:
-        levels[depth[cid]].append(cid)
-    widest = max(len(v) for v in levels.values())
-    figure.set_size_inches(min(16.0, max(6.0, 0.9 * widest)), min(16.0, 1.5 + 0.7 * len(levels)))
+    layout = lineage_layout(run)
+    parents, depth, x = layout.parents, layout.depth, layout.x
+    figure.set_size_inches(
+        min(16.0, max(6.0, 0.9 * layout.widest)), min(16.0, 1.5 + 0.7 * layout.rows)
+    )
     axes = figure.subplots()
-    x: dict[str, float] = {}
-    for level in sorted(levels):
-        row = levels[level]
-        # Under their parents, roughly: fewer crossing edges.
-        row.sort(key=lambda c: (_mean_x(x, parents[c]), c))
-        for i, cid in enumerate(row):
-            x[cid] = i - (len(row) - 1) / 2
     for cid, ps in parents.items():
         for n, parent in enumerate(ps):
             axes.plot(
@@ -577,10 +413,11 @@ def plot_lineage(run: Run, figure: Figure) -> str:
                 linestyle="-" if n == 0 else "--",
                 zorder=1,
             )
-    accepted = {a.candidate_id: a for a in run.accepted}
+    accepted = {a.candidate_id for a in run.accepted}
     validated = {c.candidate_id: c.validation_score for c in run.confirmed}
+    scores = node_scores(run, parents)
     best = run.best_candidate
-    chain = _ancestors(parents, best) if best else set()
+    chain = ancestors(parents, best) if best else set()
     labelled = set(parents) if len(parents) <= LINEAGE_LABELS else chain | {SEED_ID}
     for cid in parents:
         marker, color, size = ("o", "tab:blue", 6.0)
@@ -600,7 +437,7 @@ def plot_lineage(run: Run, figure: Figure) -> str:
         )
         if cid in labelled:
             axes.annotate(
-                _plain(_node_label(run, cid, accepted, validated)),
+                _plain(_node_label(cid, scores[cid], validated)),
                 (x[cid], depth[cid]),
                 xytext=(0, -9),
                 textcoords="offset points",
@@ -610,9 +447,9 @@ def plot_lineage(run: Run, figure: Figure) -> str:
             )
     axes.invert_yaxis()
     axes.set_xlim(min(x.values()) - 0.7, max(x.values()) + 0.7)
-    axes.set_ylim(max(levels) + 0.7, -0.5)
+    axes.set_ylim(layout.rows - 1 + 0.7, -0.5)
     axes.set_xticks([])
-    axes.set_yticks(sorted(levels))
+    axes.set_yticks(sorted(set(depth.values())))
     for side in ("top", "right", "bottom"):
         axes.spines[side].set_visible(False)
     _style(axes, "lineage of accepted candidates", "", "generation")
@@ -629,32 +466,7 @@ def plot_lineage(run: Run, figure: Figure) -> str:
     return text
 
 
-def _mean_x(x: dict[str, float], parents: tuple[str, ...]) -> float:
-    return sum(x[p] for p in parents) / len(parents) if parents else 0.0
-
-
-def _ancestors(parents: dict[str, tuple[str, ...]], cid: str) -> set[str]:
-    seen: set[str] = set()
-    todo = [cid]
-    while todo:
-        node = todo.pop()
-        if node in seen or node not in parents:
-            continue
-        seen.add(node)
-        todo.extend(parents[node])
-    return seen
-
-
-def _node_label(
-    run: Run, cid: str, accepted: dict[str, CandidateAccepted], validated: dict[str, float]
-) -> str:
-    if cid in accepted:
-        score: float | None = accepted[cid].score
-    elif cid == SEED_ID:
-        score = run.seed_score
-    else:
-        scores = run.evaluated.get(cid)
-        score = sum(scores) / len(scores) if scores else None
+def _node_label(cid: str, score: float | None, validated: dict[str, float]) -> str:
     label = f"{cid}\n{_score(score)}"
     if cid in validated:
         label += f"\nv {validated[cid]:.1f}"

@@ -1,0 +1,39 @@
+"""``evobus run --ui``: the campaign's live page beside its run, on the run's own bus."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+
+from evobus.agents.console.ui.server import UiOptions, serve_ui
+from evobus.infra.nats_server import NatsServer, default_store_dir
+
+
+@asynccontextmanager
+async def page_beside_run(
+    out: Path, nats_url: str | None, campaign: str, echo: Callable[[str], None]
+) -> AsyncIterator[str]:
+    """Serve ``campaign``'s page (loopback, a free port; its URL through ``echo``) for the
+    block, and yield the bus the run must use: ``nats_url``, else an embedded nats-server
+    started here on ``out``'s store, as ``evobus run`` would start it (``evobus resume`` finds
+    the campaign there) — the page follows the run's events on it from the first, and reads
+    its evidence images and heartbeats."""
+    server: NatsServer | None = None
+    url = nats_url
+    if url is None:
+        server = NatsServer(default_store_dir(out))
+        await anyio.to_thread.run_sync(server.start)
+        url = server.url
+        echo(f"evobus: embedded nats-server (JetStream) at {url}")
+    try:
+        options = UiOptions(out=out, nats_url=url, campaign=campaign, port=0)
+        async with serve_ui(options) as page:
+            echo(f"evobus: live page of {campaign} at {page.url} (while the run lasts)")
+            yield url
+    finally:
+        if server is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(server.stop)

@@ -1,0 +1,274 @@
+"""``evobus ui`` in a real browser: headless Chromium (Debian's package), driven over the
+DevTools protocol, follows a real campaign on a real nats-server and ends on its summary.
+
+The campaign's evaluator is the test itself (``Driver``), so "live" is checked without
+racing the campaign: the page must show the seed's evaluation while the campaign waits for
+the next score. Then ``evobus ui`` (the command) replays the finished run from its folder
+alone. Skipped only where no Chromium is installed (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+import evobus
+from evobus.agents.console.ui.server import UiOptions, serve_ui
+from evobus.agents.runtime.events import score
+from evobus.infra.nats_server import NatsServer
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="no Chromium on this machine (apt-get install chromium; .ci/run installs it)",
+    ),
+]
+
+# The flags that work on a closed network: no sandbox as root, nothing phoned home.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+    "--window-size=1400,1000",
+)
+SMALL: evobus.Settings = {
+    "proposals": 2,
+    "wall_seconds": 120,
+    "task_settings": {"validation_episodes": 2, "max_steps": 20},
+    "strategy": {"minibatch": 2, "min_evaluations": 2, "in_flight": 2},
+}
+
+
+class Page:
+    """One browser tab over the DevTools protocol: calls, and the page's uncaught errors."""
+
+    def __init__(self, socket: ClientConnection) -> None:
+        self.socket = socket
+        self.calls = 0
+        self.errors: list[str] = []  # Runtime.exceptionThrown and console errors
+
+    async def call(self, method: str, **params: Any) -> dict[str, Any]:
+        """Send a command and wait for its answer (events that come meanwhile are kept)."""
+        self.calls += 1
+        ident = self.calls
+        await self.socket.send(json.dumps({"id": ident, "method": method, "params": params}))
+        while True:
+            message = json.loads(await self.socket.recv())
+            if message.get("id") == ident:
+                if "error" in message:
+                    raise AssertionError(f"{method}: {message['error']}")
+                result: dict[str, Any] = message.get("result", {})
+                return result
+            self._event(message)
+
+    def _event(self, message: dict[str, Any]) -> None:
+        method, params = message.get("method"), message.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            self.errors.append(str(details.get("exception", {}).get("description", details)))
+        elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
+            self.errors.append(" ".join(str(a.get("value", a)) for a in params.get("args", [])))
+
+    async def value(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        answer = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in answer:
+            raise AssertionError(f"{expression}: {answer['exceptionDetails']}")
+        return answer["result"].get("value")
+
+    async def text(self, element_id: str) -> str:
+        """The text of the element with this id ("" when there is none)."""
+        found = await self.value(f"document.getElementById({json.dumps(element_id)})?.textContent")
+        return str(found or "")
+
+    async def wait_for(self, expression: str, within: float = 30.0) -> None:
+        """Poll the page until ``expression`` is true (the page has no event to wait on)."""
+        with anyio.fail_after(within):
+            while not await self.value(f"Boolean({expression})"):  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+
+    async def open(self, url: str) -> None:
+        await self.call("Page.navigate", url=url)
+
+    async def screenshot(self) -> bytes:
+        """The whole page as PNG (Page.captureScreenshot beyond the viewport)."""
+        metrics = await self.call("Page.getLayoutMetrics")
+        size = metrics["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        shot = await self.call(
+            "Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip
+        )
+        return base64.b64decode(shot["data"])
+
+
+@asynccontextmanager
+async def chromium(profile: Path) -> AsyncIterator[Page]:
+    """Headless Chromium with a fresh profile, and its first tab."""
+    assert CHROMIUM is not None
+    await anyio.Path(profile).mkdir(parents=True, exist_ok=True)
+    port_file = anyio.Path(profile / "DevToolsActivePort")  # written once it listens
+    await port_file.unlink(missing_ok=True)
+    proc = await anyio.open_process(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        with anyio.fail_after(30):
+            while not await port_file.exists() or not (await port_file.read_text()).strip():
+                assert proc.returncode is None, f"chromium exited with {proc.returncode}"
+                await anyio.sleep(0.05)
+        port = int((await port_file.read_text()).split()[0])
+        async with httpx.AsyncClient(trust_env=False) as http:
+            targets = (await http.get(f"http://127.0.0.1:{port}/json/list")).json()
+        [tab] = [t for t in targets if t["type"] == "page"]
+        async with connect(tab["webSocketDebuggerUrl"], max_size=64 * 2**20) as socket:
+            page = Page(socket)
+            await page.call("Page.enable")
+            await page.call("Runtime.enable")
+            yield page
+    finally:
+        with anyio.CancelScope(shield=True):
+            proc.terminate()
+            with anyio.move_on_after(10):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+def score_of(source: str) -> float:
+    """A score the test can predict: any deterministic function of the source will do."""
+    return float(len(source) % 97)
+
+
+async def shows(page: Page, element_id: str, expected: str) -> None:
+    """Wait until the element shows ``expected`` (the page may be one view behind)."""
+    try:
+        await page.wait_for(
+            f"document.getElementById({json.dumps(element_id)})?.textContent === "
+            f"{json.dumps(expected)}",
+            within=15,
+        )
+    except TimeoutError:
+        raise AssertionError(
+            f"#{element_id} shows {await page.text(element_id)!r}, not {expected!r}"
+        ) from None
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(90)
+async def test_the_page_follows_a_campaign_live_and_ends_on_its_summary(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    cid = "ui-live"
+    out = tmp_path / "runs"
+    campaign = evobus.Campaign("pendulum", **SMALL)
+    options = UiOptions(out=out, nats_url=nats_server.url, campaign=cid, port=0)
+    async with chromium(tmp_path / "profile") as page, serve_ui(options) as ui:
+        starting = campaign.start(
+            out=out, nats=nats_server.url, campaign_id=cid, workers={"evaluator": 0}, echo=None
+        )
+        async with starting as run:
+            await page.open(ui.url)
+            async with run.driver() as driver:
+                seed = await driver.ask()
+                assert seed is not None
+                await shows(page, "status", "running")
+                await shows(page, "evaluations", "0")  # nothing is scored until the test says
+                await driver.tell(seed, score_of(seed.source))
+                # Live: the seed's evaluation shows while the campaign waits for the next score.
+                await page.wait_for("document.getElementById('evaluations').textContent !== '0'")
+                assert not run.finished
+                while (trial := await driver.ask()) is not None:
+                    await driver.tell(trial, score_of(trial.source))
+            result = await run.wait()
+        summary = result.summary
+        await shows(page, "status", "completed")
+        await shows(page, "best-score", score(summary.best_score))
+        await shows(page, "proposals", str(summary.proposals))
+        await shows(page, "evaluations", str(summary.evaluations))
+        assert await page.text("best-candidate") == summary.best_candidate
+        # The lineage tree: the seed's node opens its panel (its evaluations from the events).
+        await page.value(
+            "document.querySelector('[data-candidate=\"c0000\"]')"
+            ".dispatchEvent(new MouseEvent('click', {bubbles: true}))"
+        )
+        await page.wait_for("document.getElementById('candidate-id')?.textContent")
+        assert (await page.text("candidate-id")).startswith("c0000")
+        assert "evaluated" in await page.text("candidate") or "accepted" in await page.text(
+            "candidate"
+        )
+        assert page.errors == []
+
+        # The finished run again, from its run folder alone, through the command.
+        async with evobus_ui(out, cid) as url:
+            await page.open(url)
+            await shows(page, "status", "completed")
+            await shows(page, "best-score", score(summary.best_score))
+            await shows(page, "proposals", str(summary.proposals))
+            await shows(page, "evaluations", str(summary.evaluations))
+            assert "run folder" in await page.text("footer")
+            await page.open(url.rsplit("/campaign/", 1)[0] + "/")
+            await page.wait_for(f"document.querySelector('a[href=\"/campaign/{cid}\"]')")
+        assert page.errors == []
+
+
+@asynccontextmanager
+async def evobus_ui(out: Path, cid: str) -> AsyncIterator[str]:
+    """``evobus ui --out OUT --campaign CID --port 0`` with no bus; the URL it prints."""
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    proc = await anyio.open_process(
+        [
+            sys.executable,
+            "-m",
+            "evobus.agents.console.cli",
+            "ui",
+            "--out",
+            str(out),
+            "--campaign",
+            cid,
+            "--port",
+            "0",
+        ],
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = b""
+        with anyio.fail_after(30):
+            while b"\n" not in first:
+                first += await proc.stdout.receive()
+        line = first.decode().splitlines()[0]
+        assert line.startswith("evobus ui: http://127.0.0.1:"), line
+        yield line.removeprefix("evobus ui: ")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(10):
+            code = await proc.wait()
+        assert code == 0
