@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test check lint typecheck unit clean
+.PHONY: demo test test-cluster check lint typecheck unit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +27,12 @@ typecheck: $(STAMP)
 check: lint typecheck
 
 test: check
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 2 -m "not cluster"
+
+# Campaigns across three hosts on a three-node NATS cluster that loses nodes (network
+# namespaces: needs root and iproute2, else skipped with the reason); about 3 minutes.
+test-cluster: $(STAMP)
+	$(BIN)/pytest -q -m cluster tests/cluster
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

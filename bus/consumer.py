@@ -15,10 +15,18 @@ Delivery rules (DESIGN.md "Delivery"):
   outputs are published: an unexpected handler error, or an output the bus will not take, stops
   the consumer with the error instead of a nak, so the process exits and a restart resumes from
   its last snapshot (a nak would apply the redelivered input on top of a half-applied one).
+
+On a NATS cluster that loses a server (docs/scale-out.md): an ack the server does not confirm
+— the consumer's leader is being elected — is sent again until confirmed or until ``ack_wait``
+has passed (then the message comes back anyway, and its outputs are dropped as duplicates by
+their ids); fetches that keep failing for ``REBIND_AFTER_SECONDS`` make the loop look at its
+durable, re-create it from the config it was bound with if the server lost it, and make the
+pull subscription anew (nats.py issue 504: a pull subscription may stop after a server loss).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -32,6 +40,8 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from evobus.bus import codec, envelope, subjects, tracing
 from evobus.bus.envelope import MessageContext
@@ -53,6 +63,12 @@ UNKNOWN_CAMPAIGN = "unknown"
 # How long a top-up fetch waits for more messages once one has arrived: the no-wait probe
 # answers at once when messages are there; this only bounds the wait when none are.
 TOP_UP_SECONDS = 0.05
+
+REBIND_AFTER_SECONDS = 10.0
+"""Fetches failing for this long make the loop look at its durable and bind again. A leader
+election after a lost server answers 503 for several seconds (8 s measured on a three-node
+cluster, docs/scale-out.md); a durable that is gone answers so for ever."""
+ACK_RETRY_SECONDS = 0.5
 
 
 def retry_delay(attempt: int) -> float:
@@ -82,6 +98,7 @@ class PullConsumer(Generic[T]):
         ack_wait: float = ACK_WAIT_SECONDS,
         max_deliver: int = MAX_DELIVER,
         fetch_timeout: float = 1.0,
+        rebind_after: float = REBIND_AFTER_SECONDS,
     ) -> None:
         self._js = js
         self._publisher = publisher
@@ -96,6 +113,10 @@ class PullConsumer(Generic[T]):
         self._ack_wait = ack_wait
         self._max_deliver = max_deliver
         self._fetch_timeout = fetch_timeout
+        self._rebind_after = rebind_after
+        self._failing_since: float | None = None
+        self._bound_config: ConsumerConfig | None = None
+        self._psub: JetStreamContext.PullSubscription | None = None
         self._stopping = anyio.Event()
         self.processed = 0
         self.processed_by_campaign: Counter[str] = Counter()
@@ -128,7 +149,11 @@ class PullConsumer(Generic[T]):
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind to the durable consumer and process until ``stop()``; returns once idle."""
-        psub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        try:  # kept to re-create the durable should the server lose it
+            self._bound_config = (await self._js.consumer_info(self.stream, self.durable)).config
+        except NatsError as exc:
+            log.warning("%s: no consumer info (%s); it cannot be re-created", self.durable, exc)
+        self._psub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
@@ -138,7 +163,7 @@ class PullConsumer(Generic[T]):
                     # the pull expires (nats-py), which held work back for fetch_timeout.
                     first = object()
                     await self._limiter.acquire_on_behalf_of(first)
-                    msgs = await self._fetch(psub, 1, self._fetch_timeout)
+                    msgs = await self._fetch(self._psub, 1, self._fetch_timeout)
                     if not msgs:
                         self._limiter.release_on_behalf_of(first)
                         continue
@@ -150,30 +175,74 @@ class PullConsumer(Generic[T]):
                         self._limiter.acquire_on_behalf_of_nowait(extra)
                         borrowers.append(extra)
                     if borrowers:
-                        more = await self._fetch(psub, len(borrowers), TOP_UP_SECONDS)
+                        more = await self._fetch(self._psub, len(borrowers), TOP_UP_SECONDS)
                         for msg in more:
                             tg.start_soon(self._handle_and_release, msg, borrowers.pop())
                     for unused in borrowers:
                         self._limiter.release_on_behalf_of(unused)
         finally:
             with anyio.CancelScope(shield=True):
-                await psub.unsubscribe()
+                await self._psub.unsubscribe()
 
     async def _fetch(
         self, psub: JetStreamContext.PullSubscription, batch: int, wait: float
     ) -> list[Msg]:
+        """Up to ``batch`` messages from ``psub``; a long run of failures binds ``run``'s
+        subscription anew (``_rebind``)."""
         if self._stopping.is_set():
             return []
         try:
-            return await psub.fetch(batch=batch, timeout=wait)
+            msgs = await psub.fetch(batch=batch, timeout=wait)
         except (NatsTimeoutError, TimeoutError):  # nats-py raises both kinds on an empty pull
+            self._failing_since = None
             return []
         except NatsError as exc:
-            # Disconnected or reconnecting: the client reconnects by itself; wait a little.
+            # Disconnected, reconnecting, or the durable has no leader (503 while one is
+            # elected): the client reconnects by itself; wait a little.
             log.warning("%s: fetch failed: %s", self.durable, exc)
+            now = time.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since >= self._rebind_after:
+                self._failing_since = None
+                await self._rebind()
             with anyio.move_on_after(0.5):
                 await self._stopping.wait()
             return []
+        self._failing_since = None
+        return msgs
+
+    async def _rebind(self) -> None:
+        """Re-create the durable if the server lost it (from the config it was bound with),
+        then replace the pull subscription; a server that still does not answer is tried again
+        after the next run of failures."""
+        try:
+            try:
+                await self._js.consumer_info(self.stream, self.durable)
+            except NotFoundError:
+                if self._bound_config is None:
+                    raise
+                log.warning(
+                    "%s: the server lost this durable consumer; re-creating it", self.durable
+                )
+                # No replica count: it inherits its stream's (nats-server issue 3260).
+                config = dataclasses.replace(self._bound_config, num_replicas=None)
+                await self._js.add_consumer(self.stream, config)
+            fresh = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        except NatsError as exc:
+            log.warning("%s: cannot bind again yet: %s", self.durable, exc)
+            return
+        stale, self._psub = self._psub, fresh
+        log.warning(
+            "%s: bound again after %g s of failed fetches", self.durable, self._rebind_after
+        )
+        if stale is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await stale.unsubscribe()
+            except NatsError as exc:  # the old inbox may be gone with its connection
+                log.info("%s: old pull subscription not unsubscribed: %s", self.durable, exc)
 
     async def _handle_and_release(self, msg: Msg, borrower: object) -> None:
         self._running += 1
@@ -254,9 +323,27 @@ class PullConsumer(Generic[T]):
                 log.warning("%s: %s; redelivering", self.durable, exc)
                 await msg.nak(delay=1.0)
                 return
-            await msg.ack_sync()
-            self.processed += 1
-            self.processed_by_campaign[ctx.campaign] += 1
+            if await self._acked(msg):
+                self.processed += 1
+                self.processed_by_campaign[ctx.campaign] += 1
+
+    async def _acked(self, msg: Msg) -> bool:
+        """Ack ``msg``, again while the server does not confirm it — a consumer's leader
+        being elected after a lost server answers nothing — until ``ack_wait`` has passed.
+        Whether it was confirmed: if not, the message comes back after ``ack_wait`` and its
+        outputs, published again under the same ids, are dropped as duplicates."""
+        deadline = time.monotonic() + self._ack_wait
+        while True:
+            try:
+                await msg.ack_sync()
+            except (NatsError, TimeoutError) as exc:
+                if time.monotonic() >= deadline:
+                    log.warning("%s: ack of %s not confirmed: %s", self.durable, msg.subject, exc)
+                    return False
+                log.info("%s: ack not confirmed (%s); sending it again", self.durable, exc)
+                await anyio.sleep(ACK_RETRY_SECONDS)
+            else:
+                return True
 
     async def _keep_alive(self, msg: Msg) -> None:
         while True:

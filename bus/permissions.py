@@ -85,6 +85,11 @@ class _Builder:
     def api(self, *tokens: str) -> None:
         self.pub(subjects.js_api(*tokens))
 
+    def jetstream_ready(self) -> None:
+        """``$JS.API.INFO``: ``ensure_streams`` asks it first, to wait out a cluster that has
+        lost its majority."""
+        self.api("INFO")
+
     def stream_info(self, *streams: str) -> None:
         for stream in streams:
             self.api("STREAM", "INFO", stream)
@@ -141,6 +146,7 @@ _EVIDENCE = subjects.object_stream(subjects.OBJ_EVIDENCE)
 def _worker(role: Role) -> Permissions:
     stages = ROLE_STAGES[role]
     b = _Builder()
+    b.jetstream_ready()
     b.stream_info(*_BUS_STREAMS)  # ensure_streams: the streams exist (made by the supervisor)
     for stage in stages:
         b.durable(subjects.STREAM_WORK, subjects.work_consumer(stage), subjects.work_filter(stage))
@@ -170,6 +176,7 @@ def _worker(role: Role) -> Permissions:
 
 def _orchestrator() -> Permissions:
     b = _Builder()
+    b.jetstream_ready()
     b.manage_streams(*_BUS_STREAMS)
     b.api("STREAM", "PURGE", subjects.STREAM_WORK)  # a finished campaign's leftover work
     # orchestrator-<cid> over evo.<cid>.result.>: any campaign's
@@ -198,6 +205,7 @@ def _registry() -> Permissions:
 
 def _supervisor() -> Permissions:
     b = _Builder()
+    b.jetstream_ready()
     b.manage_streams(*_BUS_STREAMS)
     b.api("STREAM", "INFO", _CAMPAIGNS)
     b.api("STREAM", "CREATE", _CAMPAIGNS)
@@ -215,6 +223,7 @@ def _supervisor() -> Permissions:
 
 def _viewer() -> Permissions:
     b = _Builder()
+    b.jetstream_ready()
     b.stream_info(*_BUS_STREAMS)
     b.ordered(subjects.STREAM_EVENTS)
     return b.done(VIEWER)

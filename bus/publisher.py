@@ -13,7 +13,7 @@ from nats.errors import ConnectionReconnectingError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
-from nats.js.errors import NoStreamResponseError
+from nats.js.errors import APIError, NoStreamResponseError
 from opentelemetry.context import Context
 
 from evobus.bus import codec, envelope, subjects, tracing
@@ -43,6 +43,14 @@ PATIENCE_SECONDS = 30.0  # how long a publish waits for a bus that does not answ
 ACK_SECONDS = 5.0  # how long a batch waits for one PubAck before publishing that one again
 # What says the bus did not answer (as opposed to an error it answered with).
 UNANSWERED = (NatsTimeoutError, NoStreamResponseError, ConnectionReconnectingError)
+DUPLICATE_IN_PROCESS = 10158
+"""A cluster's answer to a message id whose earlier publish it is still storing (the copy sent
+again after a PubAck lost to a failover): not stored twice; asked again, it answers with the
+PubAck of a duplicate. Treated as no answer yet."""
+
+
+def _in_process(exc: APIError) -> bool:
+    return exc.err_code == DUPLICATE_IN_PROCESS
 
 
 class PublishError(BusError):
@@ -124,6 +132,10 @@ class Publisher:
                     return
                 except UNANSWERED as exc:
                     last = type(exc).__name__
+                except APIError as exc:
+                    if not _in_process(exc):
+                        raise
+                    last = "duplicate message id is in process"
             if time.monotonic() + delay > deadline:
                 raise PublishError(out.subject, last)
             await anyio.sleep(delay)
@@ -163,6 +175,9 @@ class Publisher:
                     continue
                 except (TimeoutError, *UNANSWERED):
                     pass
+                except APIError as exc:
+                    if not _in_process(exc):
+                        raise
             await self._publish(out, payload, started)
 
     def published(self, out: Outbound, started: float, acked: float) -> None:

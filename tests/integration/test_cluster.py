@@ -3,23 +3,46 @@
 A client on host 1 publishes to an R3 stream with message ids; the stream's leader is killed
 (SIGKILL) mid-run; publishing goes on once a new leader is elected, a re-publish is reported as a
 duplicate, every message is consumed exactly once, and tear-down leaves nothing behind.
+
+And what a client needs to live through a lost server, on one server: the replica count from
+the cluster's size, a pull consumer that re-creates a durable the server lost, an ack sent again
+until the server confirms it. (A whole campaign on the cluster: tests/cluster/.)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from nats.js import JetStreamContext
 
+from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
-from evobus.infra.cluster import Cluster
-from evobus.infra.nats_server import NatsServer, free_port
+from evobus.bus.consumer import PullConsumer
+from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import BusError
+from evobus.bus.permissions import USERS, password_variable
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import (
+    REPLICAS_ENV,
+    cluster_replicas,
+    ensure_streams,
+    ensure_work_consumer,
+    explicit_replicas,
+)
+from evobus.infra.cluster import DEPLOY_DIR, Cluster, deploy_configs
+from evobus.infra.nats_server import NatsServer, find_binary, free_port
 from evobus.infra.netns import ip, namespaces, remove_stale, run_tag, unavailable
+from evobus.schemas.agents import AgentRef
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.work import EvaluateWork, Work
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +156,155 @@ def test_the_command_brings_a_cluster_up_and_down(cluster_support: None, tmp_pat
         assert command("down").returncode == 0
     assert not [ns for ns in namespaces() if name in ns]
     assert command("status").returncode == 1
+
+
+def test_replicas_default_from_the_cluster_unless_the_environment_says() -> None:
+    three = ["10.0.0.1:4222", "10.0.0.2:4222", "10.0.0.3:4222"]
+    assert cluster_replicas({"server_name": "solo"}) == 1  # a single server names no cluster
+    assert cluster_replicas({"cluster": "evobus", "connect_urls": three}) == 3
+    # Just after a cluster starts a server may list only the peers it has gossiped with yet.
+    assert cluster_replicas({"cluster": "evobus", "connect_urls": three[:1]}) == 3
+    assert cluster_replicas({"cluster": "evobus"}) == 3  # `no_advertise`: no URLs at all
+    assert explicit_replicas({}) is None
+    assert explicit_replicas({REPLICAS_ENV: "3"}) == 3
+    for bad in ("0", "6", "three", "-1"):
+        with pytest.raises(BusError, match=REPLICAS_ENV):
+            explicit_replicas({REPLICAS_ENV: bad})
+
+
+@pytest.mark.anyio
+async def test_replicas_a_server_cannot_hold_are_refused_naming_the_setting(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nc = await connect(nats_server.url, name="too-many-replicas")
+    try:
+        js = nc.jetstream()
+        monkeypatch.setenv(REPLICAS_ENV, "3")
+        with pytest.raises(BusError, match=f"stream EVO_WORK: .*{REPLICAS_ENV}"):
+            await ensure_streams(js)
+        monkeypatch.delenv(REPLICAS_ENV)
+        await ensure_streams(js)  # the default on a single server: one replica
+        for stream in (subjects.STREAM_WORK, subjects.STREAM_EVENTS):
+            assert (await js.stream_info(stream)).config.num_replicas == 1
+    finally:
+        await nc.drain()
+
+
+SENDER = AgentRef(role="orchestrator", agent_id="test", pid=1, host="h")
+
+
+async def eventually(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Poll ``condition`` until it holds: a handler's count offers nothing to await."""
+    with anyio.fail_after(seconds):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.05)
+
+
+async def _publish_item(js: JetStreamContext, campaign: str, n: int) -> None:
+    item = EvaluateWork(
+        work_id=f"w{n}",
+        campaign=campaign,
+        pool_version=0,
+        task="pendulum",
+        candidate=Candidate(id=f"c{n}", artifact=Artifact(source="def policy(obs): return 0.0")),
+        instances=("0",),
+    )
+    outbound = Outbound(subjects.work(campaign, "evaluate"), item, f"{campaign}-w{n}", campaign)
+    await Publisher(js, SENDER).publish(outbound)
+
+
+@pytest.mark.anyio
+async def test_a_pull_consumer_re_creates_a_durable_the_server_lost(
+    nats_server: NatsServer, campaign_id: str
+) -> None:
+    nc = await connect(nats_server.url, name="lost-durable")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    durable = await ensure_work_consumer(js, "evaluate", ack_wait=30)
+    seen: list[str] = []
+
+    async def handle(item: Work, ctx: MessageContext) -> list[Outbound]:
+        seen.append(item.work_id)
+        return []
+
+    consumer: PullConsumer[Work] = PullConsumer(
+        js, Publisher(js, SENDER), stream=subjects.STREAM_WORK, durable=durable,
+        decoder=codec.WORK_DECODER, handler=handle, ack_wait=30, fetch_timeout=0.2,
+        rebind_after=1.0,
+    )  # fmt: skip
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                await tg.start(consumer.run)
+                await _publish_item(js, campaign_id, 1)
+                await eventually(lambda: consumer.processed >= 1)
+                # Gone as an R1 consumer goes with its server (nats-server issue 3260).
+                await js.delete_consumer(subjects.STREAM_WORK, durable)
+                await _publish_item(js, campaign_id, 2)
+                await eventually(lambda: consumer.processed >= 2)
+                consumer.stop()
+        info = await js.consumer_info(subjects.STREAM_WORK, durable)
+    finally:
+        await nc.drain()
+    assert seen == ["w1", "w2"]
+    assert info.config.filter_subject == subjects.work_filter("evaluate")
+    assert info.config.ack_wait == 30 and info.num_ack_pending == 0
+
+
+@pytest.mark.anyio
+async def test_an_ack_the_server_does_not_confirm_is_sent_again(
+    nats_server: NatsServer, campaign_id: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handler's server goes away before its ack (as a consumer's leader does when its node
+    is lost): the ack is sent again until the returned server confirms it, and the consumer goes
+    on, the message handled once."""
+    caplog.set_level(logging.INFO, logger="evobus.bus.consumer")
+    nc = await connect(nats_server.url, name="unconfirmed-ack")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    durable = await ensure_work_consumer(js, "evaluate", ack_wait=30)
+    seen: list[str] = []
+
+    async def handle(item: Work, ctx: MessageContext) -> list[Outbound]:
+        seen.append(item.work_id)
+        if len(seen) == 1:
+            await anyio.to_thread.run_sync(nats_server.stop)
+        return []
+
+    consumer: PullConsumer[Work] = PullConsumer(
+        js, Publisher(js, SENDER), stream=subjects.STREAM_WORK, durable=durable,
+        decoder=codec.WORK_DECODER, handler=handle, ack_wait=30, fetch_timeout=0.2,
+    )  # fmt: skip
+    try:
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                await tg.start(consumer.run)
+                await _publish_item(js, campaign_id, 1)
+                await eventually(lambda: "ack not confirmed" in caplog.text)  # unanswered
+                await anyio.to_thread.run_sync(nats_server.start)
+                await eventually(lambda: consumer.processed >= 1)
+                await _publish_item(js, campaign_id, 2)  # and the consumer still fetches
+                await eventually(lambda: consumer.processed >= 2)
+                consumer.stop()
+        info = await js.consumer_info(subjects.STREAM_WORK, durable)
+    finally:
+        await nc.drain()
+    assert seen == ["w1", "w2"]  # w1 confirmed, never redelivered
+    assert info.num_ack_pending == 0 and info.num_redelivered == 0
+
+
+def test_the_committed_cluster_config_is_the_generated_one_and_nats_server_takes_it() -> None:
+    committed = {path.name: path.read_text() for path in sorted(DEPLOY_DIR.glob("*.conf"))}
+    assert committed == deploy_configs(), "regenerate: python -m evobus.infra.cluster config"
+    passwords = {password_variable(user): "Secret1" for user in USERS}
+    for name in committed:  # `-t`: nats-server reads the config, checks it, and exits
+        done = subprocess.run(
+            [find_binary(), "-t", "-c", str(DEPLOY_DIR / name)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **passwords},
+            timeout=30,
+        )
+        assert done.returncode == 0 and "is valid" in done.stderr + done.stdout, done.stderr

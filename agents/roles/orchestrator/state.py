@@ -74,6 +74,7 @@ from evobus.schemas.campaign import AgentWork, CampaignRecord, CampaignSummary, 
 from evobus.schemas.events import (
     CampaignFinished,
     CampaignStarted,
+    CandidateEvaluated,
     Event,
     SkillUtilityUpdated,
 )
@@ -185,6 +186,12 @@ class CampaignState:
         on its step's trace: ``chain``'s, else the step of the candidate it names)."""
         context = self.trace.note(event, chain)
         msg_id = f"{self.cid}-e{self.next_serial('event'):07d}"
+        if isinstance(event, CandidateEvaluated) and event.work_id:
+            # From its work item: a restarted orchestrator may apply the redelivered results
+            # in another order than the dead one (a result whose ack was lost comes back after
+            # ack_wait, behind newer ones), and a counter id would then publish this evaluation
+            # twice and drop another as a duplicate (seen on a cluster losing nodes).
+            msg_id = f"{self.cid}-evaluated-{event.work_id}"
         step.outbound.append(Emit(event, msg_id, context))
 
     def new_work_id(self) -> str:
