@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import msgspec
 
 
@@ -40,3 +42,25 @@ class ToolRef(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     version: int
+
+
+def imported_tools(code: str) -> set[str]:
+    """The ``tools.<name>`` modules a program imports (none when it does not parse)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "tools" and len(parts) > 1:
+                names.add(parts[1])
+            elif node.module == "tools":
+                names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "tools" and len(parts) > 1:
+                    names.add(parts[1])
+    return names

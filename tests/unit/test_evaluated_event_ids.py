@@ -17,13 +17,14 @@ from tests.unit.test_orchestrator_state import EVALUATOR, evaluation, make_state
 
 def seed_evaluations(state: CampaignState) -> tuple[EvaluateWork, EvaluateWork]:
     """Start the campaign and register its tool: the seed's validation and train work."""
-    (tool_work,) = of_type(state.start(0.0), ToolWork)
-    registered = state.apply(
+    start = state.start(0.0)
+    (tool_work,) = of_type(start, ToolWork)
+    state.apply(
         ToolResult(work_id=tool_work.work_id, campaign="cid", name="energy", record=TOOL_RECORD),
         None,
         1.0,
     )
-    validation, train = of_type(registered, EvaluateWork)
+    validation, train = of_type(start, EvaluateWork)
     return validation, train
 
 

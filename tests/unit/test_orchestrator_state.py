@@ -150,17 +150,18 @@ def proposal(work: ProposeWork) -> Proposal:
 
 
 def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
-    """Register the tool, then score the seed on validation and on a train minibatch."""
+    """Register the tool and score the seed (which imports no tool, so both start at once) on
+    validation and on a train minibatch."""
     start = state.start(0.0)
     assert of_type(start, CampaignStarted)
     (tool_work,) = of_type(start, ToolWork)
+    validation, train = of_type(start, EvaluateWork)
     registered = state.apply(
         ToolResult(work_id=tool_work.work_id, campaign="cid", name="energy", record=TOOL_RECORD),
         None,
         1.0,
     )
-    assert of_type(registered, ToolRegistered)
-    validation, train = of_type(registered, EvaluateWork)
+    assert of_type(registered, ToolRegistered) and not of_type(registered, EvaluateWork)
     assert validation.instances == VALIDATION and train.candidate.id == SEED_ID
     assert set(train.instances) <= set(TRAIN) and len(train.instances) == 2
     first = state.apply(evaluation(validation, seed_score), EVALUATOR, 2.0)
@@ -221,6 +222,52 @@ def test_the_seed_is_validated_then_a_step_scores_its_parent_before_the_critic_s
     (diag,) = of_type(explore(state, step, -900.0), DiagnoseWork)
     assert state.population.pool.stats(SEED_ID).count == 4
     assert diag.evaluation.work_id == parent_work.work_id and diag.evaluation.score == -900.0
+
+
+def test_a_seed_that_imports_a_tool_is_scored_once_the_tool_is_registered() -> None:
+    state = make_state()
+    state.record = msgspec.structs.replace(
+        state.record, seed_source="from tools.energy import e\n" + SOURCE
+    )
+    start = state.start(0.0)
+    (tool_work,) = of_type(start, ToolWork)
+    assert not of_type(start, EvaluateWork) and state.run.phase == "tools"
+    registered = state.apply(
+        ToolResult(work_id=tool_work.work_id, campaign="cid", name="energy", record=TOOL_RECORD),
+        None,
+        1.0,
+    )
+    for work in of_type(registered, EvaluateWork):  # the seed's validation and minibatch
+        assert [t.name for t in work.tools] == ["energy"] and work.candidate.id == SEED_ID
+    assert state.run.phase == "seed"
+
+
+def test_evolution_waits_for_the_tools_when_the_seed_is_scored_first() -> None:
+    state = make_state()
+    start = state.start(0.0)
+    (tool_work,) = of_type(start, ToolWork)
+    validation, train = of_type(start, EvaluateWork)
+    assert train.tools == () and state.run.phase == "seed"
+    state.apply(evaluation(validation, -1000.0), EVALUATOR, 1.0)
+    scored = state.apply(evaluation(train, -1000.0), EVALUATOR, 1.5)
+    assert state.run.phase == "seed" and not exploring(state, scored)
+    registered = state.apply(
+        ToolResult(work_id=tool_work.work_id, campaign="cid", name="energy", record=TOOL_RECORD),
+        None,
+        2.0,
+    )
+    assert state.run.phase == "evolving"
+    (parent_work,) = exploring(state, registered)  # the first step, with the tool in reach
+    assert [t.name for t in parent_work.tools] == ["energy"]
+
+
+def test_a_tool_refused_while_the_seed_is_scored_fails_the_run() -> None:
+    state = make_state()
+    (tool_work,) = of_type(state.start(0.0), ToolWork)
+    refused = ToolResult(work_id=tool_work.work_id, campaign="cid", name="energy", error="boom")
+    state.apply(refused, None, 1.0)
+    assert state.run.phase == "finished"
+    assert "tool energy was refused: boom" in state.run.stop_reason
 
 
 def test_a_vision_critic_gets_evidence_drawn_on_the_parents_minibatch() -> None:

@@ -51,7 +51,7 @@ from evobus.schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_probl
 from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
 from evobus.schemas.registry import Resource
 from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
-from evobus.schemas.tools import ToolRef
+from evobus.schemas.tools import ToolRef, imported_tools
 from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork, Work
 
 log = logging.getLogger(__name__)
@@ -438,28 +438,6 @@ class Actor:
         }
         out, _ = await models.ask("actor", "skill_extractor", values, SkillDraft)
         return out.values[0], out.usage
-
-
-def imported_tools(code: str) -> set[str]:
-    """The ``tools.<name>`` modules a program imports (none when it does not parse)."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            parts = node.module.split(".")
-            if parts[0] == "tools" and len(parts) > 1:
-                names.add(parts[1])
-            elif node.module == "tools":
-                names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                parts = alias.name.split(".")
-                if parts[0] == "tools" and len(parts) > 1:
-                    names.add(parts[1])
-    return names
 
 
 def parent_ids(work: ProposeWork) -> tuple[str, ...]:

@@ -223,8 +223,12 @@ def _on_tool(state: CampaignState, step: Step, result: ToolResult, now: float) -
             reused=result.reused,
         ),
     )
-    if not any(p.kind == "tool" for p in state.flight.pending.values()):
+    if any(p.kind == "tool" for p in state.flight.pending.values()):
+        return
+    if state.run.phase == "tools":  # the seed imports a tool: scored once they are all in
         evaluate_seed(state, step)
+    else:  # scored beside them (state.start): evolution may begin if the seed is done
+        _seed_ready(state, step, now)
 
 
 def _on_skill(
@@ -353,8 +357,11 @@ def _on_evaluation(
 
 
 def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
-    seed_pending = any(p.candidate_id == SEED_ID for p in state.flight.pending.values())
-    if state.run.phase == "seed" and not seed_pending:
+    """Evolution begins once the seed is scored and the task's tools are registered."""
+    waiting = any(
+        p.candidate_id == SEED_ID or p.kind == "tool" for p in state.flight.pending.values()
+    )
+    if state.run.phase == "seed" and not waiting:
         state.enter("evolving")
         zero_shot(state, step, now)
 

@@ -80,6 +80,7 @@ from evobus.schemas.events import (
 )
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Result
+from evobus.schemas.tools import imported_tools
 from evobus.schemas.work import ToolWork
 
 # A campaign's phases, in order: its tools registered, its seed scored, evolution, the end.
@@ -235,7 +236,10 @@ class CampaignState:
                 work_id=self.new_work_id(), campaign=self.cid, pool_version=0, spec=spec
             )
             flight.send_work(self, step, "tool", item, Pending("tool"))
-        if not self.plan.tools:
+        if not imported_tools(self.record.seed_source) & {t.name for t in self.plan.tools}:
+            # A seed that imports none of the task's tools is scored beside their
+            # registration, not after it: the first evaluation comes sooner, and a seed that
+            # does not load stops the run sooner. Evolution waits for both (results.py).
             evaluate_seed(self, step)
         return step
 
