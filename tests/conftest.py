@@ -11,6 +11,20 @@ import pytest
 
 from evobus.infra.nats_server import NatsServer
 
+# The suite runs on two xdist workers that take tests in collection order: the long campaigns
+# go first so that the many short tests fill the gaps at the end instead of one worker waiting
+# alone on a chaos campaign (longest first is the classic rule for balancing such a queue).
+FIRST = ("chaos", "integration", "fuzz")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        parts = item.path.parts
+        folder = parts[parts.index("tests") + 1] if "tests" in parts else ""
+        return FIRST.index(folder) if folder in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: within a folder, the order the files define
+
 
 @pytest.fixture
 def anyio_backend() -> str:
