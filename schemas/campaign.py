@@ -290,10 +290,10 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
     ``seed_score`` and ``best_score`` are validation scores (``splits`` says whether held out),
-    None when the seed was never evaluated. ``wall_seconds``: how long the campaign's orchestrator
-    ran (time with none does not count: stopped before a resume, or down after a crash). ``outages``: the roles
-    whose processes exited, added by ``evobus run`` (the orchestrator cannot see its own
-    restarts); roles that never exited are left out.
+    None when the seed was never evaluated. ``wall_seconds``: how long the campaign's
+    orchestrator ran (time with none does not count: stopped before a resume, or down after a
+    crash). ``outages``: the roles whose processes exited, added by ``evobus run`` (the
+    orchestrator cannot see its own restarts); roles that never exited are left out.
     """
 
     campaign: str
