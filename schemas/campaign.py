@@ -103,7 +103,7 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
 
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
-ParetoMetric = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^-?[^-\s]")]
+ParetoMetric = Annotated[str, msgspec.Meta(max_length=200)]
 
 # The stages whose in-flight targets a campaign sets (FlashEvolve's K_i).
 PipelineStage = Literal["diagnose", "propose", "evaluate", "repair"]
@@ -507,6 +507,15 @@ def _check_pareto(strategy: StrategySection, path: str) -> None:
             f'names the objectives of selection = "pareto", not {strategy.selection!r}: '
             'set selection = "pareto" or leave pareto_metrics out',
         )
+    for i, written in enumerate(metrics):
+        name = written.removeprefix("-")
+        if not name or name != name.strip() or name.startswith("-"):
+            raise CampaignConfigError(
+                path,
+                f"strategy.pareto_metrics[{i}]",
+                f"{written!r} is no metric: write a metric's name as the evaluations report it, "
+                "with one '-' before it to minimise it",
+            )
     names = [m.removeprefix("-") for m in metrics]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:

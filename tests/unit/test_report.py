@@ -26,6 +26,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     Event,
     OperatorShare,
+    ParetoFrontChanged,
     SkillUtilityUpdated,
     StageLoad,
     StaleDecided,
@@ -274,7 +275,7 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     run_dir = _write(tmp_path / CID, _campaign())
     index = build_report(run_dir)
     assert index == run_dir / "report" / "index.html"
-    page = _assert_pngs(index, 7)
+    page = _assert_pngs(index, 8)
     assert f"evobus report: {CID}" in page
     assert html.escape(ENGINE) in page and ENGINE not in page
     assert "-900.0 → -330.0 (c0005)" in page
@@ -327,7 +328,7 @@ def test_agent_restarts_get_a_table_by_role(tmp_path: Path) -> None:
         exited(35.0, "registry", 201, 0.5, 0),  # never back: down until the log ends (41 s)
     ]
     run_dir = _write(tmp_path / CID, sorted(_campaign() + agents, key=lambda e: e.at))
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "<h2>Agent restarts</h2>" in page
     num = "<td class=num>"
     assert f"<tr><td>critic</td>{num}3</td>{num}3</td>{num}6.5</td></tr>" in page
@@ -354,14 +355,14 @@ def test_a_campaign_that_only_started_and_finished_still_gets_a_page(tmp_path: P
         summary=_summary(best="", best_score=None, accepted=0),
     )
     run_dir = _write(tmp_path / CID, [_started(), finished])
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "No candidate was accepted." in page
     assert "No staleness decisions were logged." in page
 
 
 def test_an_unfinished_log_says_so(tmp_path: Path) -> None:
     run_dir = _write(tmp_path / CID, [_started(), _progress(0, evaluations=0, best=None)])
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "unfinished" in page and "no campaign_finished event" in page
 
 
@@ -391,3 +392,39 @@ def test_the_report_command_fails_on_a_missing_log(
     assert main(["report", "nowhere", "--out", str(tmp_path)]) == EXIT_FAILED
     err = capsys.readouterr().err
     assert str(tmp_path / "nowhere" / EVENT_LOG) in err and "no event log" in err
+
+
+def _front(at: float, objectives: tuple[str, ...], front: tuple[str, ...]) -> ParetoFrontChanged:
+    means = {"c0000": (-17.0, 11.5), "c0001": (-21.0, 11.0), "c0002": (-15.0, 10.0)}
+    return ParetoFrontChanged(
+        campaign=CID,
+        at=at,
+        objectives=objectives,
+        front=front,
+        coverage=tuple(range(len(front), 0, -1)),
+        columns=6,
+        means={c: m[: len(objectives)] for c, m in means.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    ("objectives", "caption"),
+    [
+        (("-sll_db", "directivity_dbi"), "The Pareto front over -sll_db, directivity_dbi after 2"),
+        (("score",), "The Pareto front over score after 2 changes: 2 members leading 6"),
+    ],
+)
+def test_the_report_draws_the_last_pareto_front(
+    tmp_path: Path, objectives: tuple[str, ...], caption: str
+) -> None:
+    fronts = [
+        _front(T0 + 2, objectives, ("c0000",)),
+        _front(T0 + 5, objectives, ("c0001", "c0000")),
+    ]
+    run = collect([*_campaign(), *fronts], CID)
+    assert run.fronts == fronts
+    page = _assert_pngs(build_report(_write(tmp_path / CID, [*_campaign(), *fronts])), 8)
+    assert caption in page
+    assert "No pareto_front_changed event" in build_report(
+        _write(tmp_path / "plain" / CID, _campaign())
+    ).read_text(encoding="utf-8")

@@ -29,6 +29,7 @@ from evobus.schemas.events import (
     CandidateProposed,
     CandidateRejected,
     Event,
+    ParetoFrontChanged,
     SkillLearned,
     SkillRetired,
     SkillUtilityUpdated,
@@ -64,6 +65,7 @@ class Run:
     skills_learned: list[SkillLearned] = field(default_factory=list)
     skills_retired: list[SkillRetired] = field(default_factory=list)
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
+    fronts: list[ParetoFrontChanged] = field(default_factory=list)  # Pareto selection's
     failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
@@ -145,6 +147,8 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.skills_retired.append(event)
             case AgentExited() | AgentRestarted():
                 run.agents.append(event)
+            case ParetoFrontChanged():
+                run.fronts.append(event)
     return run
 
 
