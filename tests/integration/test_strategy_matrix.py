@@ -414,8 +414,8 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         assert all(e.objectives == objectives for e in fronts), fronts
         assert all(len(e.front) == len(e.coverage) and min(e.coverage) > 0 for e in fronts)
         on_fronts = {cid for e in fronts for cid in e.front}
-        proposed = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
-        assert {e.parent_ids[0] for e in proposed} & on_fronts, (proposed, fronts)
+        children = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+        assert {e.parent_ids[0] for e in children} & on_fronts, (children, fronts)
     if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
         first = next(e for e in events if isinstance(e, BurstStarted))
         assert first.reason.startswith("zero-shot initial population"), first
