@@ -10,6 +10,7 @@ import pytest
 
 from evobus.agents.console.cli import EXIT_FAILED, main
 from evobus.agents.console.report.build import NoEventLog, build_report, collect, lineage_nodes
+from evobus.agents.console.report.series import non_dominated
 from evobus.agents.runtime.events import EVENT_LOG, append_events, read_events
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
@@ -285,6 +286,7 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     assert "accept/3" in page and "<td>c0004</td>" not in page
     assert "no model calls (offline engine)" in page
     assert "Agent restarts" not in page  # no agent exited
+    assert "No pareto_front_changed event" in page  # selection is not "pareto"
     # Which split each score is on: the best on held-out validation, the rest on train.
     assert "seed and best on validation (5 held-out instances)" in page
     assert "score on the 5 held-out validation instances" in page
@@ -425,6 +427,11 @@ def test_the_report_draws_the_last_pareto_front(
     assert run.fronts == fronts
     page = _assert_pngs(build_report(_write(tmp_path / CID, [*_campaign(), *fronts])), 8)
     assert caption in page
-    assert "No pareto_front_changed event" in build_report(
-        _write(tmp_path / "plain" / CID, _campaign())
-    ).read_text(encoding="utf-8")
+
+
+def test_the_scatter_line_joins_the_means_no_other_dominates() -> None:
+    points = {"a": (-30.0, 10.0), "b": (-15.0, 14.0), "c": (-14.0, 9.0), "d": (-20.0, 12.0)}
+    # sll minimised, directivity maximised: c is dominated by b, the others trade off.
+    assert non_dominated(points, (False, True)) == ["a", "d", "b"]
+    # Both maximised: b has the highest y, c the highest x.
+    assert non_dominated(points, (True, True)) == ["c", "b"]

@@ -32,6 +32,7 @@ from evobus.agents.console.report.series import (
     lineage_layout,
     lineage_nodes,
     node_scores,
+    non_dominated,
     operator_counts,
     score_series,
     skill_series,
@@ -427,6 +428,18 @@ def plot_pareto(run: Run, figure: Figure) -> str:
                 label=label,
                 zorder=3 if color == "C3" else 2,
             )
+        points = {c: (m[0], m[1]) for c, m in last.means.items()}
+        maximise = (not last.objectives[0].startswith("-"), not last.objectives[1].startswith("-"))
+        line = non_dominated(points, maximise)
+        scatter.step(
+            [points[c][0] for c in line],
+            [points[c][1] for c in line],
+            where="post",  # in order from the best along x: each point's box, edge to edge
+            linestyle="--",
+            linewidth=0.8,
+            color="C0",
+            label="non-dominated on these means",
+        )
         for cid in last.front:
             if cid in last.means:
                 x, y = last.means[cid][:2]
@@ -455,6 +468,11 @@ def plot_pareto(run: Run, figure: Figure) -> str:
     _counts(coverage)
     return (
         f"The Pareto front over {objectives} after {len(run.fronts)} changes: "
+        f"{len(last.front)} members leading {last.columns} instance-objective pairs (GEPA §3); "
+        "parents are drawn by coverage. A member is on it when it is best on one objective on "
+        "one instance, so a marked point may lie off the dashed line of its means."
+        if len(last.objectives) >= 2
+        else f"The Pareto front over {objectives} after {len(run.fronts)} changes: "
         f"{len(last.front)} members leading {last.columns} instance-objective pairs (GEPA §3); "
         "parents are drawn by coverage."
     )

@@ -152,6 +152,22 @@ def collect(events: Sequence[Event], cid: str) -> Run:
     return run
 
 
+# --- Pareto front -------------------------------------------------------------------------
+
+
+def non_dominated(points: dict[str, tuple[float, float]], maximise: tuple[bool, bool]) -> list[str]:
+    """The points no other point dominates in two objectives (each maximised or minimised),
+    in order along the first: the classical front of the means that a scatter draws as a
+    line (REFLEX's SLL-directivity figure)."""
+    sign = tuple(1.0 if m else -1.0 for m in maximise)
+    ranked = sorted(points, key=lambda c: (-sign[0] * points[c][0], -sign[1] * points[c][1]))
+    front: list[str] = []
+    for cid in ranked:  # best first along x: a point is kept when it is better along y
+        if not front or sign[1] * points[cid][1] > sign[1] * points[front[-1]][1]:
+            front.append(cid)
+    return front
+
+
 # --- scores ------------------------------------------------------------------------------
 
 
