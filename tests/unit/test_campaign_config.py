@@ -71,8 +71,7 @@ def test_a_target_score_is_read() -> None:
             "names 'sll_db' more than once",
         ),
         (
-            '[campaign]\ntask = "p"\n[strategy]\nselection = "pareto"\n'
-            'pareto_metrics = ["-"]\n',
+            '[campaign]\ntask = "p"\n[strategy]\nselection = "pareto"\npareto_metrics = ["-"]\n',
             "strategy.pareto_metrics[0]",
             "'-' is no metric",
         ),
