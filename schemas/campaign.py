@@ -102,6 +102,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     evaluator_source: SourceText = ""
 
 
+# An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
+ParetoMetric = Annotated[str, msgspec.Meta(max_length=200)]
+
 # The stages whose in-flight targets a campaign sets (FlashEvolve's K_i).
 PipelineStage = Literal["diagnose", "propose", "evaluate", "repair"]
 
@@ -113,7 +116,9 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         in_flight: proposals in flight at once (select → diagnose → propose → evaluate).
         crossover_rate: share of x_div proposals when the bandit is off (the skeleton's rule).
         rng_seed: seed of the orchestrator's random choices.
-        selection: parent priority, the empirical mean or UCB (POLCA §3).
+        selection: how parents are chosen: by priority, the empirical mean or UCB (POLCA §3),
+            or ``pareto``, drawn from GEPA's per-instance Pareto front by coverage
+            (agents/evolution/pareto.py).
         ucb_beta: UCB's β in units of the pool's evaluation noise σ (POLCA §4 takes 2σ).
         minibatch: train instances per evaluation, drawn with replacement (POLCA §3).
         min_evaluations: evaluations a candidate needs before it can be reported best.
@@ -142,12 +147,15 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             prefix (FlashEvolve's validation-set reordering, w = 3).
         adaptive_workers: move stage targets by one toward balanced production rates
             (FlashEvolve §3.4), within ``workers_min`` … ``workers_max``.
+        pareto_metrics: the objectives of ``selection = "pareto"``: metrics of the evaluations
+            (``-name`` to minimise, else maximised; ``score`` is the instance score); empty:
+            the instance score alone, GEPA's per-instance front.
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
     crossover_rate: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.2
     rng_seed: NonNegativeInt = 0
-    selection: Literal["mean", "ucb"] = "ucb"
+    selection: Literal["mean", "ucb", "pareto"] = "ucb"
     ucb_beta: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
     minibatch: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
     min_evaluations: Annotated[int, msgspec.Meta(ge=1)] = 8
@@ -169,6 +177,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     adaptive_workers: bool = False
     workers_min: Annotated[int, msgspec.Meta(ge=1)] = 1
     workers_max: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
+    pareto_metrics: Annotated[tuple[ParetoMetric, ...], msgspec.Meta(max_length=16)] = ()
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -480,7 +489,39 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
     key, reason = _unrepresentable(raw)
     if key:
         raise CampaignConfigError(path, key, reason)
+    _check_pareto(spec.strategy, path)
     return spec
+
+
+def _check_pareto(strategy: StrategySection, path: str) -> None:
+    """``strategy.pareto_metrics`` names each metric once, and only for Pareto selection.
+
+    Raises:
+        CampaignConfigError: naming ``strategy.pareto_metrics`` and the problem.
+    """
+    metrics = strategy.pareto_metrics
+    if metrics and strategy.selection != "pareto":
+        raise CampaignConfigError(
+            path,
+            "strategy.pareto_metrics",
+            f'names the objectives of selection = "pareto", not {strategy.selection!r}: '
+            'set selection = "pareto" or leave pareto_metrics out',
+        )
+    for i, written in enumerate(metrics):
+        name = written.removeprefix("-")
+        if not name or name != name.strip() or name.startswith("-"):
+            raise CampaignConfigError(
+                path,
+                f"strategy.pareto_metrics[{i}]",
+                f"{written!r} is no metric: write a metric's name as the evaluations report it, "
+                "with one '-' before it to minimise it",
+            )
+    names = [m.removeprefix("-") for m in metrics]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise CampaignConfigError(
+            path, "strategy.pareto_metrics", f"names {', '.join(map(repr, twice))} more than once"
+        )
 
 
 def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]:

@@ -228,6 +228,26 @@ class WorkersChanged(msgspec.Struct, frozen=True, kw_only=True, tag="workers_cha
     reason: str
 
 
+class ParetoFrontChanged(msgspec.Struct, frozen=True, kw_only=True, tag="pareto_front_changed"):
+    """The front Pareto selection draws parents from changed (GEPA §3), seen as a step chose
+    its parents.
+
+    ``objectives``: as ``strategy.pareto_metrics`` writes them (``-name`` minimised; ``score``:
+    the instance score). ``front``: its members, most coverage first; ``coverage``: for each,
+    the (instance, objective) pairs on which it is best; ``columns``: the pairs any member was
+    scored on. ``means``: every pool member's mean of each objective, as measured (the front's
+    scatter), members with an objective never measured left out.
+    """
+
+    campaign: str
+    at: float
+    objectives: tuple[str, ...]
+    front: tuple[str, ...]
+    coverage: tuple[int, ...]
+    columns: int
+    means: dict[str, tuple[float, ...]] = {}
+
+
 class StageLoad(msgspec.Struct, frozen=True, kw_only=True):
     """One pipeline stage at a progress tick.
 
@@ -408,6 +428,7 @@ Event = (
     | AgentRestarted
     | StoreRecovered
     | SkillRetired
+    | ParetoFrontChanged
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -28,6 +28,8 @@ class CandidateStats(msgspec.Struct, kw_only=True):
         mean: their empirical mean (POLCA's μ̂_θ).
         m2: the sum of squared deviations from the mean (Welford).
         per_instance: every score, by task-instance id, in arrival order.
+        per_instance_metrics: the metrics kept of each evaluation (those Pareto selection
+            reads: ``strategy.pareto_metrics``), by instance and metric, in arrival order.
     """
 
     candidate_id: str
@@ -35,21 +37,33 @@ class CandidateStats(msgspec.Struct, kw_only=True):
     mean: float = 0.0
     m2: float = 0.0
     per_instance: dict[str, list[float]] = {}
+    per_instance_metrics: dict[str, dict[str, list[float]]] = {}
 
     @property
     def variance(self) -> float:
         """The unbiased sample variance; 0.0 with fewer than two observations."""
         return self.m2 / (self.count - 1) if self.count > 1 else 0.0
 
-    def update(self, instance: str, score: float) -> None:
-        """Add one observation of ``score`` on task instance ``instance``."""
+    def update(
+        self, instance: str, score: float, metrics: Mapping[str, float] | None = None
+    ) -> None:
+        """Add one observation of ``score`` (and of ``metrics``) on task instance ``instance``."""
         if not math.isfinite(score):
             raise ValueError(f"score of {self.candidate_id} on {instance} is not finite: {score}")
+        for name, value in (metrics or {}).items():
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"metric {name!r} of {self.candidate_id} on {instance} is not finite: {value}"
+                )
         self.count += 1
         delta = score - self.mean
         self.mean += delta / self.count
         self.m2 += delta * (score - self.mean)
         self.per_instance.setdefault(instance, []).append(score)
+        if metrics:
+            kept = self.per_instance_metrics.setdefault(instance, {})
+            for name, value in metrics.items():
+                kept.setdefault(name, []).append(value)
 
     def instance_mean(self, instance: str) -> float | None:
         """The mean score on one instance, or None when it was never evaluated there."""
@@ -101,10 +115,17 @@ class CandidatePool:
         self.version += 1
         return True
 
-    def record(self, candidate_id: str, instance: str, score: float) -> None:
-        """Add one score (POLCA's UPDATESTATS); the candidate need not be a member."""
+    def record(
+        self,
+        candidate_id: str,
+        instance: str,
+        score: float,
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        """Add one score, and the metrics to keep of it (POLCA's UPDATESTATS); the candidate
+        need not be a member."""
         stats = self._stats.setdefault(candidate_id, CandidateStats(candidate_id=candidate_id))
-        stats.update(instance, score)
+        stats.update(instance, score, metrics)
 
     def stats(self, candidate_id: str) -> CandidateStats:
         """The running statistics of a candidate (empty ones if it was never evaluated)."""

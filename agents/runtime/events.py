@@ -35,6 +35,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     DeadLettered,
     Event,
+    ParetoFrontChanged,
     RolledBack,
     SkillLearned,
     SkillRetired,
@@ -245,6 +246,14 @@ def describe(event: Event) -> str:
                 f"{head} speculative {event.candidate_id} {event.action}: {score(event.score)} vs "
                 f"threshold {event.threshold:.1f} on {event.instances} instances"
                 + (f", {event.stale} derived items stale" if event.stale else "")
+            )
+        case ParetoFrontChanged():
+            members = ", ".join(
+                f"{cid} ({n})" for cid, n in zip(event.front, event.coverage, strict=True)
+            )
+            return (
+                f"{head} Pareto front over {', '.join(event.objectives)}: {members or 'empty'} "
+                f"of {event.columns} instance-objective pairs"
             )
         case WorkersChanged():
             rates = ", ".join(f"{k} {v:.2f}/s" for k, v in sorted(event.rates.items()))

@@ -32,7 +32,8 @@ key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in gu
 every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``,
 ``adaptive_workers`` with ``workers_min`` and ``workers_max``, ``bandit`` and ``delta_max``,
 ``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills``, ``selection``
-and ``ucb_beta``, ``burst_after``,
+(by turns ``ucb``, ``mean``, ``pareto`` and ``pareto`` over two metrics) with ``ucb_beta`` and
+``pareto_metrics``, ``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
 ``epsilon``, ``in_flight``, ``workers``, ``queue``, ``minibatch``, ``min_evaluations``,
 ``rng_seed``; and of ``[campaign.budget]``, ``evaluations`` and ``tokens`` (never reached).
@@ -71,6 +72,7 @@ from evobus.schemas.events import (
     CandidateProposed,
     CandidateRejected,
     Event,
+    ParetoFrontChanged,
     SkillLearned,
     SkillUtilityUpdated,
     SpeculativeDecided,
@@ -153,6 +155,16 @@ def all_pairs() -> list[Row]:
 ROWS = all_pairs()
 
 
+SELECTIONS: tuple[dict[str, object], ...] = (
+    {"selection": "ucb", "ucb_beta": 2.0},
+    {"selection": "mean"},
+    {"selection": "pareto"},  # GEPA's per-instance front
+    # A multi-objective front over two of pendulum's metrics, one minimised.
+    {"selection": "pareto", "pareto_metrics": ["time_upright", "-peak_torque"]},
+)
+"""The rows' parent selection, by turns."""
+
+
 def strategy_of(row: Row, index: int) -> dict[str, object]:
     """The row's ``[strategy]`` table: its factors, and the other keys switched on by turns
     (bursts and roll-backs soon enough to happen within the budget)."""
@@ -171,7 +183,7 @@ def strategy_of(row: Row, index: int) -> dict[str, object]:
         "stagnation_threshold": 5.0,
         "epsilon": 0.02 if index % 2 else 0.002,
     }
-    table |= {"selection": "mean"} if index % 2 else {"selection": "ucb", "ucb_beta": 2.0}
+    table |= SELECTIONS[index % len(SELECTIONS)]
     if row["staleness"] == "guarded":
         table["max_staleness"] = 0  # Δ > 0 discards: the guard acts on every stale proposal
     if row["speculation"] == "spec":
@@ -393,6 +405,17 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         assert "m_text" not in operators, operators  # (i1, x_div, m_diag): never m_text
     if row["skills"] == "noskills":
         assert not [e for e in events if isinstance(e, SkillLearned | SkillUtilityUpdated)]
+    fronts = [e for e in events if isinstance(e, ParetoFrontChanged)]
+    if spec.selection != "pareto":
+        assert not fronts
+    else:  # GEPA §3: parents come from the front; the front is announced as it changes
+        assert fronts, "no pareto_front_changed event"
+        objectives = tuple(spec.pareto_metrics) or ("score",)
+        assert all(e.objectives == objectives for e in fronts), fronts
+        assert all(len(e.front) == len(e.coverage) and min(e.coverage) > 0 for e in fronts)
+        on_fronts = {cid for e in fronts for cid in e.front}
+        children = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+        assert {e.parent_ids[0] for e in children} & on_fronts, (children, fronts)
     if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
         first = next(e for e in events if isinstance(e, BurstStarted))
         assert first.reason.startswith("zero-shot initial population"), first

@@ -54,6 +54,27 @@ def test_a_target_score_is_read() -> None:
             "campaign.budget.target_score",
             "finite",
         ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nselection = "front"\n',
+            "strategy.selection",
+            "'pareto'",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\npareto_metrics = ["sll_db"]\n',
+            "strategy.pareto_metrics",
+            'set selection = "pareto"',
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nselection = "pareto"\n'
+            'pareto_metrics = ["sll_db", "-sll_db"]\n',
+            "strategy.pareto_metrics",
+            "names 'sll_db' more than once",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nselection = "pareto"\npareto_metrics = ["-"]\n',
+            "strategy.pareto_metrics[0]",
+            "'-' is no metric",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:

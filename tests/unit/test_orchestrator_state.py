@@ -30,6 +30,7 @@ from evobus.schemas.events import (
     CandidateAccepted,
     CandidateFiltered,
     CandidateRejected,
+    ParetoFrontChanged,
     RolledBack,
     ToolRegistered,
     WorkAbandoned,
@@ -310,6 +311,23 @@ def test_a_worse_child_is_rejected_and_not_tagged() -> None:
     assert of_type(decided, CandidateRejected) and not of_type(decided, CandidateAccepted)
     assert [c.record.tag for c in decided.commits] == [""]
     assert state.best.candidate_id == SEED_ID
+
+
+def test_pareto_selection_announces_the_front_and_draws_parents_from_it() -> None:
+    state = make_state(selection="pareto", proposals=3)
+    step = seeded(state)
+    # The seed, scored on a train minibatch, is the whole front: one column per instance.
+    (first,) = of_type(step, ParetoFrontChanged)
+    assert first.objectives == ("score",) and first.front == (SEED_ID,)
+    assert first.coverage == (first.columns,) and first.means == {SEED_ID: (-1000.0,)}
+    decided = one_step(state, step, child=-400.0, parent=-900.0)
+    (accepted,) = of_type(decided, CandidateAccepted)
+    # The child beats the seed on the step's minibatch: it leads those instances now.
+    (changed,) = of_type(decided, ParetoFrontChanged)
+    assert accepted.candidate_id in changed.front
+    assert state.selection.front.members == changed.front
+    (parent_work,) = exploring(state, decided)
+    assert parent_work.candidate.id in changed.front
 
 
 def test_the_epsilon_net_filters_a_proposal_before_evaluation() -> None:

@@ -85,6 +85,9 @@ READS_ITS_ARGUMENTS = frozenset(
     {"len", "list", "tuple", "dict", "set", "sorted", "any", "all", "sum", "min", "max", "iter"}
     | {"enumerate", "zip", "map", "filter", "reversed", "isinstance", "str", "repr"}
     | {"noise_scale", "other_means", "reorder"}
+    # Pareto selection reads the pool (select_parents also draws from the rng it is handed,
+    # the selection record's own, which only its owner hands it).
+    | {"pool_front", "front_means", "select_parents"}
 )
 
 

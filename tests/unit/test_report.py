@@ -10,6 +10,7 @@ import pytest
 
 from evobus.agents.console.cli import EXIT_FAILED, main
 from evobus.agents.console.report.build import NoEventLog, build_report, collect, lineage_nodes
+from evobus.agents.console.report.series import non_dominated
 from evobus.agents.runtime.events import EVENT_LOG, append_events, read_events
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
@@ -26,6 +27,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     Event,
     OperatorShare,
+    ParetoFrontChanged,
     SkillUtilityUpdated,
     StageLoad,
     StaleDecided,
@@ -274,7 +276,7 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     run_dir = _write(tmp_path / CID, _campaign())
     index = build_report(run_dir)
     assert index == run_dir / "report" / "index.html"
-    page = _assert_pngs(index, 7)
+    page = _assert_pngs(index, 8)
     assert f"evobus report: {CID}" in page
     assert html.escape(ENGINE) in page and ENGINE not in page
     assert "-900.0 → -330.0 (c0005)" in page
@@ -284,6 +286,7 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     assert "accept/3" in page and "<td>c0004</td>" not in page
     assert "no model calls (offline engine)" in page
     assert "Agent restarts" not in page  # no agent exited
+    assert "No pareto_front_changed event" in page  # selection is not "pareto"
     # Which split each score is on: the best on held-out validation, the rest on train.
     assert "seed and best on validation (5 held-out instances)" in page
     assert "score on the 5 held-out validation instances" in page
@@ -327,7 +330,7 @@ def test_agent_restarts_get_a_table_by_role(tmp_path: Path) -> None:
         exited(35.0, "registry", 201, 0.5, 0),  # never back: down until the log ends (41 s)
     ]
     run_dir = _write(tmp_path / CID, sorted(_campaign() + agents, key=lambda e: e.at))
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "<h2>Agent restarts</h2>" in page
     num = "<td class=num>"
     assert f"<tr><td>critic</td>{num}3</td>{num}3</td>{num}6.5</td></tr>" in page
@@ -354,14 +357,14 @@ def test_a_campaign_that_only_started_and_finished_still_gets_a_page(tmp_path: P
         summary=_summary(best="", best_score=None, accepted=0),
     )
     run_dir = _write(tmp_path / CID, [_started(), finished])
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "No candidate was accepted." in page
     assert "No staleness decisions were logged." in page
 
 
 def test_an_unfinished_log_says_so(tmp_path: Path) -> None:
     run_dir = _write(tmp_path / CID, [_started(), _progress(0, evaluations=0, best=None)])
-    page = _assert_pngs(build_report(run_dir), 7)
+    page = _assert_pngs(build_report(run_dir), 8)
     assert "unfinished" in page and "no campaign_finished event" in page
 
 
@@ -391,3 +394,44 @@ def test_the_report_command_fails_on_a_missing_log(
     assert main(["report", "nowhere", "--out", str(tmp_path)]) == EXIT_FAILED
     err = capsys.readouterr().err
     assert str(tmp_path / "nowhere" / EVENT_LOG) in err and "no event log" in err
+
+
+def _front(at: float, objectives: tuple[str, ...], front: tuple[str, ...]) -> ParetoFrontChanged:
+    means = {"c0000": (-17.0, 11.5), "c0001": (-21.0, 11.0), "c0002": (-15.0, 10.0)}
+    return ParetoFrontChanged(
+        campaign=CID,
+        at=at,
+        objectives=objectives,
+        front=front,
+        coverage=tuple(range(len(front), 0, -1)),
+        columns=6,
+        means={c: m[: len(objectives)] for c, m in means.items()},
+    )
+
+
+@pytest.mark.parametrize(
+    ("objectives", "caption"),
+    [
+        (("-sll_db", "directivity_dbi"), "The Pareto front over -sll_db, directivity_dbi after 2"),
+        (("score",), "The Pareto front over score after 2 changes: 2 members leading 6"),
+    ],
+)
+def test_the_report_draws_the_last_pareto_front(
+    tmp_path: Path, objectives: tuple[str, ...], caption: str
+) -> None:
+    fronts = [
+        _front(T0 + 2, objectives, ("c0000",)),
+        _front(T0 + 5, objectives, ("c0001", "c0000")),
+    ]
+    run = collect([*_campaign(), *fronts], CID)
+    assert run.fronts == fronts
+    page = _assert_pngs(build_report(_write(tmp_path / CID, [*_campaign(), *fronts])), 8)
+    assert caption in page
+
+
+def test_the_scatter_line_joins_the_means_no_other_dominates() -> None:
+    points = {"a": (-30.0, 10.0), "b": (-15.0, 14.0), "c": (-14.0, 9.0), "d": (-20.0, 12.0)}
+    # sll minimised, directivity maximised: c is dominated by b, the others trade off.
+    assert non_dominated(points, (False, True)) == ["a", "d", "b"]
+    # Both maximised: b has the highest y, c the highest x.
+    assert non_dominated(points, (True, True)) == ["c", "b"]

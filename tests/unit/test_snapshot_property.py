@@ -65,6 +65,8 @@ STRATEGIES = st.fixed_dictionaries(
         "crossover_rate": st.sampled_from([0.0, 0.5]),
         "models": st.booleans(),
         "tools": st.booleans(),
+        "selection": st.sampled_from(["ucb", "pareto"]),
+        "pareto_metrics": st.sampled_from([(), ("upright", "-torque")]),
     }
 )
 
@@ -93,7 +95,11 @@ def result_for(work: Work, outcome: str, score: float) -> Result:
         case EvaluateWork():
             failed = outcome == "error"
             instances = tuple(
-                InstanceScore(instance=i, score=-2000.0 if failed else score + 10 * n)
+                InstanceScore(
+                    instance=i,
+                    score=-2000.0 if failed else score + 10 * n,
+                    metrics={} if failed else {"upright": score / 2000 + 1, "torque": float(n)},
+                )
                 for n, i in enumerate(work.instances)
             )
             if outcome == "partial":

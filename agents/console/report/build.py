@@ -32,6 +32,7 @@ from evobus.agents.console.report.series import (
     lineage_layout,
     lineage_nodes,
     node_scores,
+    non_dominated,
     operator_counts,
     score_series,
     skill_series,
@@ -395,6 +396,88 @@ def plot_skills(run: Run, figure: Figure) -> str:
     return f"Utility of each of the {len(series)} skills after each use{more}."
 
 
+def _objective_label(written: str) -> str:
+    """An axis label of a Pareto objective (``-name``: minimised)."""
+    name = written.removeprefix("-")
+    return _plain(f"{name} ({'lower' if written.startswith('-') else 'higher'} is better)")
+
+
+def plot_pareto(run: Run, figure: Figure) -> str:
+    """The last Pareto front: with two objectives or more, every member's means of the first
+    two with the front marked (REFLEX's SLL-directivity figure); each front member's coverage,
+    and the front's size over time."""
+    if not run.fronts:
+        axes = figure.subplots()
+        _note(axes, 'no Pareto front: selection is not "pareto" in this campaign')
+        _style(axes, "Pareto front")
+        return 'No pareto_front_changed event (selection is not "pareto").'
+    last = run.fronts[-1]
+    objectives = ", ".join(last.objectives)
+    if len(last.objectives) >= 2:
+        scatter, coverage = figure.subplots(1, 2, width_ratios=(3, 2))
+        on_front = set(last.front)
+        for members, color, label in (
+            ([c for c in last.means if c not in on_front], "silver", "pool member"),
+            ([c for c in last.means if c in on_front], "C3", "on the front"),
+        ):
+            scatter.scatter(
+                [last.means[c][0] for c in members],
+                [last.means[c][1] for c in members],
+                s=18,
+                color=color,
+                label=label,
+                zorder=3 if color == "C3" else 2,
+            )
+        points = {c: (m[0], m[1]) for c, m in last.means.items()}
+        maximise = (not last.objectives[0].startswith("-"), not last.objectives[1].startswith("-"))
+        line = non_dominated(points, maximise)
+        scatter.step(
+            [points[c][0] for c in line],
+            [points[c][1] for c in line],
+            where="post",  # in order from the best along x: each point's box, edge to edge
+            linestyle="--",
+            linewidth=0.8,
+            color="C0",
+            label="non-dominated on these means",
+        )
+        for cid in last.front:
+            if cid in last.means:
+                x, y = last.means[cid][:2]
+                scatter.annotate(cid, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        _style(
+            scatter,
+            "pool members' means",
+            _objective_label(last.objectives[0]),
+            _objective_label(last.objectives[1]),
+        )
+        _legend(scatter)
+    else:
+        coverage, sizes = figure.subplots(1, 2)
+        sizes.step(
+            [run.t(e.at) for e in run.fronts],
+            [len(e.front) for e in run.fronts],
+            where="post",
+            marker=".",
+            color="C0",
+        )
+        _style(sizes, "front size", "seconds since start", "members")
+        _counts(sizes)
+    coverage.bar(range(len(last.front)), last.coverage, color="C3")
+    coverage.set_xticks(range(len(last.front)), last.front, rotation=60, fontsize=6)
+    _style(coverage, "coverage of the last front", "", "instance-objective pairs led")
+    _counts(coverage)
+    return (
+        f"The Pareto front over {objectives} after {len(run.fronts)} changes: "
+        f"{len(last.front)} members leading {last.columns} instance-objective pairs (GEPA §3); "
+        "parents are drawn by coverage. A member is on it when it is best on one objective on "
+        "one instance, so a marked point may lie off the dashed line of its means."
+        if len(last.objectives) >= 2
+        else f"The Pareto front over {objectives} after {len(run.fronts)} changes: "
+        f"{len(last.front)} members leading {last.columns} instance-objective pairs (GEPA §3); "
+        "parents are drawn by coverage."
+    )
+
+
 def plot_lineage(run: Run, figure: Figure) -> str:
     """The tree of accepted candidates and their ancestors back to the seed."""
     layout = lineage_layout(run)
@@ -482,6 +565,7 @@ PLOTS: tuple[tuple[str, str, Draw], ...] = (
     ("operators.png", "operator bandit shares and mean rewards", plot_operators),
     ("skills.png", "skill utilities over time", plot_skills),
     ("lineage.png", "lineage tree of accepted candidates", plot_lineage),
+    ("pareto.png", "the Pareto front parents are drawn from, and its coverage", plot_pareto),
 )
 
 

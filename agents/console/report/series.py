@@ -29,6 +29,7 @@ from evobus.schemas.events import (
     CandidateProposed,
     CandidateRejected,
     Event,
+    ParetoFrontChanged,
     SkillLearned,
     SkillRetired,
     SkillUtilityUpdated,
@@ -64,6 +65,7 @@ class Run:
     skills_learned: list[SkillLearned] = field(default_factory=list)
     skills_retired: list[SkillRetired] = field(default_factory=list)
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
+    fronts: list[ParetoFrontChanged] = field(default_factory=list)  # Pareto selection's
     failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
@@ -145,7 +147,25 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.skills_retired.append(event)
             case AgentExited() | AgentRestarted():
                 run.agents.append(event)
+            case ParetoFrontChanged():
+                run.fronts.append(event)
     return run
+
+
+# --- Pareto front -------------------------------------------------------------------------
+
+
+def non_dominated(points: dict[str, tuple[float, float]], maximise: tuple[bool, bool]) -> list[str]:
+    """The points no other point dominates in two objectives (each maximised or minimised),
+    in order along the first: the classical front of the means that a scatter draws as a
+    line (REFLEX's SLL-directivity figure)."""
+    sign = tuple(1.0 if m else -1.0 for m in maximise)
+    ranked = sorted(points, key=lambda c: (-sign[0] * points[c][0], -sign[1] * points[c][1]))
+    front: list[str] = []
+    for cid in ranked:  # best first along x: a point is kept when it is better along y
+        if not front or sign[1] * points[cid][1] > sign[1] * points[front[-1]][1]:
+            front.append(cid)
+    return front
 
 
 # --- scores ------------------------------------------------------------------------------

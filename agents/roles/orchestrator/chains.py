@@ -17,6 +17,13 @@ import msgspec
 from evobus.agents.evolution.analysis import analyze, render_analysis
 from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit, next_operator
 from evobus.agents.evolution.intensity import mutation_intensity, other_means
+from evobus.agents.evolution.pareto import (
+    ParetoFront,
+    front_means,
+    objectives_of,
+    pool_front,
+    select_parents,
+)
 from evobus.agents.evolution.pool import noise_scale, sample_minibatch
 from evobus.agents.evolution.reordering import reorder
 from evobus.agents.evolution.speculative import speculative_prefix
@@ -24,7 +31,7 @@ from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.speculation import derive
 from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
-from evobus.schemas.events import BurstStarted, CandidateProposed
+from evobus.schemas.events import BurstStarted, CandidateProposed, ParetoFrontChanged
 from evobus.schemas.results import Evaluation, Proposal
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import DiagnoseWork, ProposeWork
@@ -43,12 +50,14 @@ class Selection(msgspec.Struct, kw_only=True):
             without improvement counted towards the next one (``count_outcome``).
         rollback_parent: the parent a forced step restarts from after a rollback (A-Evolve
             Phase 8), if any.
+        front: the Pareto front last announced (``selection = "pareto"``).
     """
 
     rng: random.Random
     bandit: OperatorBandit
     burst: ExplorationBurst
     rollback_parent: str | None = None
+    front: ParetoFront = msgspec.field(default_factory=ParetoFront)
 
 
 class Candidates(msgspec.Struct, kw_only=True):
@@ -131,15 +140,14 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     if operator == "x_div" and len(pool) < 2:
         operator = "m_diag"
     beta = state.strategy.ucb_beta * noise_scale(pool)
+    k = 2 if operator == "x_div" else 1
+    rule = state.strategy.selection
     if selection.rollback_parent is not None and forced:
         parents = [selection.rollback_parent]
+    elif rule == "pareto":
+        parents = select_parents(pool, _pareto_front(state, step, now), k, selection.rng)
     else:
-        parents = pool.select(
-            2 if operator == "x_div" else 1,
-            rule=state.strategy.selection,
-            beta=beta,
-            rng=selection.rng,
-        )
+        parents = pool.select(k, rule=rule, beta=beta, rng=selection.rng)
     if operator == "i1":
         parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
     chain = Chain(
@@ -176,6 +184,28 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
             evidence=evidence,
         )
     return chain
+
+
+def _pareto_front(state: CampaignState, step: Step, now: float) -> ParetoFront:
+    """The pool's Pareto front (GEPA §3), announced when it is not the one last announced."""
+    objectives = objectives_of(state.strategy.pareto_metrics)
+    pool = state.population.pool
+    front = pool_front(pool, objectives)
+    if front != state.selection.front:
+        state.selection.front = front
+        state.emit(
+            step,
+            ParetoFrontChanged(
+                campaign=state.cid,
+                at=now,
+                objectives=tuple(o.written for o in objectives),
+                front=front.members,
+                coverage=front.coverage,
+                columns=front.columns,
+                means=front_means(pool, objectives),
+            ),
+        )
+    return front
 
 
 def _critic_sees(state: CampaignState) -> bool:

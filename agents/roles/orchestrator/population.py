@@ -41,9 +41,13 @@ def seed(state: CampaignState, candidate_id: str) -> None:
 
 
 def record_scores(state: CampaignState, candidate_id: str, evaluation: Evaluation) -> None:
-    """Add a train evaluation's scores to the candidate's statistics (POLCA's UPDATESTATS)."""
+    """Add a train evaluation's scores to the candidate's statistics (POLCA's UPDATESTATS),
+    with the metrics Pareto selection compares candidates on (only those: the snapshot
+    carries every one kept)."""
+    names = [m.removeprefix("-") for m in state.strategy.pareto_metrics]
     for score in evaluation.instances:
-        state.population.pool.record(candidate_id, score.instance, score.score)
+        metrics = {n: score.metrics[n] for n in names if n in score.metrics}
+        state.population.pool.record(candidate_id, score.instance, score.score, metrics)
 
 
 def join(state: CampaignState, candidate_id: str, score: float, chain: Chain) -> bool:
