@@ -177,7 +177,15 @@ class PullConsumer(Generic[T]):
                     if borrowers:
                         more = await self._fetch(self._psub, len(borrowers), TOP_UP_SECONDS)
                         for msg in more:
-                            tg.start_soon(self._handle_and_release, msg, borrowers.pop())
+                            if borrowers:
+                                borrower = borrowers.pop()
+                            else:
+                                # nats-py hands over all its subscription holds, which can be
+                                # more than asked for (a late answer to an expired pull): the
+                                # extra ones wait for a slot.
+                                borrower = object()
+                                await self._limiter.acquire_on_behalf_of(borrower)
+                            tg.start_soon(self._handle_and_release, msg, borrower)
                     for unused in borrowers:
                         self._limiter.release_on_behalf_of(unused)
         finally:
