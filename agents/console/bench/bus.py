@@ -50,6 +50,7 @@ from evobus.agents.console.bench.timings import (
     BusBenchReport,
     ItemTimes,
     RunReport,
+    cpu_seconds,
     machine_facts,
     summarize,
 )
@@ -213,9 +214,16 @@ class BusBenchOptions:
 
 
 async def run_once(
-    nc: Client, url: str, stage: str, options: BusBenchOptions, handler_ms: float, log_dir: Path
+    nc: Client,
+    url: str,
+    stage: str,
+    options: BusBenchOptions,
+    handler_ms: float,
+    log_dir: Path,
+    server_pid: int | None = None,
 ) -> RunReport:
-    """One run with fresh worker processes and a fresh campaign id on the bus at ``url``.
+    """One run with fresh worker processes and a fresh campaign id on the bus at ``url``;
+    ``server_pid``, the embedded server's, has its CPU time counted.
 
     Raises:
         BenchError: a worker died or never started, or results stopped coming.
@@ -257,6 +265,11 @@ async def run_once(
             await wait_ready(beats, workers)
         finally:
             await beats.unsubscribe()
+        pids: dict[str, list[int | None]] = {
+            "workers": [w.proc.pid for w in workers],
+            "nats-server": [server_pid],
+        }
+        cpu_before = _cpu_by_process(pids)
         async with anyio.create_task_group() as tg:
             await tg.start(collector.run)
             async with anyio.create_task_group() as guard:
@@ -267,6 +280,7 @@ async def run_once(
                 await dispatcher.done.wait()
                 guard.cancel_scope.cancel()
             collector.stop()
+        cpu_after = _cpu_by_process(pids)
     finally:
         with anyio.CancelScope(shield=True):
             await stop_workers(workers)
@@ -276,6 +290,11 @@ async def run_once(
     return summarize(
         dispatcher.times,
         batches=collector.batches,
+        cpu_seconds={
+            name: cpu_after[name] - before
+            for name, before in cpu_before.items()
+            if name in cpu_after
+        },
         started_at=dispatcher.started_at,
         warmup=options.warmup,
         handler_slots=min(options.in_flight, options.workers * options.concurrency),
@@ -285,6 +304,17 @@ async def run_once(
         work_bytes=len(codec.encode(bench_work(campaign, 0))),
         result_bytes=dispatcher.result_bytes,
     )
+
+
+def _cpu_by_process(pids: dict[str, list[int | None]]) -> dict[str, float]:
+    """CPU seconds used so far by this process (``collector``) and each group of ``pids``;
+    a group whose time cannot be read is left out."""
+    used = {"collector": time.process_time()}
+    for name, group in pids.items():
+        seconds = [cpu_seconds(pid) if pid is not None else None for pid in group]
+        if group and all(s is not None for s in seconds):
+            used[name] = sum(s for s in seconds if s is not None)
+    return used
 
 
 async def _watch_progress(
@@ -344,7 +374,10 @@ async def bench_bus(
                         f"evobus bench bus: handlers of {handler_ms:g} ms, {options.workers} "
                         f"worker processes x {options.concurrency}, {options.in_flight} in flight"
                     )
-                    runs.append(await run_once(nc, url, stage, options, handler_ms, Path(logs)))
+                    pid = server.pid if server else None
+                    runs.append(
+                        await run_once(nc, url, stage, options, handler_ms, Path(logs), pid)
+                    )
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()

@@ -67,6 +67,9 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
             share of the wall time the in-flight items spent on the bus, not in handlers.
         batches: the batches the collector applied over the whole run (results per batch:
             ``collected / batches``).
+        cpu_ms_per_item: CPU milliseconds per item collected over the whole run, by process
+            (``collector``: the bench's own process; ``workers``; ``nats-server`` when
+            embedded): where the machine's time goes. Empty where ``/proc`` is not there.
     """
 
     handler_sleep_ms: float
@@ -91,6 +94,7 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
     work_bytes: int
     result_bytes: int
     batches: int = 0
+    cpu_ms_per_item: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -134,6 +138,7 @@ def summarize(
     work_bytes: int = 0,
     result_bytes: int = 0,
     batches: int = 0,
+    cpu_seconds: Mapping[str, float] | None = None,
 ) -> RunReport:
     """Rates, latencies and bus shares of one run's item timings.
 
@@ -179,7 +184,24 @@ def summarize(
         work_bytes=work_bytes,
         result_bytes=result_bytes,
         batches=batches,
+        cpu_ms_per_item={
+            name: round(seconds * 1000 / len(done), 3)
+            for name, seconds in (cpu_seconds or {}).items()
+        },
     )
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used, from ``/proc`` (None where it
+    cannot be read: not Linux, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces) start at the state, field 3;
+    # utime and stime are fields 14 and 15, in clock ticks.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _share(inside: float, total: float) -> float:
@@ -272,4 +294,8 @@ def format_report(report: BusBenchReport) -> str:
             f"{'':>11}{r.bus_share_per_item:>8.1%} {r.bus_share_of_wall:>8.1%}   "
             f"{r.collected}/{r.dispatched} ({r.failed})   {r.collected / max(r.batches, 1):.1f}"
         )
+    lines += ["", f"{'handler':>8}   CPU ms per item"]
+    for r in report.runs:
+        cpu = ", ".join(f"{name} {ms:.3f}" for name, ms in r.cpu_ms_per_item.items())
+        lines.append(f"{r.handler_sleep_ms:>5g} ms   {cpu or 'not measured'}")
     return "\n".join(lines)
