@@ -7,8 +7,8 @@ both in JetStream KV, both written with compare-and-set.
   expire (its holder was killed) or gives up naming the holder. A holder that finds its lease
   taken stops.
 * The snapshot (``EVO_STATE``) is written after each batch of applied results is published and
-  before any of it is acked, with the revision it last wrote as the expected one: a writer that lost the lease
-  cannot overwrite its successor's state.
+  before any of it is acked, with the revision it last wrote as the expected one: a writer that
+  lost the lease cannot overwrite its successor's state.
 """
 
 from __future__ import annotations
