@@ -149,11 +149,7 @@ class PullConsumer(Generic[T]):
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind to the durable consumer and process until ``stop()``; returns once idle."""
-        try:  # kept to re-create the durable should the server lose it
-            self._bound_config = (await self._js.consumer_info(self.stream, self.durable)).config
-        except NatsError as exc:
-            log.warning("%s: no consumer info (%s); it cannot be re-created", self.durable, exc)
-        self._psub = await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+        self._psub = await self._bind()
         task_status.started()
         try:
             async with anyio.create_task_group() as tg:
@@ -177,12 +173,29 @@ class PullConsumer(Generic[T]):
                     if borrowers:
                         more = await self._fetch(self._psub, len(borrowers), TOP_UP_SECONDS)
                         for msg in more:
-                            tg.start_soon(self._handle_and_release, msg, borrowers.pop())
+                            if borrowers:
+                                borrower = borrowers.pop()
+                            else:
+                                # nats-py hands over all its subscription holds, which can be
+                                # more than asked for (a late answer to an expired pull): the
+                                # extra ones wait for a slot.
+                                borrower = object()
+                                await self._limiter.acquire_on_behalf_of(borrower)
+                            tg.start_soon(self._handle_and_release, msg, borrower)
                     for unused in borrowers:
                         self._limiter.release_on_behalf_of(unused)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._psub.unsubscribe()
+
+    async def _bind(self) -> JetStreamContext.PullSubscription:
+        """A pull subscription on the durable, whose config is kept to re-create it should the
+        server lose it."""
+        try:
+            self._bound_config = (await self._js.consumer_info(self.stream, self.durable)).config
+        except NatsError as exc:
+            log.warning("%s: no consumer info (%s); it cannot be re-created", self.durable, exc)
+        return await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
 
     async def _fetch(
         self, psub: JetStreamContext.PullSubscription, batch: int, wait: float

@@ -19,6 +19,7 @@ from evobus.agents.console.ui import DEFAULT_PORT as UI_PORT
 from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.runtime.errors import AgentError, CampaignFailed
 from evobus.agents.runtime.process import AgentSettings, Setup, run_agent
+from evobus.bus.batch_consumer import DEFAULT_BATCH
 from evobus.bus.connection import connect, url_from_env
 from evobus.bus.errors import BusError
 from evobus.infra.errors import InfraError
@@ -273,6 +274,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--handler-ms", type=float, default=50.0, help="the second run's handler time (0: none)"
     )
     bench_bus.add_argument("--warmup", type=float, default=1.0, help="seconds not counted")
+    bench_bus.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULT_BATCH,
+        help="results the collector applies between acks, as the orchestrator (1: one by one)",
+    )
     bench_bus.add_argument(
         "--nats", help="NATS URL (default: an embedded server); there it uses a stage of its own"
     )
@@ -880,6 +887,7 @@ async def _bench_bus(args: argparse.Namespace) -> int:
         items=args.items,
         handler_ms=args.handler_ms,
         warmup=args.warmup,
+        batch=args.batch,
         nats_url=args.nats,
         json_path=args.json,
         command=shlex.join(["evobus", *sys.argv[1:]]) if typed else "",

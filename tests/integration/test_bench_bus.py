@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import anyio
@@ -28,6 +29,8 @@ def assert_sane(run: RunReport, items: int) -> None:
     assert run.round_trip_ms.p50 >= run.handler_ms.p50
     assert 0.0 <= run.bus_share_per_item <= 1.0 and 0.0 <= run.bus_share_of_wall <= 1.0
     assert run.work_bytes > 1000 and run.result_bytes > 0
+    assert 1 <= run.batches <= items
+    assert all(ms > 0 for ms in run.cpu_ms_per_item.values())
 
 
 @pytest.mark.anyio
@@ -40,6 +43,8 @@ async def test_a_tiny_bench_on_its_embedded_server(tmp_path: Path) -> None:
     assert [run.handler_sleep_ms for run in report.runs] == [0.0, 20.0]
     for run in report.runs:
         assert_sane(run, 40)
+        if sys.platform == "linux":
+            assert set(run.cpu_ms_per_item) == {"collector", "workers", "nats-server"}
     # A handler that sleeps leaves the bus a smaller share of each round trip.
     assert report.runs[1].bus_share_per_item < report.runs[0].bus_share_per_item
     assert (report.nats, report.stage) == ("embedded", "evaluate")

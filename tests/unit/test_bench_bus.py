@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -10,7 +11,13 @@ import pytest
 from evobus.agents.console.bench.bus import BusBenchOptions, Dispatcher
 from evobus.agents.console.bench.errors import BenchError
 from evobus.agents.console.bench.noop_worker import bench_work, noop_evaluation
-from evobus.agents.console.bench.timings import ItemTimes, latency, quantile, summarize
+from evobus.agents.console.bench.timings import (
+    ItemTimes,
+    cpu_seconds,
+    latency,
+    quantile,
+    summarize,
+)
 from evobus.agents.console.cli import build_parser
 from evobus.bus import codec, subjects
 from evobus.bus.envelope import MessageContext
@@ -64,6 +71,22 @@ def test_a_steady_run_adds_up() -> None:
     assert report.bus_share_per_item == pytest.approx(0.5)
     # 2 slots could hold 2 s of handler time per second; 100 items x 10 ms use 1 s of it.
     assert report.bus_share_of_wall == pytest.approx(0.5, abs=0.01)
+
+
+def test_cpu_time_is_counted_per_item_collected_by_process() -> None:
+    times = steady_run(1000, period=0.01, handler=0.010, bus=0.005)
+    cpu = {"collector": 0.5, "workers": 1.25}
+    report = summarize(times, started_at=100.0, warmup=1.0, handler_slots=2, cpu_seconds=cpu)
+    assert report.cpu_ms_per_item == {"collector": 0.5, "workers": 1.25}
+    assert summarize(times, started_at=100.0, warmup=1.0, handler_slots=2).cpu_ms_per_item == {}
+
+
+def test_a_process_cpu_time_is_read_while_it_lives() -> None:
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("no /proc here: the bench reports no CPU time")
+    used = cpu_seconds(os.getpid())
+    assert used is not None and used > 0
+    assert cpu_seconds(2**22 + 1) is None  # over Linux's largest pid: never a process
 
 
 def test_a_run_shorter_than_its_warm_up_is_counted_whole() -> None:
@@ -124,4 +147,4 @@ def test_the_explicit_command_parses_back_to_the_same_options(tmp_path: Path) ->
     assert (args.command, args.bench) == ("bench", "bus")
     assert (args.items, args.handler_ms, args.nats, args.json) == (50, 5.0, "nats://h:1", tmp_path)
     assert (args.workers, args.concurrency, args.in_flight) == (2, 32, 64)
-    assert (args.seconds, args.warmup) == (10.0, 1.0)
+    assert (args.seconds, args.warmup, args.batch) == (10.0, 1.0, 64)

@@ -6,9 +6,11 @@ the path is the product's own: ``ensure_streams``; EvaluateWork items on ``subje
 stage)`` in the EVO_WORK work queue, served through the role's durable consumer by
 ``PullConsumer`` in separate worker processes (``agents.bench.noop_worker``, started by
 ``run_agent``); and a collector that reads the campaign's results as the orchestrator does
-(``ensure_results_consumer``, ``PullConsumer`` with concurrency 1) and, like it, returns the next
-item from the handler that applies a result, so that item is published (its PubAck awaited)
-before the result is acked.
+(``ensure_results_consumer``, a ``BatchConsumer`` of ``--batch``, by default the orchestrator's):
+it applies what is waiting one result at a time, publishes the next items the batch called for
+(their PubAcks confirmed together), then the batch is acked. ``--batch 1`` is the orchestrator
+as it was before batches: a fetch, a publish and an ack per result. The collector takes no
+snapshot (the orchestrator's one KV write per batch is not counted here).
 
 On its own embedded server the bench uses the evaluator's stage and durable (``evaluate``,
 ``work-evaluate``); on a server given with ``--nats`` it uses a stage of its own (``bench``), so
@@ -48,13 +50,14 @@ from evobus.agents.console.bench.timings import (
     BusBenchReport,
     ItemTimes,
     RunReport,
+    cpu_seconds,
     machine_facts,
     summarize,
 )
 from evobus.agents.runtime.process import make_agent_ref
 from evobus.bus import codec, subjects
+from evobus.bus.batch_consumer import DEFAULT_BATCH, BatchConsumer, Delivery
 from evobus.bus.connection import connect
-from evobus.bus.consumer import PullConsumer
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound, Publisher
 from evobus.bus.streams import ensure_results_consumer, ensure_streams, ensure_work_consumer
@@ -174,6 +177,7 @@ class BusBenchOptions:
     items: int | None = None
     handler_ms: float = 50.0
     warmup: float = 1.0
+    batch: int = DEFAULT_BATCH
     nats_url: str | None = None
     json_path: Path | None = DEFAULT_JSON
     command: str = ""
@@ -185,6 +189,7 @@ class BusBenchOptions:
             ("--concurrency", self.concurrency),
             ("--in-flight", self.in_flight),
             ("--items", 1 if self.items is None else self.items),
+            ("--batch", self.batch),
         ):
             if value < 1:
                 raise BenchError(f"{name} must be at least 1, got {value}")
@@ -202,15 +207,23 @@ class BusBenchOptions:
         argv += ["--concurrency", str(self.concurrency), "--in-flight", str(self.in_flight)]
         argv += ["--items", str(self.items)] if self.items else ["--seconds", f"{self.seconds:g}"]
         argv += ["--handler-ms", f"{self.handler_ms:g}", "--warmup", f"{self.warmup:g}"]
+        argv += ["--batch", str(self.batch)]
         argv += ["--nats", self.nats_url] if self.nats_url else []
         argv += ["--json", str(self.json_path)] if self.json_path else []
         return shlex.join(argv)
 
 
 async def run_once(
-    nc: Client, url: str, stage: str, options: BusBenchOptions, handler_ms: float, log_dir: Path
+    nc: Client,
+    url: str,
+    stage: str,
+    options: BusBenchOptions,
+    handler_ms: float,
+    log_dir: Path,
+    server_pid: int | None = None,
 ) -> RunReport:
-    """One run with fresh worker processes and a fresh campaign id on the bus at ``url``.
+    """One run with fresh worker processes and a fresh campaign id on the bus at ``url``;
+    ``server_pid``, the embedded server's, has its CPU time counted.
 
     Raises:
         BenchError: a worker died or never started, or results stopped coming.
@@ -223,14 +236,22 @@ async def run_once(
         campaign, stage, in_flight=options.in_flight, seconds=options.seconds, items=options.items
     )
     publisher = TimedPublisher(js, make_agent_ref("orchestrator"), dispatcher.published)
-    collector = PullConsumer(
+
+    async def apply_batch(batch: Sequence[Delivery[Result]]) -> None:
+        """As the orchestrator: apply one result at a time, publish what they call for."""
+        out: list[Outbound] = []
+        for delivery in batch:
+            out += await dispatcher.apply(delivery.item, delivery.ctx)
+        await publisher.publish_all(out)
+
+    collector = BatchConsumer(
         js,
         publisher,
         stream=subjects.STREAM_RESULTS,
         durable=durable,
         decoder=codec.RESULT_DECODER,
-        handler=dispatcher.apply,
-        concurrency=1,  # as the orchestrator: results are applied one at a time
+        handler=apply_batch,
+        batch=options.batch,
     )
     argv = worker_argv(url, stage, options.concurrency, handler_ms)
     failures: list[str] = []
@@ -244,6 +265,11 @@ async def run_once(
             await wait_ready(beats, workers)
         finally:
             await beats.unsubscribe()
+        pids: dict[str, list[int | None]] = {
+            "workers": [w.proc.pid for w in workers],
+            "nats-server": [server_pid],
+        }
+        cpu_before = _cpu_by_process(pids)
         async with anyio.create_task_group() as tg:
             await tg.start(collector.run)
             async with anyio.create_task_group() as guard:
@@ -254,6 +280,7 @@ async def run_once(
                 await dispatcher.done.wait()
                 guard.cancel_scope.cancel()
             collector.stop()
+        cpu_after = _cpu_by_process(pids)
     finally:
         with anyio.CancelScope(shield=True):
             await stop_workers(workers)
@@ -262,6 +289,12 @@ async def run_once(
         raise BenchError(failures[0])
     return summarize(
         dispatcher.times,
+        batches=collector.batches,
+        cpu_seconds={
+            name: cpu_after[name] - before
+            for name, before in cpu_before.items()
+            if name in cpu_after
+        },
         started_at=dispatcher.started_at,
         warmup=options.warmup,
         handler_slots=min(options.in_flight, options.workers * options.concurrency),
@@ -271,6 +304,17 @@ async def run_once(
         work_bytes=len(codec.encode(bench_work(campaign, 0))),
         result_bytes=dispatcher.result_bytes,
     )
+
+
+def _cpu_by_process(pids: dict[str, list[int | None]]) -> dict[str, float]:
+    """CPU seconds used so far by this process (``collector``) and each group of ``pids``;
+    a group whose time cannot be read is left out."""
+    used = {"collector": time.process_time()}
+    for name, group in pids.items():
+        seconds = [cpu_seconds(pid) if pid is not None else None for pid in group]
+        if group and all(s is not None for s in seconds):
+            used[name] = sum(s for s in seconds if s is not None)
+    return used
 
 
 async def _watch_progress(
@@ -330,7 +374,10 @@ async def bench_bus(
                         f"evobus bench bus: handlers of {handler_ms:g} ms, {options.workers} "
                         f"worker processes x {options.concurrency}, {options.in_flight} in flight"
                     )
-                    runs.append(await run_once(nc, url, stage, options, handler_ms, Path(logs)))
+                    pid = server.pid if server else None
+                    runs.append(
+                        await run_once(nc, url, stage, options, handler_ms, Path(logs), pid)
+                    )
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
@@ -347,6 +394,7 @@ async def bench_bus(
         workers=options.workers,
         concurrency=options.concurrency,
         in_flight=options.in_flight,
+        batch=options.batch,
         seconds=None if options.items else options.seconds,
         items=options.items,
         runs=tuple(runs),

@@ -65,6 +65,11 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
         bus_share_per_item: 1 - sum of handler time / sum of round-trip time.
         bus_share_of_wall: 1 - handler seconds in the window / (window x handler slots): the
             share of the wall time the in-flight items spent on the bus, not in handlers.
+        batches: the batches the collector applied over the whole run (results per batch:
+            ``collected / batches``).
+        cpu_ms_per_item: CPU milliseconds per item collected over the whole run, by process
+            (``collector``: the bench's own process; ``workers``; ``nats-server`` when
+            embedded): where the machine's time goes. Empty where ``/proc`` is not there.
     """
 
     handler_sleep_ms: float
@@ -88,6 +93,8 @@ class RunReport(msgspec.Struct, frozen=True, kw_only=True):
     bus_share_of_wall: float
     work_bytes: int
     result_bytes: int
+    batches: int = 0
+    cpu_ms_per_item: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
@@ -130,6 +137,8 @@ def summarize(
     failed: int = 0,
     work_bytes: int = 0,
     result_bytes: int = 0,
+    batches: int = 0,
+    cpu_seconds: Mapping[str, float] | None = None,
 ) -> RunReport:
     """Rates, latencies and bus shares of one run's item timings.
 
@@ -174,7 +183,25 @@ def summarize(
         bus_share_of_wall=_share(in_handlers, window * handler_slots),
         work_bytes=work_bytes,
         result_bytes=result_bytes,
+        batches=batches,
+        cpu_ms_per_item={
+            name: round(seconds * 1000 / len(done), 3)
+            for name, seconds in (cpu_seconds or {}).items()
+        },
     )
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used, from ``/proc`` (None where it
+    cannot be read: not Linux, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command name (which may hold spaces) start at the state, field 3;
+    # utime and stime are fields 14 and 15, in clock ticks.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _share(inside: float, total: float) -> float:
@@ -210,6 +237,7 @@ class BusBenchReport(msgspec.Struct, frozen=True, kw_only=True):
     items: int | None
     runs: tuple[RunReport, ...]
     bench: str = "bus"
+    batch: int = 1
 
 
 def _cpu_model() -> str:
@@ -241,8 +269,8 @@ def format_report(report: BusBenchReport) -> str:
     span = f"{report.items} items" if report.items else f"{report.seconds:g} s"
     lines = [
         f"evobus bench bus: {report.workers} worker processes x {report.concurrency} handlers, "
-        f"{report.in_flight} in flight, {span} a run; nats-server {m.nats_server} "
-        f"({report.nats}), {m.cpu_count} CPUs, {m.python}",
+        f"{report.in_flight} in flight, batches of up to {report.batch}, {span} a run; "
+        f"nats-server {m.nats_server} ({report.nats}), {m.cpu_count} CPUs, {m.python}",
         "",
         f"{'handler':>8} {'out/s':>8} {'in/s':>8}   round trip ms: {'p50':>6} {'p90':>6} "
         f"{'p99':>6} {'max':>6}   PubAck ms: {'p50':>5} {'p99':>5}",
@@ -257,13 +285,17 @@ def format_report(report: BusBenchReport) -> str:
     lines += [
         "",
         f"{'handler':>8}   p50 ms: {'to worker':>9} {'handler':>8} {'back':>6} {'bus':>6}   "
-        f"bus share: {'per item':>8} {'of wall':>8}   items (failed)",
+        f"bus share: {'per item':>8} {'of wall':>8}   items (failed)   per batch",
     ]
     for r in report.runs:
         lines.append(
             f"{r.handler_sleep_ms:>5g} ms   {'':>8}{r.to_worker_ms.p50:>9.1f} "
             f"{r.handler_ms.p50:>8.1f} {r.back_ms.p50:>6.1f} {r.bus_ms.p50:>6.1f}   "
             f"{'':>11}{r.bus_share_per_item:>8.1%} {r.bus_share_of_wall:>8.1%}   "
-            f"{r.collected}/{r.dispatched} ({r.failed})"
+            f"{r.collected}/{r.dispatched} ({r.failed})   {r.collected / max(r.batches, 1):.1f}"
         )
+    lines += ["", f"{'handler':>8}   CPU ms per item"]
+    for r in report.runs:
+        cpu = ", ".join(f"{name} {ms:.3f}" for name, ms in r.cpu_ms_per_item.items())
+        lines.append(f"{r.handler_sleep_ms:>5g} ms   {cpu or 'not measured'}")
     return "\n".join(lines)

@@ -31,8 +31,8 @@ from evobus.agents.runtime.events import EVENT_LOG, append_events, describe
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.agents.tasks import campaign_seed, get_task
 from evobus.bus import codec, subjects
+from evobus.bus.batch_consumer import BatchConsumer, Delivery, batch_size
 from evobus.bus.connection import connect
-from evobus.bus.consumer import PullConsumer
 from evobus.bus.control import send_workers_target
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound, Publisher
@@ -187,23 +187,28 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             """Snapshot the state (after its messages are published)."""
             await store.save(snapshot.take(state, last_applied=applied[0], now=time.time()))
 
-        async def handle(result: Result, ctx: MessageContext) -> Sequence[Outbound]:
-            """Apply a result, publish what follows and snapshot; the consumer then acks it (a
-            publish that fails stops the process unacked: it resumes from the snapshot)."""
+        async def apply(result: Result, ctx: MessageContext) -> list[Outbound]:
+            """Apply a result and carry out its effects; the messages left to publish."""
+            applied[0] = result.work_id
+            try:
+                step = state.apply(result, ctx.sender, time.time())
+            except Exception as exc:  # the state machine broke: a redelivery would stall
+                log.exception("campaign %s: applying %s failed", campaign, type(result).__name__)
+                step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
+            return await effects(step)
+
+        async def handle(batch: Sequence[Delivery[Result]]) -> None:
+            """Apply the results in order, publish all they lead to (PubAcks confirmed
+            together) and snapshot once; the consumer then acks them (a publish that fails
+            stops the process unacked: it resumes from the snapshot, applies them again and
+            publishes the same messages under the same ids)."""
             async with writer:
-                applied[0] = result.work_id
-                try:
-                    step = state.apply(result, ctx.sender, time.time())
-                except Exception as exc:  # the state machine broke: a redelivery would stall
-                    log.exception(
-                        "campaign %s: applying %s failed", campaign, type(result).__name__
-                    )
-                    step = state.fail(
-                        f"orchestrator error: {type(exc).__name__}: {exc}", time.time()
-                    )
-                await publisher.publish_all(await effects(step))
+                out: list[Outbound] = []
+                for delivery in batch:
+                    with delivery.span():
+                        out += await apply(delivery.item, delivery.ctx)
+                await publisher.publish_all(out)
                 await persist()
-            return ()
 
         async def clock() -> None:
             logged = time.monotonic()
@@ -257,15 +262,16 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
 
         durable = await ensure_results_consumer(js, campaign)
         proc.consumers.append(
-            PullConsumer(
+            # The single writer applies results one at a time, in batches of what is waiting;
+            # an unpublishable result: exit, resume from the snapshot.
+            BatchConsumer(
                 js,
                 publisher,
                 stream=subjects.STREAM_RESULTS,
                 durable=durable,
                 decoder=codec.RESULT_DECODER,
                 handler=handle,
-                stateful=True,  # an unpublishable result: exit, resume from the snapshot
-                concurrency=1,  # the single writer applies results one at a time
+                batch=batch_size(),
             )
         )
         if saved is None:

@@ -6,9 +6,9 @@ both in JetStream KV, both written with compare-and-set.
   ``LEASE_RENEW_SECONDS``. A second orchestrator of the same campaign waits for the lease to
   expire (its holder was killed) or gives up naming the holder. A holder that finds its lease
   taken stops.
-* The snapshot (``EVO_STATE``) is written after each applied result is published and before it
-  is acked, with the revision it last wrote as the expected one: a writer that lost the lease
-  cannot overwrite its successor's state.
+* The snapshot (``EVO_STATE``) is written after each batch of applied results is published and
+  before any of it is acked, with the revision it last wrote as the expected one: a writer that
+  lost the lease cannot overwrite its successor's state.
 """
 
 from __future__ import annotations
