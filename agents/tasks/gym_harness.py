@@ -20,6 +20,7 @@ With ``"evidence": true`` in ``task.json`` the harness also draws the worst epis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -452,6 +453,18 @@ def answer_action(control: Control, policy: Callable[..., object], observation: 
     raw = policy(observation)
     control.action(raw)
     return _number(raw, "a number")
+
+
+def warm_up() -> None:
+    """Make the launcher's environment (``ENV_ID``) once: a warm sandbox's zygote
+    (infra/zygote_server.py) calls it after importing this module, so that the harnesses it
+    forks find the environment's modules imported. Only that one: the others' (Box2D, pygame)
+    would make every fork of the zygote slower. Missing dependencies are left to the harness,
+    which says so."""
+    env_id = globals().get("ENV_ID")
+    if env_id in CONTROLS:
+        with contextlib.suppress(gym.error.DependencyNotInstalled):
+            gym.make(env_id).close()
 
 
 def main(env_id: str) -> int:
