@@ -278,7 +278,7 @@ def mount_plan(
         covers.setdefault(data, (data, 0o755, _MIB))
     outer = [covers[p] for p in _outermost(covers)]
     interpreter = _interpreter_dirs(python)
-    return outer, [p for p in interpreter if any(_is_under(p, c[0]) for c in outer)]
+    return outer, [p for p in interpreter if any(is_under(p, c[0]) for c in outer)]
 
 
 def rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
@@ -320,7 +320,7 @@ def _bwrap_argv(
     # bwrap would create the directories leading to a bind mount as 0700: the run needs 0755.
     leading = {str(d) for p in [*read_only, workdir or "/"] for d in PurePosixPath(p).parents}
     for directory in sorted(leading):
-        if any(_is_under(directory, c[0]) and directory != c[0] for c in covers):
+        if any(is_under(directory, c[0]) and directory != c[0] for c in covers):
             argv += ["--perms", "755", "--dir", directory]
     for path in read_only:
         argv += ["--ro-bind", path, path]
@@ -376,14 +376,15 @@ def _hidden_from_others(path: str) -> str | None:
     return next((str(d) for d in ancestors if not os.stat(d).st_mode & stat.S_IXOTH), None)
 
 
-def _is_under(path: str, parent: str) -> bool:
+def is_under(path: str, parent: str) -> bool:
+    """Whether ``path`` is ``parent`` or inside it (by name: nothing is resolved)."""
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def _outermost(paths: Iterable[str]) -> list[str]:
     kept: list[str] = []
     for path in sorted(set(paths)):
-        if not any(_is_under(path, k) for k in kept):
+        if not any(is_under(path, k) for k in kept):
             kept.append(path)
     return kept
 

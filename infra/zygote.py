@@ -59,6 +59,7 @@ from evobus.infra.sandbox import (
     SandboxRun,
     check_paths,
     collect_files,
+    is_under,
     remove_soon,
     rlimits,
     watch_workdir,
@@ -211,26 +212,34 @@ def _finish_run(
         slot.release()
 
 
-def _run_covers(zygote: Zygote, workdir: str, limits: SandboxSection) -> list[Cover]:
+def _run_mounts(
+    zygote: Zygote, workdir: str, limits: SandboxSection
+) -> tuple[list[Cover], list[tuple[str, bool]]]:
     """The run's own tmpfs: over the zygote's writable ones (/tmp, /dev/shm), as large as a
-    cold run's, and over the zygote's folder, which they may not hide already."""
+    cold run's, and over the zygote's folder, which they may not hide already; with what is
+    bound back over them: the interpreter's directories they hide (read-only) and the work
+    folder. A venv under /tmp (a checkout there) was hidden by the run's fresh /tmp before:
+    the run imported nothing the zygote had not (``ModuleNotFoundError: numpy``)."""
     size = limits.memory_mb * _MIB
     covers = [(path, mode, size) for path, mode, _ in zygote.covers if mode == 0o1777]
-    if not any(workdir.startswith(path.rstrip("/") + "/") for path, _, _ in covers):
+    if not any(is_under(workdir, path) for path, _, _ in covers):
         covers.append((zygote.folder, 0o755, _MIB))
-    return covers
+    hidden = [p for p in zygote.read_only if any(is_under(p, c) for c, _, _ in covers)]
+    return covers, [*((p, True) for p in hidden), (workdir, False)]
 
 
 async def _execute(
     zygote: Zygote, workdir: str, slot: RunSlot, argv: Sequence[str], limits: SandboxSection
 ) -> SandboxRun:
+    covers, binds = _run_mounts(zygote, workdir, limits)
     request = {
         "workdir": workdir,
         "uid": slot.uid,
         "rlimits": rlimits(limits, processes=True),
         "argv": list(argv),
         "environment": {**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
-        "covers": _run_covers(zygote, workdir, limits),
+        "covers": covers,
+        "binds": binds,
         "deadline_seconds": limits.timeout_seconds + sandbox.INIT_GRACE_SECONDS,
     }
     out_read, out_write = os.pipe()

@@ -58,7 +58,8 @@ def id_map(own: int) -> str:
 class Zygote:
     """One started zygote: its folder (a slot's workdir, so that a dead one's is removed when
     an evaluator starts), its slot, P0's process, the control socket and the lifeline's write
-    end."""
+    end; ``covers`` and ``read_only`` are its mount plan (sandbox.mount_plan): the tmpfs over
+    the host's tree and the interpreter's directories bound back under them."""
 
     folder: str
     slot: RunSlot
@@ -66,6 +67,7 @@ class Zygote:
     control: socket.socket
     lifeline: int
     covers: list[Cover]
+    read_only: list[str]
     gone: bool = field(default=False)
 
     def alive(self) -> bool:
@@ -193,7 +195,7 @@ def _spawn(
         there.close()
         for fd in theirs[1:]:
             os.close(fd)
-    zygote = Zygote(folder, slot, process, here, lifeline, covers)
+    zygote = Zygote(folder, slot, process, here, lifeline, covers, read_only)
     return zygote, unshared_read, mapped_write
 
 

@@ -217,13 +217,14 @@ class SpareInit:
 
 def run_harness(request: Record, out: int, err: int, status: int, warm: Warm) -> NoReturn:
     """The run's harness, in its init's pid namespace: mount, network, IPC and UTS namespaces
-    of its own (fresh tmpfs over /tmp and the zygote's folder, its work folder bound back, its
-    own /proc), stdio, limits, uid, folder and environment of the run, nothing of the zygote's
-    descriptors; then the script, as ``python -I`` would run it."""
+    of its own (fresh tmpfs over /tmp and the zygote's folder, its work folder and the
+    interpreter's directories they hide bound back, its own /proc), stdio, limits, uid,
+    folder and environment of the run, nothing of the zygote's descriptors; then the script,
+    as ``python -I`` would run it."""
     try:
         os.setsid()
         check(libc.unshare(RUN_NAMESPACES), "unshare")
-        sandbox_bootstrap.mount_tree(request["covers"], [[request["workdir"], False]])
+        sandbox_bootstrap.mount_tree(request["covers"], request["binds"])
         mount_proc()
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (out, 1), (err, 2)):

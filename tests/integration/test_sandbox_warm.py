@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -382,3 +385,40 @@ async def test_runs_go_cold_where_no_zygote_starts(tmp_path: Path) -> None:
         assert not failed.value.started  # not a run's failure: warm runs cannot be had here
     finally:
         zygotes.close()
+
+
+@pytest.fixture(params=["/tmp", "/var/tmp", "/opt", "/home"])
+def venv_module(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """A venv under the directory of the param, with a module of its own that no zygote ever
+    imported: its python and the module's name."""
+    base: str = request.param
+    if not os.path.isdir(base) or not os.access(base, os.W_OK):
+        pytest.skip(f"{base} is not a writable directory here")
+    home = tempfile.mkdtemp(prefix="evobus-venv-", dir=base)
+    try:
+        venv = Path(home, "venv")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        where = "import site; print(site.getsitepackages()[0])"
+        found = subprocess.run([python, "-c", where], capture_output=True, check=True, text=True)
+        module = f"probe_{uuid.uuid4().hex[:8]}"
+        Path(found.stdout.strip(), f"{module}.py").write_text("WHERE = __file__\n")
+        yield python, module
+    finally:
+        shutil.rmtree(home)
+
+
+async def test_a_warm_run_imports_from_a_venv_anywhere(venv_module: tuple[str, str]) -> None:
+    """A venv under /tmp (a clean clone there, as CI makes) was hidden from the runs by their
+    own fresh /tmp: they imported nothing the zygote had not imported already."""
+    python, module = venv_module
+    zygotes = Zygotes(python=python)
+    try:
+        script = f"import {module}\nprint({module}.WHERE)\n"
+        run = await zygotes.run(
+            {"main.py": script}, ["main.py"], SandboxSection(), preload={"harness.py": ""}
+        )
+    finally:
+        await anyio.to_thread.run_sync(zygotes.close)
+    assert run.warm and run.returncode == 0, run.stderr.decode(errors="replace")
+    assert run.stdout.decode().startswith(os.path.dirname(os.path.dirname(python)))
