@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING or __package__:  # evobus.infra.zygote_runs: imported by evobus and its tests
@@ -82,12 +82,16 @@ class Warm:
 
     Executing the module (under another name than ``__main__``, so that it only imports and
     defines) imports what every run needs; its ``warm_up()``, if it has one, does the rest
-    (the control harness makes each environment once).
+    (the control harness makes each environment once). Its ``run_warm()``, if it has one, is
+    what a run of the same file calls instead of executing it again as ``__main__``: a forked
+    run pays for every page it writes (copy on write), and executing the module body again
+    (its classes, dataclasses, imports' bookkeeping) wrote many (tests/bench/sandbox.py).
     """
 
     def __init__(self, folder: str, harness: str | None) -> None:
         self.source = b""
         self.code: types.CodeType | None = None
+        self.module: types.ModuleType | None = None
         if harness:
             path = os.path.join(folder, harness)
             with open(path, "rb") as file:
@@ -100,6 +104,7 @@ class Warm:
             warm_up = getattr(module, "warm_up", None)
             if callable(warm_up):
                 warm_up()
+            self.module = module
         # What the runs inherit stays shared with the zygote: the collector never touches it
         # again, so pages are copied on write only where a run writes.
         gc.collect()
@@ -112,6 +117,18 @@ class Warm:
         if self.code is not None and source == self.source:
             return self.code
         return compile(source, path, "exec")
+
+    def entry_for(self, path: str) -> Callable[[], int] | None:
+        """The warm module's ``run_warm``, as the script at ``path`` (``__file__``), when
+        that script is the warm file and the module has one; else None."""
+        run_warm = getattr(self.module, "run_warm", None)
+        if self.module is None or not callable(run_warm):
+            return None
+        with open(path, "rb") as file:
+            if file.read() != self.source:
+                return None
+        self.module.__file__ = path
+        return run_warm  # type: ignore[no-any-return]
 
 
 class InitFactory:
@@ -251,6 +268,9 @@ def run_script(argv: Sequence[str], workdir: str, warm: Warm) -> int:
     sys.argv = list(argv)
     fresh_state()
     try:
+        entry = warm.entry_for(path)
+        if entry is not None:
+            sys.exit(entry())
         exec(warm.code_for(path), main_module.__dict__)
         code = 0
     except SystemExit as exc:
