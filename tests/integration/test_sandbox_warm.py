@@ -120,7 +120,9 @@ def loot(run: SandboxRun) -> dict[str, Any]:
         if line.startswith("LOOT "):
             found: dict[str, Any] = json.loads(line.removeprefix("LOOT "))
             return found
-    raise AssertionError(f"the candidate reported nothing: {run.stderr[-2000:]!r}")
+    raise AssertionError(
+        f"the candidate reported nothing ({run.failure() or 'exit 0'}): {run.stderr[-2000:]!r}"
+    )
 
 
 async def folder_of(tag: str, ended: dict[str, Any]) -> Path:
