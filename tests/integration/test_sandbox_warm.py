@@ -313,7 +313,10 @@ async def test_a_candidate_reaches_neither_its_neighbour_nor_the_zygote(zygotes:
         zygote = processes(cmdline=f"{victim.parent}/zygote_server.py")  # host side
         assert neighbour and zygote
         target = {"folder": str(victim), "neighbour": neighbour[0], "zygote": zygote[0]}
-        (attacker / "target.json").write_text(json.dumps(target))
+        # Whole or not at all: the attacker reads it as soon as the name exists (an empty one
+        # failed its load under load, with nothing on its stderr).
+        (attacker / "target.part").write_text(json.dumps(target))
+        (attacker / "target.part").rename(attacker / "target.json")
         await attacked.wait()  # the attacker is done: the victim may go on
         (victim / "go").touch()
     seen = loot(results[attacker_tag][1])
