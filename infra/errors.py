@@ -44,3 +44,19 @@ class SandboxUnavailable(SandboxError):
             f"{reason}; install bubblewrap (bwrap) or allow unprivileged namespaces, "
             "or set sandbox.allow_unisolated = true to run candidates without isolation"
         )
+
+
+class ZygoteError(SandboxError):
+    """A warm sandbox's zygote (infra/zygote.py) did not start, or a run it forked failed
+    before the run's own code ran.
+
+    Attributes:
+        started: whether the zygote had started: False when warm runs cannot be had here (cold
+            runs are the fallback), True when one run failed (it is worth retrying).
+        log_tail: the end of what the zygote wrote, for the message.
+    """
+
+    def __init__(self, message: str, *, started: bool, log_tail: str = "") -> None:
+        self.started = started
+        self.log_tail = log_tail
+        super().__init__(f"{message}\n{log_tail}" if log_tail else message)

@@ -12,6 +12,11 @@ of a pipe (the lifeline) whose write end only the evaluator holds; when the eval
 however it dies, the kernel closes it, init sees the end of the pipe and exits, and the kernel
 kills every other process of the namespace with it. The same init also ends the run on its own
 a little after the timeout, should the evaluator be alive but stuck.
+
+This is the cold run: everything starts afresh for every run. The warm run (infra/zygote.py)
+forks a fresh child of a sandboxed zygote instead, with the same isolation, from the pieces
+this module shares: the environment, the rlimits, the mount plan, the workdir's quota and what
+is collected from it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
 
 import anyio
@@ -57,7 +62,7 @@ WORKDIR_POLL_SECONDS = 0.1
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 # World-writable places of a usual host, covered by private tmpfs in the unshare backend (bwrap
 # mounts everything read-only but /tmp).
-_SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # What a run sees of the host's tree: the system's own directories. Every other directory at
 # its top (/home, /root, /opt, /srv, /var, /run with its sockets, /mnt, the checkout holding the
 # campaigns' run folders, ...) is covered by an empty tmpfs; the interpreter's own directories
@@ -68,7 +73,7 @@ _SYSTEM_DIRS = frozenset(
     | {"nix", "gnu"}  # package stores that interpreters link against
 )
 # All the candidate sees of an environment (plus HOME and TMPDIR): no secret of ours leaks in.
-_ENVIRONMENT = {
+ENVIRONMENT = {
     "PATH": _PATH,
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
@@ -88,6 +93,7 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     ``uid`` is the uid the candidate ran as on the host when we are root: the run's own
     (sandbox_slots.py; "nobody" where our uid map lacks their range). None without root: it
     ran as "root" of a user namespace of its own, mapped to our uid (or, unisolated, as us).
+    ``warm``: a child of a warm sandbox's zygote ran it (infra/zygote.py), not a fresh sandbox.
     """
 
     returncode: int | None
@@ -101,6 +107,7 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     files: dict[str, bytes] = {}
     files_skipped: dict[str, str] = {}
     uid: int | None = None
+    warm: bool = False
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded."""
@@ -164,10 +171,7 @@ async def run_sandboxed(
         SandboxError: no run slot could be had (sandbox_slots.py).
         ValueError: a file or collect path is absolute or leaves the directory.
     """
-    for name in (*files, *collect):
-        path = PurePosixPath(name)
-        if path.is_absolute() or ".." in path.parts or not path.parts:
-            raise ValueError(f"sandbox file {name!r} must be a relative path inside the workdir")
+    check_paths((*files, *collect))
     chosen = await anyio.to_thread.run_sync(available_isolation, isolation)
     if isolation is not None and chosen != isolation:
         raise SandboxUnavailable(isolation)
@@ -185,14 +189,26 @@ async def run_sandboxed(
             run = msgspec.structs.replace(run, uid=uid)
             if not collect:
                 return run
-            read = functools.partial(_collect, workdir, collect, collect_max_bytes)
+            read = functools.partial(collect_files, workdir, collect, collect_max_bytes)
             found, skipped = await anyio.to_thread.run_sync(read)
             return msgspec.structs.replace(run, files=found, files_skipped=skipped)
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove, workdir)
+                await anyio.to_thread.run_sync(remove_soon, workdir)
     finally:
         slot.release()  # after the workdir went: until then its name tells the run lives
+
+
+def check_paths(names: Iterable[str]) -> None:
+    """Refuse a file or collect path that is absolute or leaves the workdir.
+
+    Raises:
+        ValueError: naming the first such path.
+    """
+    for name in names:
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts or not path.parts:
+            raise ValueError(f"sandbox file {name!r} must be a relative path inside the workdir")
 
 
 def _prepare(
@@ -209,28 +225,21 @@ def _prepare(
     with the uid the run will have, if it drops to one. ``lifeline``: the descriptor the run
     inherits, the read end of the pipe whose end tells it that we are gone."""
     python = os.path.abspath(python)
-    interpreter = _interpreter_dirs(python)
-    hidden = {h for p in (*interpreter, os.path.dirname(workdir)) if (h := _hidden_from_others(p))}
+    hidden = interpreter_hidden(python, workdir)
     # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the
     # interpreter (only unisolated: the namespaces re-expose it).
     uid = slot.uid if isolation != "none" or not hidden else None
     drop = uid is not None
-    _write_files(workdir, files, uid)
-    shared = ("/tmp",) if isolation == "bwrap" else _SHARED_WRITABLE
-    covers = {p: (p, 0o1777, limits.memory_mb * _MIB) for p in shared if os.path.isdir(p)}
-    if drop:  # e.g. a python under /root: cover /root, re-expose only the interpreter
-        covers.update((h, (h, 0o755, _MIB)) for h in hidden)
-    for data in _host_data_dirs():
-        covers.setdefault(data, (data, 0o755, _MIB))
-    outer = [covers[p] for p in _outermost(covers)]
-    read_only = [p for p in interpreter if any(_is_under(p, c[0]) for c in outer)]
+    write_files(workdir, files, uid)
+    shared = ("/tmp",) if isolation == "bwrap" else SHARED_WRITABLE
+    outer, read_only = mount_plan(python, workdir, shared, limits.memory_mb * _MIB, drop=drop)
     mounts = isolation == "unshare"  # bwrap mounts by itself; "none" cannot
     config = {
         "covers": outer if mounts else [],
         "binds": [[p, True] for p in read_only] + [[workdir, False]] if mounts else [],
         "workdir": workdir,
         "uid": uid,
-        "rlimits": _rlimits(limits, processes=drop or isolation != "none"),
+        "rlimits": rlimits(limits, processes=drop or isolation != "none"),
         "argv": [python, "-I", *argv],
         "lifeline": lifeline,
         "deadline_seconds": limits.timeout_seconds + INIT_GRACE_SECONDS,
@@ -242,7 +251,39 @@ def _prepare(
     return [*prefix, python, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(config)], uid
 
 
-def _rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
+def interpreter_hidden(python: str, workdir: str) -> set[str]:
+    """The outermost directories that other users cannot enter on the way to the
+    interpreter's directories or the workdir (``/root`` for a python under it)."""
+    paths = (*_interpreter_dirs(python), os.path.dirname(workdir))
+    return {h for p in paths if (h := _hidden_from_others(p))}
+
+
+Cover = tuple[str, int, int]
+
+
+def mount_plan(
+    python: str, workdir: str, shared: Iterable[str], shared_bytes: int, *, drop: bool
+) -> tuple[list[Cover], list[str]]:
+    """What a run sees of the host: the private tmpfs covering the host's tree, as (path,
+    mode, size in bytes), and the interpreter's directories bound back read-only under them.
+
+    ``shared``: the world-writable places covered, each ``shared_bytes`` large. ``drop``: the
+    run has a uid of its own, so directories hidden from other users on the way to the
+    interpreter (a python under /root) are covered too, and only the interpreter re-exposed.
+    """
+    covers = {p: (p, 0o1777, shared_bytes) for p in shared if os.path.isdir(p)}
+    if drop:
+        covers.update((h, (h, 0o755, _MIB)) for h in interpreter_hidden(python, workdir))
+    for data in _host_data_dirs():
+        covers.setdefault(data, (data, 0o755, _MIB))
+    outer = [covers[p] for p in _outermost(covers)]
+    interpreter = _interpreter_dirs(python)
+    return outer, [p for p in interpreter if any(is_under(p, c[0]) for c in outer)]
+
+
+def rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
+    """The rlimits of a run as (resource, soft, hard); with the process limit when
+    ``processes`` (counted per uid: a run's own uid, or a user namespace of its own)."""
     memory, file_bytes = limits.memory_mb * _MIB, limits.max_file_bytes
     rlimits = [
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
@@ -279,7 +320,7 @@ def _bwrap_argv(
     # bwrap would create the directories leading to a bind mount as 0700: the run needs 0755.
     leading = {str(d) for p in [*read_only, workdir or "/"] for d in PurePosixPath(p).parents}
     for directory in sorted(leading):
-        if any(_is_under(directory, c[0]) and directory != c[0] for c in covers):
+        if any(is_under(directory, c[0]) and directory != c[0] for c in covers):
             argv += ["--perms", "755", "--dir", directory]
     for path in read_only:
         argv += ["--ro-bind", path, path]
@@ -335,19 +376,22 @@ def _hidden_from_others(path: str) -> str | None:
     return next((str(d) for d in ancestors if not os.stat(d).st_mode & stat.S_IXOTH), None)
 
 
-def _is_under(path: str, parent: str) -> bool:
+def is_under(path: str, parent: str) -> bool:
+    """Whether ``path`` is ``parent`` or inside it (by name: nothing is resolved)."""
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def _outermost(paths: Iterable[str]) -> list[str]:
     kept: list[str] = []
     for path in sorted(set(paths)):
-        if not any(_is_under(path, k) for k in kept):
+        if not any(is_under(path, k) for k in kept):
             kept.append(path)
     return kept
 
 
-def _write_files(workdir: str, files: Mapping[str, str | bytes], owner: int | None) -> None:
+def write_files(workdir: str, files: Mapping[str, str | bytes], owner: int | None) -> None:
+    """Write ``files`` (relative paths) into ``workdir``, all of it owned by ``owner`` if
+    given."""
     for name, content in files.items():
         path = os.path.join(workdir, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -359,7 +403,7 @@ def _write_files(workdir: str, files: Mapping[str, str | bytes], owner: int | No
                 os.chown(path, owner, owner)
 
 
-def _collect(
+def collect_files(
     workdir: str, names: Sequence[str], cap: int
 ) -> tuple[dict[str, bytes], dict[str, str]]:
     """Read back files the run left in ``workdir``: the candidate controls that directory, so
@@ -459,7 +503,7 @@ async def _execute(
         command,
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         cwd=workdir,
-        env={**_ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
+        env={**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
         pass_fds=(lifeline,),
     )
@@ -474,7 +518,8 @@ async def _execute(
             with anyio.move_on_after(limits.timeout_seconds) as deadline:
                 async with anyio.create_task_group() as running:
                     budget = limits.memory_mb * _MIB
-                    running.start_soon(_watch_workdir, workdir, budget, process.pid, over_limit)
+                    stop = functools.partial(_kill_group, process.pid)
+                    running.start_soon(watch_workdir, workdir, budget, stop, over_limit)
                     await process.wait()
                     running.cancel_scope.cancel()
             _kill_group(process.pid)
@@ -499,14 +544,16 @@ async def _execute(
     )
 
 
-async def _watch_workdir(workdir: str, budget: int, pgid: int, over_limit: list[str]) -> None:
-    """Kill the run (and say why in ``over_limit``) once its workdir holds too much."""
+async def watch_workdir(
+    workdir: str, budget: int, stop: Callable[[], None], over_limit: list[str]
+) -> None:
+    """``stop`` the run (and say why in ``over_limit``) once its workdir holds too much."""
     while True:
         await anyio.sleep(WORKDIR_POLL_SECONDS)
         why = await anyio.to_thread.run_sync(_workdir_over, workdir, budget)
         if why:
             over_limit.append(why)
-            _kill_group(pgid)
+            stop()
             return
 
 
@@ -537,8 +584,9 @@ def _workdir_over(workdir: str, budget: int) -> str:
     return ""
 
 
-def _remove(path: str) -> None:
-    # The rest of a killed pid namespace dies a moment after its wrapper: retry briefly.
+def remove_soon(path: str) -> None:
+    """Remove a run's workdir, retrying briefly: the rest of a killed pid namespace dies a
+    moment after its wrapper."""
     for attempt in range(20):
         try:
             return remove_workdir(path)

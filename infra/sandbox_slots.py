@@ -104,7 +104,7 @@ def run_uid(number: int) -> int | None:
     our uid map lacks the range (told once in the log), None without root."""
     if os.geteuid() != 0:
         return None
-    return UID_BASE + number if _own_uids_mapped() else NOBODY
+    return UID_BASE + number if own_uids_mapped() else NOBODY
 
 
 def make_workdir(slot: RunSlot) -> str:
@@ -205,7 +205,7 @@ def _try_lock(directory: int, number: int) -> int | None:
 
 
 @cache
-def _own_uids_mapped() -> bool:
+def own_uids_mapped() -> bool:
     """Whether every uid of our range exists in this process's user namespace (root of a
     container may have a short map, where setuid to them fails)."""
     try:

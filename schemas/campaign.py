@@ -185,6 +185,9 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     ``allow_unisolated`` lets evaluation run without a network/pid namespace when neither bwrap
     nor unshare works on the host; off by default, and every result says what it ran under.
+    ``warm`` runs each evaluation in a fresh child forked from a sandboxed zygote that has
+    imported the harness (infra/zygote.py), where the host allows it (root); false: every
+    evaluation starts a sandbox of its own (cold), as before.
     """
 
     # Upper bounds keep every limit a valid rlimit (memory_mb is multiplied by 2**20).
@@ -195,6 +198,7 @@ class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_open_files: Annotated[int, msgspec.Meta(ge=16, le=1 << 20)] = 256
     max_file_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 40)] = 16_000_000
     allow_unisolated: bool = False
+    warm: bool = True
 
 
 HttpUrl = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s/]+")]

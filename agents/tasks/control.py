@@ -48,7 +48,9 @@ def launcher(env_id: str) -> str:
     The harness module stays importable (tests, type checks) because only the launcher runs it;
     ``env_id`` must be a key of ``gym_harness.CONTROLS``.
     """
-    return f'\n\nif __name__ == "__main__":\n    sys.exit(main({env_id!r}))\n'
+    # ENV_ID: the environment a warm sandbox's zygote makes once (gym_harness.warm_up).
+    warm = f"\n\nENV_ID = {env_id!r}"
+    return f'{warm}\n\nif __name__ == "__main__":\n    sys.exit(main({env_id!r}))\n'
 
 
 class ControlTask:

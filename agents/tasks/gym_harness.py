@@ -20,6 +20,7 @@ With ``"evidence": true`` in ``task.json`` the harness also draws the worst epis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -400,7 +401,7 @@ def evaluate(
     traces: list[Trace] = []
     if policy is None:
         return [failed(i, load_error, failure_score) for i in instances], traces
-    env = gym.make(control.env_id, max_episode_steps=max_steps)
+    env = make_env(control.env_id, max_steps)
     try:
         for instance in instances:
             # When each episode ran (the host's clock): the evaluator's per-instance spans.
@@ -452,6 +453,39 @@ def answer_action(control: Control, policy: Callable[..., object], observation: 
     raw = policy(observation)
     control.action(raw)
     return _number(raw, "a number")
+
+
+# The environments a warm sandbox's zygote made (warm_up), by id: each run, a fork of the
+# zygote, wraps its own copy of one instead of making it again (gym.make looks the id up and
+# copies its spec, and each page a fork writes is copied: ms per run).
+_WARM_ENVS: dict[str, Any] = {}
+
+
+def make_env(env_id: str, max_steps: int) -> Any:
+    """The environment ``env_id``, episodes cut at ``max_steps``: as ``gym.make`` makes it,
+    from the zygote's unused copy where there is one (reset with a seed, it is a new one)."""
+    made = _WARM_ENVS.pop(env_id, None)
+    if made is None:
+        return gym.make(env_id, max_episode_steps=max_steps)
+    return gym.wrappers.TimeLimit(gym.wrappers.OrderEnforcing(made), max_steps)
+
+
+def warm_up() -> None:
+    """Make the launcher's environment (``ENV_ID``) once: a warm sandbox's zygote
+    (infra/zygote_server.py) calls it after importing this module, so that the harnesses it
+    forks find the environment's modules imported and a copy of it made (``make_env``). Only
+    that one: the others' (Box2D, pygame) would make every fork of the zygote slower. Missing
+    dependencies are left to the harness, which says so."""
+    env_id = globals().get("ENV_ID")
+    if env_id in CONTROLS:
+        with contextlib.suppress(gym.error.DependencyNotInstalled):
+            _WARM_ENVS[env_id] = gym.make(env_id).unwrapped
+
+
+def run_warm() -> int:
+    """What a warm sandbox's run of ``harness.py`` calls (infra/zygote_runs.py), instead of
+    executing the file again as ``__main__``: ``main`` of the launcher's environment."""
+    return main(str(globals()["ENV_ID"]))
 
 
 def main(env_id: str) -> int:

@@ -52,6 +52,10 @@ rng_seed = {rng}
 minibatch = 2
 min_evaluations = 2
 skills = 3
+[sandbox]
+# Cold evaluations (about half a second each) keep the campaign long enough for three kills
+# and three restarts of the registry before its proposal budget is spent.
+warm = false
 """
 
 

@@ -10,7 +10,9 @@ unchanged, no secret out), that the run ended promptly, and that the Evaluation 
 play, exactly the score of the same play without the attack ("no better than honest play").
 A generated tool is validated by the tool generator's own ``validate``; a test runs the
 evaluator as an unprivileged user, where the candidate shares its uid (root can test it here);
-the last one evaluates an honest candidate beside a fork bomb and a thread bomb.
+the last one evaluates an honest candidate beside a fork bomb and a thread bomb. The attacks
+on processes, descriptors and files run warm too (``WITH_WARM``): the evaluator's default, a
+fresh child of the pendulum harness's zygote (infra/zygote.py); so do the bombs.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import gymnasium as gym
@@ -39,6 +41,7 @@ import pytest
 
 from evobus.agents.roles.evaluator.agent import (
     HARNESS,
+    ZYGOTE_FILES,
     sandbox_files,
     setup,
     to_evaluation,
@@ -61,6 +64,7 @@ from evobus.infra import sandbox
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
 from evobus.infra.sandbox_slots import claim_slot, make_workdir
+from evobus.infra.zygote import Zygotes, warm_available
 from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.registry import Resource
@@ -87,6 +91,11 @@ SLEEPER = (
     "    signal.signal(s, signal.SIG_IGN)\n"
     "time.sleep(1000)\n"
 )
+# Where a test runs its candidates: the best cold backend here (None), unshare, or warm.
+Backend = Isolation | Literal["warm"] | None
+WARM: Backend = "warm"
+# The warm runs' zygotes, as one evaluator process keeps them; ended with the module.
+WARM_RUNS = Zygotes()
 
 
 @pytest.fixture
@@ -94,9 +103,20 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _end_warm_runs() -> Iterator[None]:
+    yield
+    WARM_RUNS.close()
+
+
 @pytest.fixture(params=["default", "unshare"])
-def isolation(request: pytest.FixtureRequest) -> Isolation | None:
-    """None (the best backend here, bwrap when installed) or the forced unshare backend."""
+def isolation(request: pytest.FixtureRequest) -> Backend:
+    """None (the best backend here, bwrap when installed), the forced unshare backend, or,
+    for the tests marked ``WITH_WARM``, a warm run."""
+    if request.param == "warm":
+        if not warm_available():
+            pytest.skip("warm runs need root and the slots' uid range mapped")
+        return WARM
     if request.param == "unshare":
         if available_isolation("unshare") != "unshare":
             pytest.skip("unshare namespaces do not work on this host")
@@ -104,6 +124,9 @@ def isolation(request: pytest.FixtureRequest) -> Isolation | None:
     if available_isolation() == "none":
         pytest.skip("no sandbox isolation works on this host")
     return None
+
+
+WITH_WARM = pytest.mark.parametrize("isolation", ["default", "unshare", "warm"], indirect=True)
 
 
 @pytest.fixture
@@ -147,7 +170,7 @@ def program(body: str, **values: object) -> str:
 
 async def evaluate(
     source: str,
-    isolation: Isolation | None,
+    isolation: Backend,
     limits: SandboxSection = LIMITS,
     tools: Sequence[Resource] = (ENERGY,),
     *,
@@ -169,9 +192,22 @@ async def evaluate(
     )
     files = sandbox_files(task, work, tools)
     started = time.monotonic()
-    run = await run_sandboxed(files, [HARNESS], limits, isolation=isolation, collect=(REPORT_FILE,))
+    if isolation == "warm":
+        run = await warm_run(files, limits)
+    else:
+        run = await run_sandboxed(
+            files, [HARNESS], limits, isolation=isolation, collect=(REPORT_FILE,)
+        )
     evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
     return Outcome(evaluation, run, time.monotonic() - started)
+
+
+async def warm_run(files: dict[str, str], limits: SandboxSection) -> SandboxRun:
+    """``files`` run warm, as the evaluator runs them (its ``run_harness``)."""
+    preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+    run = await WARM_RUNS.run(files, [HARNESS], limits, preload=preload, collect=(REPORT_FILE,))
+    assert run.warm
+    return run
 
 
 @functools.cache
@@ -195,6 +231,11 @@ async def nothing_left_of(outcome: Outcome) -> None:
     uid = outcome.run.uid
     if uid is None or uid == 65534:  # "nobody" is shared: other runs may use it now
         return
+    await no_process_of(uid)
+
+
+async def no_process_of(uid: int) -> None:
+    """Poll until no process runs as ``uid``."""
     for _ in range(200):
         if not processes_of_uid(uid):
             return
@@ -259,8 +300,9 @@ SIGNALS = {
 
 
 @pytest.mark.parametrize("target", sorted(SIGNALS))
+@WITH_WARM
 async def test_signals_to_the_parent_kill_only_the_run(
-    isolation: Isolation | None, target: str, sentinel: subprocess.Popen[bytes]
+    isolation: Backend, target: str, sentinel: subprocess.Popen[bytes]
 ) -> None:
     source = f"import os, signal\n\n\ndef policy(obs):\n    {SIGNALS[target]}\n    return 0.0\n"
     outcome = await evaluate(source, isolation)
@@ -365,9 +407,8 @@ def policy(obs):
 """
 
 
-async def test_proc_snooping_finds_no_secret_to_smuggle(
-    isolation: Isolation | None, secret: str
-) -> None:
+@WITH_WARM
+async def test_proc_snooping_finds_no_secret_to_smuggle(isolation: Backend, secret: str) -> None:
     source = program(SNOOP, EVALUATOR=os.getpid(), SECRET_NAME=SECRET_NAME)
     outcome = await evaluate(source, isolation)
     loot = outcome.loot()
@@ -436,8 +477,9 @@ def other_campaigns(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
         slot.release()
 
 
+@WITH_WARM
 async def test_other_campaigns_and_host_files_are_out_of_reach(
-    isolation: Isolation | None, other_campaigns: tuple[str, list[Path]]
+    isolation: Backend, other_campaigns: tuple[str, list[Path]]
 ) -> None:
     text, files = other_campaigns
     paths = [*map(str, files), "/etc/shadow", str(Path.home() / ".bashrc")]
@@ -474,7 +516,7 @@ def policy(obs):
 """
 
 
-async def test_an_output_flood_is_capped_and_times_out(isolation: Isolation | None) -> None:
+async def test_an_output_flood_is_capped_and_times_out(isolation: Backend) -> None:
     limits = SandboxSection(timeout_seconds=3.0, cpu_seconds=15, max_output_bytes=1 << 16)
     outcome = await evaluate(FLOOD, isolation, limits)
     assert_run_failed(outcome, "timed out after 3.")
@@ -493,7 +535,7 @@ with open("fill.bin", "wb") as f:
 """
 
 
-async def test_one_huge_file_stops_at_the_file_size_limit(isolation: Isolation | None) -> None:
+async def test_one_huge_file_stops_at_the_file_size_limit(isolation: Backend) -> None:
     limits = SandboxSection(timeout_seconds=15.0, cpu_seconds=15, max_file_bytes=4 << 20)
     outcome = await evaluate(BIG_FILE + HONEST, isolation, limits)
     # The write fails at 4 MiB; the candidate does not load, so every instance fails.
@@ -523,7 +565,7 @@ while True:  # each file under the size limit, their number unbounded but by the
     [(15 << 20, "wrote more than 384 MiB into its directory"), (0, "made more than 1000 files")],
 )
 async def test_filling_the_disk_file_after_file_is_stopped(
-    isolation: Isolation | None, size: int, error: str, monkeypatch: pytest.MonkeyPatch
+    isolation: Backend, size: int, error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if shutil.disk_usage(tempfile.gettempdir()).free < 4 << 30:
         pytest.skip("under 4 GiB free where sandbox workdirs go")
@@ -571,7 +613,8 @@ spawn_orphans()
 """
 
 
-async def test_orphans_and_daemons_do_not_outlive_the_run(isolation: Isolation | None) -> None:
+@WITH_WARM
+async def test_orphans_and_daemons_do_not_outlive_the_run(isolation: Backend) -> None:
     marker = f"orphan-{uuid.uuid4().hex}"
     source = program(ORPHANS, SLEEPER=SLEEPER, MARKER=marker) + HONEST
     outcome = await evaluate(source, isolation)
@@ -655,8 +698,9 @@ def mount_table() -> str:
     return "".join(line for line in lines if " /run/netns/" not in line)
 
 
+@WITH_WARM
 async def test_ctypes_tricks_change_nothing_outside(
-    isolation: Isolation | None, secret: str, tmp_path: Path
+    isolation: Backend, secret: str, tmp_path: Path
 ) -> None:
     host_file = tmp_path / "host.txt"  # under /tmp: behind the sandbox's private /tmp
     host_file.write_text(f"host-{secret}")
@@ -766,8 +810,9 @@ assert pendulum_energy(-1.0, 0.0, 0.0) == -30.0
 """
 
 
+@WITH_WARM
 async def test_a_tampered_tools_package_and_fake_results_buy_nothing(
-    isolation: Isolation | None,
+    isolation: Backend,
 ) -> None:
     outcome = await evaluate(program(TAMPER, FORGED=FORGED_LINE) + HONEST, isolation)
     # The result is the harness's: one line, the zero-torque play's score, no FORGED feedback.
@@ -787,8 +832,9 @@ async def test_a_tampered_tools_package_and_fake_results_buy_nothing(
     assert following.evaluation.metrics["tool_calls"] == 1.0  # its own call, counted afresh
 
 
+@WITH_WARM
 async def test_a_result_line_sprayed_at_every_descriptor_never_counts(
-    isolation: Isolation | None,
+    isolation: Backend,
 ) -> None:
     outcome = await evaluate(program(SPRAY, FORGED=FORGED_LINE) + HONEST, isolation)
     # All it reached were its own descriptors: stderr, and the pipe to the harness, which
@@ -821,8 +867,9 @@ def policy(obs):
 
 
 @pytest.mark.parametrize("source", [SLEEPY, STUBBORN], ids=["sleep", "busy-deaf"])
+@WITH_WARM
 async def test_a_candidate_past_its_timeout_is_killed_promptly(
-    isolation: Isolation | None, source: str
+    isolation: Backend, source: str
 ) -> None:
     limits = SandboxSection(timeout_seconds=2.0, cpu_seconds=30)
     outcome = await evaluate(source, isolation, limits)
@@ -945,7 +992,7 @@ with open("ccaa_evidence.py", "w") as f:
 
 async def evaluate_ccaa(
     source: str,
-    isolation: Isolation | None,
+    isolation: Backend,
     limits: SandboxSection = LIMITS,
     params: TaskParams | None = None,
 ) -> Outcome:
@@ -983,7 +1030,7 @@ def assert_ccaa_failed(outcome: Outcome, error: str) -> None:
 
 @pytest.mark.parametrize("route", sorted(WRITE_ROUTES))
 async def test_a_ccaa_design_cannot_write_its_own_result_line(
-    isolation: Isolation | None, route: str
+    isolation: Backend, route: str
 ) -> None:
     attack, error = WRITE_ROUTES[route]
     outcome = await evaluate_ccaa(
@@ -1001,7 +1048,7 @@ async def test_a_ccaa_design_cannot_write_its_own_result_line(
     ids=["patch-scorer", "rewrite-renderer"],
 )
 async def test_a_ccaa_design_cannot_rewrite_how_the_harness_scores(
-    isolation: Isolation | None, attack: str, params: TaskParams
+    isolation: Backend, attack: str, params: TaskParams
 ) -> None:
     source = program(attack, FORGED=PERFECT_LINE) + CCAA.seed_artifact().source
     outcome = await evaluate_ccaa(source, isolation, params=params)
@@ -1026,7 +1073,7 @@ ENDINGS = {
 
 @pytest.mark.parametrize("ending", sorted(ENDINGS))
 async def test_a_ccaa_design_that_hangs_or_dies_fails_the_run(
-    isolation: Isolation | None, ending: str
+    isolation: Backend, ending: str
 ) -> None:
     source, error = ENDINGS[ending]
     limits = SandboxSection(timeout_seconds=2.0, cpu_seconds=30)
@@ -1265,39 +1312,67 @@ while True:
 """
 
 
-@pytest.fixture(params=["bwrap", "unshare"])
-def backend(request: pytest.FixtureRequest) -> Isolation:
-    """Each backend by name; one that does not work here is skipped, never passed."""
-    name: Isolation = request.param
-    if available_isolation(name) != name:
+@pytest.fixture(params=["bwrap", "unshare", "warm"])
+def backend(request: pytest.FixtureRequest) -> Isolation | Literal["warm"]:
+    """Each backend by name, and warm runs; one that does not work here is skipped, never
+    passed."""
+    name: Isolation | Literal["warm"] = request.param
+    if name == "warm":
+        if not warm_available():
+            pytest.skip("warm runs need root and the slots' uid range mapped")
+    elif available_isolation(name) != name:
         pytest.skip(f"{name} does not work on this host")
     return name
 
 
-async def bomb_is_full(name: str) -> None:
-    """Poll until the bomb in the workdir holding ``name`` has hit its limit."""
-    pattern = f"evobus-sandbox-*/{name}"
+async def bomb_is_full(name: str) -> Path:
+    """Poll until the bomb in the workdir holding ``name`` (a cold run's, or a warm run's in
+    its zygote's folder) has hit its limit; its workdir."""
     for _ in range(400):
-        async for path in anyio.Path(tempfile.gettempdir()).glob(pattern):
-            if await (path.parent / "full").exists():
-                return
+        for pattern in (f"evobus-sandbox-*/{name}", f"evobus-sandbox-*/run-*/{name}"):
+            async for path in anyio.Path(tempfile.gettempdir()).glob(pattern):
+                if await (path.parent / "full").exists():
+                    return Path(path.parent)
         await anyio.sleep(0.05)
     pytest.fail(f"the bomb {name} never reached its limit")
 
 
-async def test_bombs_beside_an_honest_candidate_change_nothing(backend: Isolation) -> None:
+async def bomb(name: str, code: str, backend: Isolation | Literal["warm"]) -> None:
+    """Run the bomb ``code`` until cancelled: cold, as a script named ``name``; warm, as a
+    pendulum candidate that bombs as it loads, a child of the same zygote as the honest
+    candidate, with an empty file ``name`` beside it."""
     limits = SandboxSection(timeout_seconds=60.0, cpu_seconds=60, memory_mb=1024)
+    if backend != "warm":
+        await run_sandboxed({name: code}, [name], limits, isolation=backend)
+        return
+    work = EvaluateWork(
+        work_id=f"w-{uuid.uuid4().hex[:8]}",
+        campaign="hostile",
+        pool_version=0,
+        task=TASK.name,
+        candidate=Candidate(id="c-bomb", artifact=Artifact(source=code + HONEST)),
+        instances=INSTANCES,
+        task_params={"max_steps": MAX_STEPS},
+        sandbox=limits,
+    )
+    await warm_run({**sandbox_files(TASK, work, ()), name: ""}, limits)
+
+
+async def test_bombs_beside_an_honest_candidate_change_nothing(
+    backend: Isolation | Literal["warm"],
+) -> None:
     bombs = {f"fork_{uuid.uuid4().hex}.py": FORK_BOMB, f"thread_{uuid.uuid4().hex}.py": THREAD_BOMB}
     async with anyio.create_task_group() as tasks:
         for name, code in bombs.items():
-            tasks.start_soon(
-                functools.partial(run_sandboxed, isolation=backend), {name: code}, [name], limits
-            )
-        for name in bombs:
-            await bomb_is_full(name)
+            tasks.start_soon(bomb, name, code, backend)
+        uids = [(await bomb_is_full(name)).stat().st_uid for name in bombs]
         # Both bombs sit at their process limit while the honest candidate is evaluated.
         outcome = await evaluate(HONEST, backend)
         tasks.cancel_scope.cancel()
     assert_plays_as_honest(outcome)
+    assert outcome.run.warm == (backend == "warm")
     for name in bombs:
-        await no_process_left(name)
+        await no_process_left(name)  # by name: the cold runs' command lines have it
+    if os.geteuid() == 0:  # by uid: every run's own, the warm ones' processes included
+        for uid in uids:
+            await no_process_of(uid)

@@ -3,8 +3,10 @@
 An evaluator process (a small program calling ``run_sandboxed``, as the evaluator agent does)
 runs a candidate that starts children deaf to polite signals, a daemon of its own session, and
 sleeps; the evaluator is killed with SIGKILL mid-run. Every process of the run must go (found
-by a marker in their command lines and, as root, by the run's own uid), under bwrap and under
-unshare; the run's workdir stays until a real evaluator agent starts and removes it.
+by a marker in their command lines and, as root, by the run's own uid), under bwrap, under
+unshare and warm (a child of a zygote, infra/zygote.py, whose every process must go too); the
+run's workdir (the zygote's folder, for a warm run) stays until a real evaluator agent starts
+and removes it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.sandbox import available_isolation
+from evobus.infra.zygote import warm_available
 from evobus.schemas.results import Isolation
 from tests.conftest import wait_until
 from tests.processes import start_evobus
@@ -35,13 +39,21 @@ from pathlib import Path
 import anyio
 
 from evobus.infra import sandbox
+from evobus.infra.zygote import Zygotes
 from evobus.schemas.campaign import SandboxSection
 
 candidate, backend = Path(sys.argv[1]), sys.argv[2]
 limits = SandboxSection(timeout_seconds=float(sys.argv[3]), cpu_seconds=300)
 sandbox.INIT_GRACE_SECONDS = float(sys.argv[4])
 files = {candidate.name: candidate.read_text()}
-run = anyio.run(lambda: sandbox.run_sandboxed(files, [candidate.name], limits, isolation=backend))
+if backend == "warm":
+    zygotes = Zygotes()
+    run = anyio.run(lambda: zygotes.run(files, [candidate.name], limits, preload={}))
+    assert run.warm
+else:
+    run = anyio.run(
+        lambda: sandbox.run_sandboxed(files, [candidate.name], limits, isolation=backend)
+    )
 print(run.failure())
 """
 SLEEPER = (
@@ -67,18 +79,26 @@ time.sleep(1000)
 """
 
 
-@pytest.fixture(params=["bwrap", "unshare"])
-def backend(request: pytest.FixtureRequest) -> Isolation:
-    """Each backend by name; one that does not work here is skipped, never passed."""
-    name: Isolation = request.param
-    if available_isolation(name) != name:
+Backend = Isolation | Literal["warm"]
+
+
+@pytest.fixture(params=["bwrap", "unshare", "warm"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each backend by name, and warm runs; one that does not work here is skipped, never
+    passed."""
+    name: Backend = request.param
+    if name == "warm":
+        if not warm_available():
+            pytest.skip("warm runs need root and the slots' uid range mapped")
+    elif available_isolation(name) != name:
         pytest.skip(f"{name} does not work on this host")
     return name
 
 
 def processes_of_the_run(marker: str, uid: int | None, evaluator: int) -> list[int]:
     """Live processes (not zombies) with ``marker`` in their command line or of ``uid``, but
-    the ``evaluator`` (the marker is in its command line too)."""
+    the ``evaluator`` (the marker is in its command line too). Every process of a warm run's
+    zygote has the zygote's folder in its command line."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or entry.name == str(evaluator):
@@ -98,8 +118,12 @@ def processes_of_the_run(marker: str, uid: int | None, evaluator: int) -> list[i
 
 
 def workdir_of(name: str, tmp_path: Path) -> Path | None:
-    """The sandbox workdir holding the file ``name``, once it exists."""
-    found = list((tmp_path / "tmp").glob(f"evobus-sandbox-*/{name}"))
+    """The sandbox workdir holding the file ``name``, once it exists: a cold run's, or a warm
+    run's folder in its zygote's."""
+    found = [
+        *(tmp_path / "tmp").glob(f"evobus-sandbox-*/{name}"),
+        *(tmp_path / "tmp").glob(f"evobus-sandbox-*/run-*/{name}"),
+    ]
     return found[0].parent if found else None
 
 
@@ -110,7 +134,7 @@ def started(name: str, tmp_path: Path) -> bool:
 
 
 def start_evaluator(
-    backend: Isolation, tmp_path: Path, timeout: float = 300.0, grace: float = 10.0
+    backend: Backend, tmp_path: Path, timeout: float = 300.0, grace: float = 10.0
 ) -> tuple[subprocess.Popen[str], str]:
     """An evaluator starting a run of the candidate, and the run's marker. Its workdirs go to
     ``tmp_path/tmp`` (``TMPDIR``), where no other evaluator on the host looks for dead ones."""
@@ -126,7 +150,7 @@ def start_evaluator(
 
 
 def test_a_run_dies_with_its_evaluator_and_its_workdir_goes_at_the_next_start(
-    backend: Isolation, tmp_path: Path, nats_server: NatsServer
+    backend: Backend, tmp_path: Path, nats_server: NatsServer
 ) -> None:
     evaluator, marker = start_evaluator(backend, tmp_path)
     try:
@@ -140,11 +164,16 @@ def test_a_run_dies_with_its_evaluator_and_its_workdir_goes_at_the_next_start(
             assert uid != 0
         # The candidate, its 2 children and its daemon at least.
         assert len(processes_of_the_run(marker, uid, evaluator.pid)) >= 4
+        if backend == "warm":  # the zygote's folder is what is left, its processes too
+            workdir = workdir.parent
+            # P0, the zygote, its init factory, the run's init and harness (zygote_server.py).
+            assert len(processes_of_the_run(workdir.name, None, evaluator.pid)) >= 5
     finally:
         evaluator.send_signal(signal.SIGKILL)
         evaluator.communicate()
-    # Within seconds of the evaluator's death, nothing of its run is left...
+    # Within seconds of the evaluator's death, nothing of its run (or zygote) is left...
     wait_until(lambda: not processes_of_the_run(marker, uid, evaluator.pid), timeout=10.0)
+    wait_until(lambda: not processes_of_the_run(workdir.name, None, evaluator.pid), timeout=10.0)
     # ...but its workdir is: no one was left to remove it.
     assert workdir.exists()
 
@@ -160,9 +189,7 @@ def test_a_run_dies_with_its_evaluator_and_its_workdir_goes_at_the_next_start(
         agent.wait(timeout=30)
 
 
-def test_a_run_ends_by_itself_when_its_evaluator_is_stuck(
-    backend: Isolation, tmp_path: Path
-) -> None:
+def test_a_run_ends_by_itself_when_its_evaluator_is_stuck(backend: Backend, tmp_path: Path) -> None:
     # The run's init ends it at its timeout (no grace): 1.5 s after it started.
     evaluator, marker = start_evaluator(backend, tmp_path, timeout=1.5, grace=0.0)
     try:

@@ -1,5 +1,9 @@
 """The evaluator process: one sandboxed run of the task's harness per EvaluateWork.
 
+The run is warm where the campaign allows it (``[sandbox] warm``) and the host can: a fresh
+child of the zygote this process keeps for the task's harness (infra/zygote.py); else a cold
+sandbox of its own (infra/sandbox.py).
+
 When the work asks for behavioral evidence (``task_params["evidence"]``) and the task draws it,
 the image the harness leaves in the sandbox comes back with the run and is stored in the
 ``EVO_EVIDENCE`` object store; the Evaluation names it for the critic. An image over
@@ -11,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import anyio
 import msgspec
@@ -39,14 +43,18 @@ from evobus.agents.tasks import (
     evidence_files,
     get_task,
 )
+from evobus.agents.tasks.base import CANDIDATE_PROCESS_FILE
+from evobus.agents.tasks.evaluator_files import EVALUATOR_PROCESS_FILE
 from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import Reject, Retry
 from evobus.bus.publisher import Outbound
 from evobus.bus.streams import evidence_store
-from evobus.infra.errors import SandboxError, SandboxUnavailable
+from evobus.infra.errors import SandboxError, SandboxUnavailable, ZygoteError
 from evobus.infra.llm import LLMUnavailable, user_message
 from evobus.infra.sandbox import SandboxRun, run_sandboxed
 from evobus.infra.sandbox_slots import remove_dead_workdirs
+from evobus.infra.zygote import Zygotes, warm_available
+from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_FEEDBACK_CHARS, MAX_TEXT_CHARS, truncate
 from evobus.schemas.llm import Usage
 from evobus.schemas.registry import Resource
@@ -59,6 +67,8 @@ _tracer = trace.get_tracer("evobus.evaluator")
 
 HARNESS = "harness.py"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# What a harness's zygote imports: the harness and the modules it imports beside it.
+ZYGOTE_FILES = (HARNESS, CANDIDATE_PROCESS_FILE, EVALUATOR_PROCESS_FILE)
 
 
 def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> dict[str, str]:
@@ -67,6 +77,41 @@ def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> 
     files["candidate.py"] = work.candidate.artifact.source
     files.update(tool_files(tools))
     return files
+
+
+async def run_harness(
+    zygotes: Zygotes | None,
+    files: Mapping[str, str],
+    limits: SandboxSection,
+    collect: Sequence[str] = (),
+) -> SandboxRun:
+    """Run ``python -I harness.py`` on ``files``: warm, in a fresh child of the harness's
+    zygote, when ``limits.warm`` and this host allows it (infra/zygote.py); else cold, in a
+    sandbox of its own, as every run was before. A warm run that could not be had (no zygote
+    starts here, or it died during the run) runs cold instead: the same candidate scores the
+    same either way. The files collected are capped at ``MAX_EVIDENCE_BYTES`` each.
+
+    Raises:
+        SandboxUnavailable: no isolation works here (cold).
+        SandboxError: no run slot could be had.
+    """
+    if limits.warm and zygotes is not None and warm_available():
+        preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+        try:
+            return await zygotes.run(
+                files,
+                [HARNESS],
+                limits,
+                preload=preload,
+                collect=collect,
+                collect_max_bytes=MAX_EVIDENCE_BYTES,
+            )
+        except ZygoteError as exc:
+            if exc.started:  # told once per zygote that failed to start, by infra/zygote.py
+                log.warning("a warm run failed, running it cold: %s", exc)
+    return await run_sandboxed(
+        files, [HARNESS], limits, collect=collect, collect_max_bytes=MAX_EVIDENCE_BYTES
+    )
 
 
 def to_evaluation(task: Task, work: EvaluateWork, run: SandboxRun) -> Evaluation:
@@ -329,6 +374,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         log.info("removed %d workdirs of dead sandbox runs", len(removed))
     registry = RegistryClient(proc.nc)
     models = ModelAccess(proc, registry)
+    zygotes = Zygotes()  # warm runs' zygotes: one per harness, ended with this process
     evidence = await evidence_store(proc.js)
     cache: dict[ToolRef, Resource] = {}  # registered versions never change
 
@@ -385,13 +431,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         files = sandbox_files(task, work, await tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
         try:
-            run = await run_sandboxed(
-                files,
-                [HARNESS],
-                work.sandbox,
-                collect=(*collect, REPORT_FILE),
-                collect_max_bytes=MAX_EVIDENCE_BYTES,
-            )
+            run = await run_harness(zygotes, files, work.sandbox, (*collect, REPORT_FILE))
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
         except SandboxError as exc:  # no run slot free (sandbox_slots.py): runs end, slots free
