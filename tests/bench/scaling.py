@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -241,21 +241,16 @@ def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     _wait_ready(hosts, name, proc)
                     started += 1
                 points.append(campaign(args, hosts, n, wall))
+                eff = efficiencies({p.evaluators: p.evals_per_second for p in points})
+                points = [replace(p, efficiency=eff[p.evaluators]) for p in points]
                 print(table(points).splitlines()[-1], flush=True)
         finally:
             hosts.stop()
-    rates = {p.evaluators: p.evals_per_second for p in points}
-    eff = efficiencies(rates)
-    points = [_with_efficiency(p, eff[p.evaluators]) for p in points]
     return report(args, points)
 
 
-def _with_efficiency(point: Point, efficiency: float) -> Point:
-    return Point(**{**asdict(point), "efficiency": efficiency})
-
-
 def campaign(args: argparse.Namespace, hosts: Hosts, n: int, wall: float) -> Point:
-    """One campaign with ``n`` evaluators up: its figures (efficiency filled in later)."""
+    """One campaign with ``n`` evaluators up: its figures (the caller fills in efficiency)."""
     slots = n * args.concurrency
     cid = f"scaling-{n}-{int(time.time())}"
     toml = hosts.workdir / f"campaign-{n}.toml"
