@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -86,15 +87,18 @@ class Point:
     cpu_all_per_evaluation: float  # every process the bench started, nats-servers included
     cpu_by_role: dict[str, float]
     machine_busy: float  # share of the machine's cores busy in the window (all its users)
+    evaluated_at: tuple[float, ...] = ()  # every candidate_evaluated, s after campaign_started
 
 
 def steady_rate(times: Sequence[float], start: float, end: float) -> tuple[int, float]:
-    """(events in [start, end), their rate): n - 1 over the time from the first to the last,
-    so that the window's edges add no quantisation error. Rate 0 with fewer than two."""
+    """(events in [start, end), their rate): the least-squares slope of the running count
+    against time. Unlike a count over the window it has no error of ±1 event at the edges, and
+    unlike (n - 1) / (last - first) it is not inflated when evaluators finish in step (N events
+    at once, a wait apart). Rate 0 with fewer than two events or no time between them."""
     inside = sorted(t for t in times if start <= t < end)
     if len(inside) < 2 or inside[-1] == inside[0]:
         return len(inside), 0.0
-    return len(inside), (len(inside) - 1) / (inside[-1] - inside[0])
+    return len(inside), statistics.linear_regression(inside, range(len(inside))).slope
 
 
 def efficiencies(rates: dict[int, float]) -> dict[int, float]:
@@ -116,7 +120,7 @@ def linear_up_to(points: Sequence[Point], threshold: float = 0.8) -> int:
 
 def window_figures(
     events: Sequence[dict[str, Any]], warmup: float, seconds: float
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Rate, counts and the evaluate stage's load in the steady-state window of one campaign."""
     started = next(e["at"] for e in events if e["type"] == "campaign_started")
     start, end = started + warmup, started + warmup + seconds
@@ -130,6 +134,7 @@ def window_figures(
     in_flight = statistics.fmean(s["in_flight"] for s in loads) if loads else 0.0
     queued = statistics.fmean(s["queued"] for s in loads) if loads else 0.0
     return {
+        "evaluated_at": tuple(round(t - started, 3) for t in evaluated),
         "evaluations": len(evaluated),
         "window_evaluations": count,
         "rate": rate,
@@ -291,6 +296,7 @@ def campaign(args: argparse.Namespace, hosts: Hosts, n: int, wall: float) -> Poi
         cpu_all_per_evaluation=round(sum(spent.values()) / done, 3),
         cpu_by_role=spent,
         machine_busy=round(busy, 3),
+        evaluated_at=figures["evaluated_at"],
     )
 
 
@@ -346,6 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"the scaling bench cannot run here: {reason}", file=sys.stderr)
         return 2
     remove_stale()
+    # SIGTERM as Ctrl-C: the processes and namespaces go with the bench (a `&` job ignores
+    # SIGINT).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="evobus-scaling-") as tmp:
         result = measure(args, Path(tmp))
     print()

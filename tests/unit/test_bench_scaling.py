@@ -31,6 +31,12 @@ def test_the_rate_runs_from_the_first_to_the_last_event_of_the_window() -> None:
     assert steady_rate(times, 5.0, 6.5) == (1, 0.0)  # one event says no rate
 
 
+def test_evaluators_finishing_in_step_do_not_inflate_the_rate() -> None:
+    # Two evaluators that finish together every 15 s: 2 per 15 s, not 7 per 45 s.
+    times = [t for cycle in range(4) for t in (10.0 + 15 * cycle,) * 2]
+    assert steady_rate(times, 0.0, 100.0) == (8, pytest.approx(2 / 15))
+
+
 def test_efficiency_is_against_n_times_one_evaluator() -> None:
     eff = efficiencies({1: 0.5, 2: 1.0, 4: 1.6, 8: 2.0})
     assert eff == {1: 1.0, 2: 1.0, 4: pytest.approx(0.8), 8: pytest.approx(0.5)}
