@@ -27,14 +27,16 @@ from tests.bench.scaling import (
 def test_the_rate_runs_from_the_first_to_the_last_event_of_the_window() -> None:
     # One every 2 s from t = 0; the window [5, 15) holds 6, 8, 10, 12, 14: 4 gaps in 8 s.
     times = [2.0 * i for i in range(20)]
-    assert steady_rate(times, 5.0, 15.0) == (5, pytest.approx(0.5))
+    count, rate = steady_rate(times, 5.0, 15.0)
+    assert count == 5 and rate == pytest.approx(0.5)
     assert steady_rate(times, 5.0, 6.5) == (1, 0.0)  # one event says no rate
 
 
 def test_evaluators_finishing_in_step_do_not_inflate_the_rate() -> None:
     # Two evaluators that finish together every 15 s: 2 per 15 s, not 7 per 45 s.
     times = [t for cycle in range(4) for t in (10.0 + 15 * cycle,) * 2]
-    assert steady_rate(times, 0.0, 100.0) == (8, pytest.approx(2 / 15))
+    count, rate = steady_rate(times, 0.0, 100.0)
+    assert count == 8 and rate == pytest.approx(2 / 15)
 
 
 def test_efficiency_is_against_n_times_one_evaluator() -> None:
