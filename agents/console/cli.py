@@ -135,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("role", choices=ROLES)
     agent.add_argument("--nats", help="NATS URL (default: $NATS_URL)")
     agent.add_argument("--concurrency", type=int, default=1, help="handlers run at once")
+    agent.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=256,
+        help="the most handlers a campaign's workers target may raise --concurrency to (an "
+        "evaluator on a host that takes only so many evaluations at once)",
+    )
     agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")
     agent.add_argument(
         "--spans",
@@ -431,7 +438,17 @@ async def _agent(args: argparse.Namespace) -> int:
         raise AgentError("evobus agent needs --nats URL or NATS_URL")
     if args.concurrency < 1:
         raise AgentError(f"--concurrency must be at least 1, got {args.concurrency}")
-    settings = AgentSettings(role=args.role, nats_url=url, concurrency=args.concurrency)
+    if args.max_concurrency < args.concurrency:
+        raise AgentError(
+            f"--max-concurrency must be at least --concurrency ({args.concurrency}), "
+            f"got {args.max_concurrency}"
+        )
+    settings = AgentSettings(
+        role=args.role,
+        nats_url=url,
+        concurrency=args.concurrency,
+        max_concurrency=args.max_concurrency,
+    )
     setup_tracing(args.role, span_file=args.spans)
     try:
         return await _serve_agent(args, settings)

@@ -132,6 +132,8 @@ class AgentProcess:
             return False
         old = consumer.concurrency
         new = max(1, min(target.concurrency, self.settings.max_concurrency))
+        if new == old:
+            return False  # a target sent again (every 2 s), or clamped to where it is already
         if new != target.concurrency:
             log.warning(
                 "%s %s: %s workers target %d clamped to %d (1..%d)",
@@ -142,8 +144,6 @@ class AgentProcess:
                 new,
                 self.settings.max_concurrency,
             )
-        if new == old:
-            return False
         consumer.set_concurrency(new)
         log.info(
             "%s %s: %s concurrency %d → %d%s",

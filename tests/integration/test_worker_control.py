@@ -93,6 +93,30 @@ async def test_an_evaluator_process_follows_its_workers_target(
     assert "ignoring workers target for 'propose'" in text
 
 
+@pytest.mark.timeout(30)
+async def test_an_evaluator_with_a_cap_takes_no_more_than_it_whatever_the_target(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # A host that runs two evaluations at once (tests/bench/scaling.py: one per evaluator).
+    log = tmp_path / "evaluator.log"
+    argv = ("agent", "evaluator", "--nats", nats_server.url, "--max-concurrency", "2")
+    async with jetstream(nats_server) as (nc, _):
+        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
+        agent = start_evobus(*argv, log=log)
+        try:
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=16))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
+            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=1))
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
+        finally:
+            code = await stop(agent)
+        await heartbeats.unsubscribe()
+    text = log.read_text()
+    assert code == 0, text
+    assert "evaluate workers target 16 clamped to 2 (1..2)" in text
+
+
 def evaluate_item(campaign: str, n: int) -> EvaluateWork:
     return EvaluateWork(
         work_id=f"{campaign}-w{n}",
