@@ -37,6 +37,18 @@ def response_format(output: type[msgspec.Struct]) -> dict[str, Any]:
     }
 
 
+def json_object_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``fmt`` (a ``json_schema`` response format) in the older ``json_object`` dialect.
+
+    ``{"type": "json_object", "schema": …}`` is what llama-cpp-python's server constrains by
+    (and Anyscale's, before OpenAI named ``json_schema``). None when ``fmt`` is not a
+    ``json_schema`` format.
+    """
+    if fmt is None or fmt.get("type") != "json_schema":
+        return None
+    return {"type": "json_object", "schema": fmt["json_schema"]["schema"]}
+
+
 def json_candidates(text: str) -> list[str]:
     """The texts worth decoding in an answer, most specific first.
 
