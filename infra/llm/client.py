@@ -274,10 +274,10 @@ class LLMClient:
                 "chat", model, "chat/completions", payload, attributes, read_chat
             )
         except LLMRequestError as exc:
-            if dialect is None or response_format is dialect or exc.status not in (400, 422):
+            if dialect is None or response_format is dialect or exc.status not in (400, 422, 500):
                 raise
             # llama-cpp-python's server knows only {"type": "json_object", "schema": …} and
-            # refuses "json_schema" with 422; ask in its dialect instead of failing the role.
+            # refuses "json_schema" (with a 500); ask in its dialect instead of failing the role.
             logger.info(
                 "%s refused response_format json_schema (%s); sending json_object with the schema",
                 exc.endpoint,
@@ -492,6 +492,11 @@ class LLMClient:
                 return _Retry(reason)
             status = response.status_code
             span.set_attribute("http.response.status_code", status)
+            if status in (400, 422, 500) and _refuses_json_schema(body, response):
+                # llama-cpp-python's server answers 500 to a request it failed to validate.
+                message = self._redact(error_message(response))
+                record_failure(span, str(status), message)
+                raise LLMRequestError(status, message, endpoint=endpoint.base_url, model=model)
             if status == 429 or status >= 500:
                 record_failure(span, str(status), f"HTTP {status}")
                 return _Retry(f"HTTP {status}", retry_after(response))
@@ -510,3 +515,8 @@ class LLMClient:
     def _redact(self, text: str) -> str:
         """``text`` without the API key, should a server or library have echoed it."""
         return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def _refuses_json_schema(body: bytes, response: httpx.Response) -> bool:
+    """Whether ``response`` refuses the ``json_schema`` response format of request ``body``."""
+    return b'"json_schema"' in body and "response_format" in response.text

@@ -37,9 +37,14 @@ from evobus.infra.llm import (
 )
 from evobus.infra.llm.client import CALL_LOG_ENV
 from evobus.infra.llm.routing import backoff_delay
-from evobus.infra.llm.structured import decode_answer, json_candidates
+from evobus.infra.llm.structured import (
+    decode_answer,
+    json_candidates,
+    json_object_format,
+    response_format,
+)
 from evobus.schemas.campaign import LLMSection
-from evobus.schemas.llm import CriticVerdict, Usage
+from evobus.schemas.llm import STRUCTURED_OUTPUTS, ActorDraft, CriticVerdict, Usage
 
 KEY = "sk-evobus-test-7f3a9c1d"
 URL_A = "http://gpu-a:8000/v1"
@@ -264,18 +269,35 @@ async def test_an_invalid_answer_gets_exactly_one_repair_round() -> None:
 
 @pytest.mark.anyio
 async def test_a_server_refusing_json_schema_is_asked_by_json_object_from_then_on() -> None:
-    """llama-cpp-python's server validates response_format as json_object (+ schema) only."""
-    refusal = httpx.Response(422, json={"detail": [{"msg": "Input should be 'json_object'"}]})
+    """llama-cpp-python's server validates response_format as json_object (+ schema) only, and
+    answers a request it fails to validate with HTTP 500 (not retried: it would fail again)."""
+    detail = {"loc": ["body", "response_format", "type"], "msg": "Input should be 'json_object'"}
+    refusal = httpx.Response(500, json={"detail": [detail]})
     server = Server(scripted(refusal, chat_answer(VERDICT_JSON), chat_answer(VERDICT_JSON)))
     async with make_client(server) as client:
         first = await client.structured("smol", MESSAGES, CriticVerdict)
         second = await client.structured("smol", MESSAGES, CriticVerdict)
-    schema = msgspec.json.schema(CriticVerdict)
     formats = [body["response_format"] for body in server.bodies()]
     assert formats[0]["type"] == "json_schema"
-    assert formats[1:] == [{"type": "json_object", "schema": schema}] * 2
+    assert [f["type"] for f in formats[1:]] == ["json_object"] * 2
+    inlined = formats[1]["schema"]  # self-contained: its grammar converter follows no $ref
+    assert "$ref" not in json.dumps(inlined) and "$defs" not in inlined
+    assert (
+        inlined["required"]
+        == msgspec.json.schema(CriticVerdict)["$defs"]["CriticVerdict"]["required"]
+    )
     assert first.values == second.values == [VERDICT]
     assert client.usage.calls == 2  # the refusal spent nothing
+
+
+def test_the_json_object_dialect_inlines_every_reference_of_the_answer_types() -> None:
+    for output in STRUCTURED_OUTPUTS:
+        schema = json_object_format(response_format(output))
+        assert schema is not None and "$ref" not in json.dumps(schema), output.__name__
+    nested = json_object_format(response_format(ActorDraft))
+    assert nested is not None
+    need = nested["schema"]["properties"]["tool_requests"]["items"]
+    assert need["required"] == ["name", "need"]
 
 
 @pytest.mark.anyio
