@@ -45,6 +45,9 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     parent_ids: tuple[str, ...]
     operator: Operator
     rationale: str = ""
+    # Prompt + completion tokens (the server's usage) of the model calls that made the child:
+    # the proposal, its repair rounds and the diagnosis it followed. 0 for the offline engine.
+    tokens: int = 0
 
 
 class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
@@ -61,6 +64,7 @@ class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candida
     # Which instances it ran on: a ``train`` minibatch or the ``validation`` split ("" before
     # the field existed).
     split: Literal["train", "validation", ""] = ""
+    tokens: int = 0  # tokens of the model calls the evaluation made (prompt_qa's task model)
 
 
 class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_accepted"):

@@ -90,6 +90,7 @@ class CampaignModels:
             output,
             max_tokens=self.section.max_tokens,
             temperature=self.section.temperature,
+            label=prompt_name,
         )
         return out, prompt
 

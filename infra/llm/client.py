@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, NamedTuple, Self, TypeVar
@@ -40,7 +41,12 @@ from evobus.infra.llm.errors import (
 )
 from evobus.infra.llm.messages import ChatMessage
 from evobus.infra.llm.routing import Endpoint, Router, backoff_delay, retry_after
-from evobus.infra.llm.structured import decode_choices, repair_messages, response_format
+from evobus.infra.llm.structured import (
+    decode_choices,
+    json_object_format,
+    repair_messages,
+    response_format,
+)
 from evobus.infra.llm.telemetry import client_span, record_answer, record_failure
 from evobus.schemas.campaign import LLMSection
 from evobus.schemas.llm import Usage
@@ -53,6 +59,9 @@ R = TypeVar("R", ChatResult, Embeddings)
 _encoder = msgspec.json.Encoder()
 _JSON_HEADERS = {"Content-Type": "application/json"}
 _EXCERPT = 300
+_CALL_LOG_TEXT = 20_000
+CALL_LOG_ENV = "EVOBUS_LLM_CALL_LOG"
+"""The environment variable naming a JSON-lines file that every chat call is appended to."""
 
 
 class _Retry(NamedTuple):
@@ -107,6 +116,9 @@ class LLMClient:
         self._attempts = max_retries + 1
         self._backoff_base = backoff_base
         self._usage = Usage()
+        self._call_log = os.environ.get(CALL_LOG_ENV) or None
+        # Models whose server refused a json_schema response_format: asked by json_object since.
+        self._json_object_models: set[str] = set()
         self._tracer = trace.get_tracer("evobus.llm", tracer_provider=tracer_provider)
         connections = concurrency * len(self._router.endpoints)
         self._http = httpx.AsyncClient(
@@ -187,8 +199,9 @@ class LLMClient:
         max_tokens: int = 1024,
         temperature: float = 0.7,
         response_format: dict[str, Any] | None = None,
+        label: str = "",
     ) -> ChatResult:
-        """One chat completion with ``n`` choices.
+        """One chat completion with ``n`` choices; ``label`` names the call in the call log.
 
         Raises:
             BudgetExhausted: the token budget was spent before the call (nothing was sent).
@@ -196,6 +209,49 @@ class LLMClient:
             LLMUnavailable: every attempt failed with a retryable error.
             LLMResponseError: the server's answer was not a chat completion.
         """
+        return await self._logged_chat(
+            model, messages, n, max_tokens, temperature, response_format, label, repair=False
+        )
+
+    async def _logged_chat(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        response_format: dict[str, Any] | None,
+        label: str,
+        *,
+        repair: bool,
+    ) -> ChatResult:
+        started = time.monotonic()
+        try:
+            result = await self._chat(
+                model,
+                messages,
+                n=n,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                response_format=response_format,
+            )
+        except (LLMRequestError, LLMUnavailable, LLMResponseError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self._log_call(model, response_format, label, started, repair, error=error)
+            raise
+        self._log_call(model, response_format, label, started, repair, result=result)
+        return result
+
+    async def _chat(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        *,
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        response_format: dict[str, Any] | None,
+    ) -> ChatResult:
         payload: dict[str, Any] = {
             "model": model,
             "messages": list(messages),
@@ -203,6 +259,9 @@ class LLMClient:
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
+        dialect = json_object_format(response_format)
+        if dialect is not None and model in self._json_object_models:
+            response_format = dialect
         if response_format is not None:
             payload["response_format"] = response_format
         attributes: dict[str, AttributeValue] = {
@@ -210,9 +269,26 @@ class LLMClient:
             "gen_ai.request.temperature": temperature,
             "gen_ai.request.choice.count": n,
         }
-        return await self._request(
-            "chat", model, "chat/completions", payload, attributes, read_chat
-        )
+        try:
+            return await self._request(
+                "chat", model, "chat/completions", payload, attributes, read_chat
+            )
+        except LLMRequestError as exc:
+            if dialect is None or response_format is dialect or exc.status not in (400, 422, 500):
+                raise
+            # llama-cpp-python's server knows only {"type": "json_object", "schema": …} and
+            # refuses "json_schema" (with a 500); ask in its dialect instead of failing the role.
+            logger.info(
+                "%s refused response_format json_schema (%s); sending json_object with the schema",
+                exc.endpoint,
+                exc,
+            )
+            payload["response_format"] = dialect
+            result = await self._request(
+                "chat", model, "chat/completions", payload, attributes, read_chat
+            )
+            self._json_object_models.add(model)
+            return result
 
     async def structured(
         self,
@@ -223,8 +299,10 @@ class LLMClient:
         n: int = 1,
         max_tokens: int = 1024,
         temperature: float = 0.7,
+        label: str = "",
     ) -> Structured[T]:
-        """The choices of a chat completion that decode as ``output``, asked for by JSON schema.
+        """The choices of a chat completion that decode as ``output``, asked for by JSON schema;
+        ``label`` names the call in the call log (the prompt's name).
 
         When no choice decodes, the request is sent once more with the invalid answer and the
         validation error appended (a repair round).
@@ -235,13 +313,8 @@ class LLMClient:
             LLMRequestError, LLMUnavailable, LLMResponseError: as for ``chat``.
         """
         fmt = response_format(output)
-        first = await self.chat(
-            model,
-            messages,
-            n=n,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            response_format=fmt,
+        first = await self._logged_chat(
+            model, messages, n, max_tokens, temperature, fmt, label, repair=False
         )
         values, error, answer = decode_choices(first.texts, output)
         if values:
@@ -254,13 +327,15 @@ class LLMClient:
             )
         self._check_budget(model, spent_by_call=first.usage)
         logger.info("%s gave no valid %s, asking once more: %s", model, output.__name__, error)
-        second = await self.chat(
+        second = await self._logged_chat(
             model,
             repair_messages(messages, answer, error, output.__name__),
-            n=n,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            response_format=fmt,
+            n,
+            max_tokens,
+            temperature,
+            fmt,
+            label,
+            repair=True,
         )
         usage = first.usage + second.usage
         values, error, answer = decode_choices(second.texts, output)
@@ -295,6 +370,49 @@ class LLMClient:
                 model=model,
             )
         return result
+
+    def _log_call(
+        self,
+        model: str,
+        response_format: dict[str, Any] | None,
+        label: str,
+        started: float,
+        repair: bool,
+        *,
+        result: ChatResult | None = None,
+        error: str = "",
+    ) -> None:
+        """Append one chat call to the file named by ``EVOBUS_LLM_CALL_LOG``, if it is set.
+
+        One JSON line per call, for ``make llm-check``'s report: the answer type asked for (its
+        schema's name, "text" without one), whether it is a repair round, the server's token
+        counts, the seconds the call took, why it stopped and the start of the first choice; or
+        the error that ended it.
+        """
+        if self._call_log is None:
+            return
+        schema = "text"
+        if response_format is not None:
+            schema = response_format.get("json_schema", {}).get("name", "json")
+        record: dict[str, Any] = {
+            "pid": os.getpid(),
+            "model": model,
+            "schema": schema,
+            "label": label,
+            "repair": repair,
+            "seconds": round(time.monotonic() - started, 4),
+        }
+        if result is not None:
+            record |= {
+                "prompt_tokens": result.usage.prompt_tokens,
+                "completion_tokens": result.usage.completion_tokens,
+                "finish_reason": result.finish_reasons[0] if result.finish_reasons else "",
+                "text": result.texts[0][:_CALL_LOG_TEXT] if result.texts else "",
+            }
+        else:
+            record["error"] = self._redact(error)[:_EXCERPT]
+        with open(self._call_log, "ab") as log:
+            log.write(_encoder.encode(record) + b"\n")
 
     def _check_budget(self, model: str, spent_by_call: Usage | None = None) -> None:
         if self.budget is not None and self.budget.exhausted:
@@ -374,6 +492,11 @@ class LLMClient:
                 return _Retry(reason)
             status = response.status_code
             span.set_attribute("http.response.status_code", status)
+            if status in (400, 422, 500) and _refuses_json_schema(body, response):
+                # llama-cpp-python's server answers 500 to a request it failed to validate.
+                message = self._redact(error_message(response))
+                record_failure(span, str(status), message)
+                raise LLMRequestError(status, message, endpoint=endpoint.base_url, model=model)
             if status == 429 or status >= 500:
                 record_failure(span, str(status), f"HTTP {status}")
                 return _Retry(f"HTTP {status}", retry_after(response))
@@ -392,3 +515,8 @@ class LLMClient:
     def _redact(self, text: str) -> str:
         """``text`` without the API key, should a server or library have echoed it."""
         return text.replace(self._api_key, "***") if self._api_key else text
+
+
+def _refuses_json_schema(body: bytes, response: httpx.Response) -> bool:
+    """Whether ``response`` refuses the ``json_schema`` response format of request ``body``."""
+    return b'"json_schema"' in body and "response_format" in response.text

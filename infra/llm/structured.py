@@ -37,6 +37,34 @@ def response_format(output: type[msgspec.Struct]) -> dict[str, Any]:
     }
 
 
+def json_object_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``fmt`` (a ``json_schema`` response format) in the older ``json_object`` dialect.
+
+    ``{"type": "json_object", "schema": …}`` is what llama-cpp-python's server constrains by
+    (and Anyscale's, before OpenAI named ``json_schema``). None when ``fmt`` is not a
+    ``json_schema`` format.
+    """
+    if fmt is None or fmt.get("type") != "json_schema":
+        return None
+    schema = fmt["json_schema"]["schema"]
+    # Its grammar converter resolves no nested "#/$defs/…" reference (it falls back to any JSON
+    # without a word): the schema goes with every reference replaced by its definition.
+    return {"type": "json_object", "schema": inline_refs(schema, schema.get("$defs", {}))}
+
+
+def inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    """``node`` with each ``{"$ref": "#/$defs/X"}`` replaced by ``defs["X"]``, without ``$defs``
+    (the answer types hold no recursive reference)."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return inline_refs(defs[ref.removeprefix("#/$defs/")], defs)
+        return {key: inline_refs(value, defs) for key, value in node.items() if key != "$defs"}
+    if isinstance(node, list):
+        return [inline_refs(item, defs) for item in node]
+    return node
+
+
 def json_candidates(text: str) -> list[str]:
     """The texts worth decoding in an answer, most specific first.
 

@@ -31,6 +31,7 @@ from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import (
     CampaignFinished,
+    CandidateEvaluated,
     CandidateProposed,
     Event,
     StaleDecided,
@@ -149,8 +150,11 @@ async def run_campaign(
     return summary, events, results
 
 
-def assert_through_the_simulator(summary: CampaignSummary, results: Sequence[Result]) -> None:
-    """Every proposal came from the model path, and the run says the model was simulated."""
+def assert_through_the_simulator(
+    summary: CampaignSummary, results: Sequence[Result], events: Sequence[Event]
+) -> None:
+    """Every proposal came from the model path, and the run says the model was simulated; each
+    candidate's events carry the tokens of the calls that made and evaluated it."""
     proposals = [r for r in results if isinstance(r, Proposal)]
     assert proposals and all(p.engine.startswith("openai:") for p in proposals)
     assert all("simulator" in p.engine for p in proposals)
@@ -158,6 +162,11 @@ def assert_through_the_simulator(summary: CampaignSummary, results: Sequence[Res
     assert summary.tokens > 0 and summary.model_calls > 0
     charged = sum(r.usage.total_tokens for r in results)
     assert summary.tokens <= charged  # each applied result charged once; ignored ones not
+    proposed = [e.tokens for e in events if isinstance(e, CandidateProposed)]
+    assert proposed and all(tokens > 0 for tokens in proposed)
+    evaluated = [e for e in events if isinstance(e, CandidateEvaluated)]
+    by_work = {r.work_id: r.usage.total_tokens for r in results if isinstance(r, Evaluation)}
+    assert all(e.tokens == by_work[e.work_id] for e in evaluated if e.work_id in by_work)
 
 
 @pytest.mark.timeout(300)
@@ -210,7 +219,7 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
     )
     summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
     assert summary.status == "completed", summary.stop_reason
-    assert_through_the_simulator(summary, results)
+    assert_through_the_simulator(summary, results, events)
 
     abandoned = [e for e in events if isinstance(e, WorkAbandoned)]
     assert any(e.error_type == "InvalidModelOutput" and e.stage == "diagnose" for e in abandoned)
@@ -247,10 +256,10 @@ async def test_ccaa_through_the_simulator(
         "epsilon = 0.0\ndelta_max = 1.0\n"
         + LLM.format(url=sim.base_url, actor=ACTOR, critic=ACTOR, vision="false")
     )
-    summary, _, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
     assert summary.status == "completed", summary.stop_reason
     assert summary.proposals == 8
-    assert_through_the_simulator(summary, results)
+    assert_through_the_simulator(summary, results, events)
     diagnoses = [r for r in results if isinstance(r, Diagnosis)]
     assert diagnoses and all(d.engine.startswith("openai:") for d in diagnoses)
 
@@ -281,10 +290,11 @@ async def test_prompt_qa_through_the_simulator(
         "epsilon = 0.0\ndelta_max = 0.5\nstagnation_threshold = 0.05\n"
         + LLM.format(url=sim.base_url, actor=ACTOR, critic=ACTOR, vision="false")
     )
-    summary, _, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
+    summary, events, results = await run_campaign(nats_session, tmp_path, campaign_id, campaign)
     assert summary.status == "completed", summary.stop_reason
-    assert_through_the_simulator(summary, results)
+    assert_through_the_simulator(summary, results, events)
     evaluations = [r for r in results if isinstance(r, Evaluation)]
+    assert any(e.tokens > 0 for e in events if isinstance(e, CandidateEvaluated))
     assert evaluations and all(e.isolation == "model" for e in evaluations)
     assert all(e.usage.calls == len(e.instances) for e in evaluations)
     assert summary.seed_score == 0.0  # the seed prompt never asks for a brief answer

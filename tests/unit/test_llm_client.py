@@ -12,6 +12,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,10 +35,16 @@ from evobus.infra.llm import (
     text_message,
     user_message,
 )
+from evobus.infra.llm.client import CALL_LOG_ENV
 from evobus.infra.llm.routing import backoff_delay
-from evobus.infra.llm.structured import decode_answer, json_candidates
+from evobus.infra.llm.structured import (
+    decode_answer,
+    json_candidates,
+    json_object_format,
+    response_format,
+)
 from evobus.schemas.campaign import LLMSection
-from evobus.schemas.llm import CriticVerdict, Usage
+from evobus.schemas.llm import STRUCTURED_OUTPUTS, ActorDraft, CriticVerdict, Usage
 
 KEY = "sk-evobus-test-7f3a9c1d"
 URL_A = "http://gpu-a:8000/v1"
@@ -258,6 +265,84 @@ async def test_an_invalid_answer_gets_exactly_one_repair_round() -> None:
     assert result.repaired
     assert result.usage == Usage(prompt_tokens=230, completion_tokens=30, calls=2)
     assert budget.spent == 260
+
+
+@pytest.mark.anyio
+async def test_a_server_refusing_json_schema_is_asked_by_json_object_from_then_on() -> None:
+    """llama-cpp-python's server validates response_format as json_object (+ schema) only, and
+    answers a request it fails to validate with HTTP 500 (not retried: it would fail again)."""
+    detail = {"loc": ["body", "response_format", "type"], "msg": "Input should be 'json_object'"}
+    refusal = httpx.Response(500, json={"detail": [detail]})
+    server = Server(scripted(refusal, chat_answer(VERDICT_JSON), chat_answer(VERDICT_JSON)))
+    async with make_client(server) as client:
+        first = await client.structured("smol", MESSAGES, CriticVerdict)
+        second = await client.structured("smol", MESSAGES, CriticVerdict)
+    formats = [body["response_format"] for body in server.bodies()]
+    assert formats[0]["type"] == "json_schema"
+    assert [f["type"] for f in formats[1:]] == ["json_object"] * 2
+    inlined = formats[1]["schema"]  # self-contained: its grammar converter follows no $ref
+    assert "$ref" not in json.dumps(inlined) and "$defs" not in inlined
+    assert (
+        inlined["required"]
+        == msgspec.json.schema(CriticVerdict)["$defs"]["CriticVerdict"]["required"]
+    )
+    assert first.values == second.values == [VERDICT]
+    assert client.usage.calls == 2  # the refusal spent nothing
+
+
+def test_the_json_object_dialect_inlines_every_reference_of_the_answer_types() -> None:
+    for output in STRUCTURED_OUTPUTS:
+        schema = json_object_format(response_format(output))
+        assert schema is not None and "$ref" not in json.dumps(schema), output.__name__
+    nested = json_object_format(response_format(ActorDraft))
+    assert nested is not None
+    need = nested["schema"]["properties"]["tool_requests"]["items"]
+    assert need["required"] == ["name", "need"]
+
+
+@pytest.mark.anyio
+async def test_a_refusal_of_the_json_object_dialect_too_is_raised() -> None:
+    server = Server(scripted(httpx.Response(400, text="bad"), httpx.Response(400, text="bad")))
+    async with make_client(server) as client:
+        with pytest.raises(LLMRequestError) as caught:
+            await client.structured("smol", MESSAGES, CriticVerdict)
+    assert caught.value.status == 400
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_the_call_log_holds_each_call_with_its_label_round_tokens_and_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv(CALL_LOG_ENV, str(log))
+    server = Server(
+        scripted(
+            chat_answer(INVALID_JSON, prompt_tokens=100, completion_tokens=10),
+            chat_answer(VERDICT_JSON, prompt_tokens=130, completion_tokens=20),
+            chat_answer("Paris", prompt_tokens=9, completion_tokens=2),
+            httpx.Response(400, text="too long"),
+        )
+    )
+    async with make_client(server, api_key=KEY) as client:
+        await client.structured("qwen", MESSAGES, CriticVerdict, label="critic")
+        await client.chat("qwen", MESSAGES, label="task_model")
+        with pytest.raises(LLMRequestError):
+            await client.chat("qwen", MESSAGES)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    picked = [
+        (r["label"], r["schema"], r["repair"], r.get("prompt_tokens"), r.get("text"))
+        for r in records
+    ]
+    assert picked == [
+        ("critic", "CriticVerdict", False, 100, INVALID_JSON),
+        ("critic", "CriticVerdict", True, 130, VERDICT_JSON),
+        ("task_model", "text", False, 9, "Paris"),
+        ("", "text", False, None, None),
+    ]
+    assert "HTTP 400" in records[-1]["error"]
+    assert all(record["seconds"] >= 0 for record in records)
+    assert KEY not in log.read_text()
 
 
 @pytest.mark.anyio

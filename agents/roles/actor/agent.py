@@ -251,6 +251,7 @@ class Actor:
             n=section.samples,
             max_tokens=section.max_tokens,
             temperature=section.temperature,
+            label=prompt.name,
         )
         usage = out.usage
         draft, problem = _first_usable(parent, out.values)
@@ -270,6 +271,7 @@ class Actor:
                 ActorDraft,
                 max_tokens=section.max_tokens,
                 temperature=section.temperature,
+                label=f"{prompt.name}.unusable",
             )
             usage = usage + again.usage
             draft, problem = _first_usable(parent, again.values)

@@ -102,6 +102,7 @@ class Critic:
             CriticVerdict,
             max_tokens=section.max_tokens,
             temperature=section.temperature,
+            label="critic",
         )
         verdict = out.values[0]
         return Diagnosis(

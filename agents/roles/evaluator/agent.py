@@ -196,6 +196,7 @@ async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork
                 [user_message(prompt)],
                 max_tokens=section.max_tokens,
                 temperature=0.0,
+                label="task_model",
             )
         except LLMUnavailable as exc:
             outage.append(exc)

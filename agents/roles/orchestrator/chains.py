@@ -32,6 +32,7 @@ from evobus.agents.roles.orchestrator.speculation import derive
 from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
 from evobus.schemas.events import BurstStarted, CandidateProposed, ParetoFrontChanged
+from evobus.schemas.llm import Usage
 from evobus.schemas.results import Evaluation, Proposal
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import DiagnoseWork, ProposeWork
@@ -292,6 +293,7 @@ def on_proposal(
     if proposal.tools:
         state.candidates.tools[candidate.id] = proposal.tools
     state.candidates.by_id[candidate.id] = candidate
+    diagnosis_usage = chain.diagnosis.usage if chain.diagnosis is not None else Usage()
     state.emit(
         step,
         CandidateProposed(
@@ -301,6 +303,7 @@ def on_proposal(
             parent_ids=candidate.parent_ids,
             operator=candidate.operator,
             rationale=proposal.rationale,
+            tokens=(proposal.usage + diagnosis_usage).total_tokens,
         ),
     )
     if state.strategy.epsilon > 0:

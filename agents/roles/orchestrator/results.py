@@ -312,6 +312,7 @@ def _record_evaluation(
             error=evaluation_error(ev),
             work_id=ev.work_id,
             split="train" if train else "validation",
+            tokens=ev.usage.total_tokens,
         ),
         chain,  # a parent re-evaluated for a step belongs to that step's trace
     )
