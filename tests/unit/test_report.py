@@ -6,6 +6,7 @@ import html
 from html.parser import HTMLParser
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from evobus.agents.console.cli import EXIT_FAILED, main
@@ -291,6 +292,26 @@ def test_a_campaign_gets_a_page_with_every_plot(tmp_path: Path) -> None:
     assert "seed and best on validation (5 held-out instances)" in page
     assert "score on the 5 held-out validation instances" in page
     assert "<th>minibatch score (train)</th>" in page
+
+
+def test_the_accepted_table_gives_what_each_candidate_cost_in_tokens(tmp_path: Path) -> None:
+    events = []
+    for event in _campaign():
+        if isinstance(event, CandidateProposed) and event.candidate_id == "c0003":
+            event = msgspec.structs.replace(event, tokens=1200)
+        elif isinstance(event, CandidateEvaluated) and event.candidate_id == "c0003":
+            event = msgspec.structs.replace(event, tokens=35)
+        events.append(event)
+    evaluations = sum(
+        isinstance(e, CandidateEvaluated) and e.candidate_id == "c0003" for e in events
+    )
+    assert evaluations >= 1
+    page = (build_report(_write(tmp_path / CID, events))).read_text()
+    assert "<th>tokens</th>" in page
+    row = next(line for line in page.splitlines() if "<td>c0003</td>" in line)
+    assert row.endswith(f"<td class=num>{1200 + 35 * evaluations}</td></tr>"), row
+    c0005 = next(line for line in page.splitlines() if "<td>c0005</td>" in line)
+    assert c0005.endswith("<td class=num>0</td></tr>")  # offline: no model calls
 
 
 def test_a_campaign_without_a_held_out_split_says_so(tmp_path: Path) -> None:

@@ -659,6 +659,7 @@ def _accepted_table(run: Run) -> str:
             "Δ",
             "tag",
             "t (s)",
+            "tokens",
         )
     )
     rows = []
@@ -671,6 +672,7 @@ def _accepted_table(run: Run) -> str:
             f"<td class=num>{a.previous_best:.1f}</td>"
             f"<td class=num>{a.score - a.previous_best:+.1f}</td>"
             f"<td>{html.escape(a.tag)}</td><td class=num>{run.t(a.at):.1f}</td>"
+            f"<td class=num>{run.tokens(a.candidate_id)}</td>"
         )
         rows.append(f"<tr>{cells}</tr>")
     return f"<table>\n<tr>{head}</tr>\n" + "\n".join(rows) + "\n</table>"

@@ -74,6 +74,13 @@ class Run:
         """Seconds since the campaign started."""
         return at - self.t0
 
+    def tokens(self, candidate_id: str) -> int:
+        """What a candidate cost in model tokens (the server's usage): the diagnosis and
+        proposal calls that made it and the task model's calls of its evaluations."""
+        proposal = self.proposed.get(candidate_id)
+        made = proposal.tokens if proposal is not None else 0
+        return made + sum(e.tokens for e in self.evaluations if e.candidate_id == candidate_id)
+
     @property
     def best_candidate(self) -> str:
         """The validated best: the summary's, else the last confirmed new best ("" if none)."""
