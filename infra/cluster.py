@@ -340,9 +340,12 @@ class Cluster:
 
     def _wait_ready(self) -> None:
         def ready() -> bool:
+            # Every node must know the metadata leader, not just one: a stream of 3 replicas
+            # created while a node's routes are still forming is refused ("no suitable peers
+            # for placement, peer offline"), as a clean clone's test-cluster once saw.
             logs = [node.log() for node in self.nodes]
-            return all(READY_LINE in log for log in logs) and any(
-                line in log for log in logs for line in META_LEADER_LINES
+            return all(
+                READY_LINE in log and any(line in log for line in META_LEADER_LINES) for log in logs
             )
 
         self._wait_for(ready, "a JetStream metadata leader")
