@@ -35,6 +35,7 @@ from nats.js.errors import (
     APIError,
     BadRequestError,
     BucketNotFoundError,
+    NoStreamResponseError,
     NotFoundError,
     ServiceUnavailableError,
 )
@@ -165,12 +166,13 @@ async def wait_for_jetstream(
         BusError: no answer within ``patience`` seconds (the cluster is still without a
             majority, or this NATS user may not ask: a config older than this evobus).
     """
-    await _patiently(js.account_info, "$JS.API.INFO", time.monotonic() + patience)
+    await patiently(js.account_info, "$JS.API.INFO", time.monotonic() + patience)
 
 
-async def _patiently(request: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:
+async def patiently(request: Callable[[], Awaitable[T]], what: str, deadline: float) -> T:
     """``request()``, again while JetStream does not answer or answers 503 (a cluster without a
-    majority, or electing the leader of what is asked about), until ``deadline``.
+    majority, or electing the leader of what is asked about; a publish to a stream with no
+    leader yet has no responder), until ``deadline``.
 
     Raises:
         BusError: still no answer at ``deadline``.
@@ -179,7 +181,7 @@ async def _patiently(request: Callable[[], Awaitable[T]], what: str, deadline: f
     while True:
         try:
             answer = await request()
-        except (ServiceUnavailableError, NatsTimeoutError) as exc:
+        except (ServiceUnavailableError, NatsTimeoutError, NoStreamResponseError) as exc:
             if time.monotonic() > deadline:
                 raise BusError(
                     f"JetStream did not answer {what} ({type(exc).__name__}): a NATS cluster "
@@ -213,20 +215,20 @@ async def ensure_streams(js: JetStreamContext) -> None:
             update (a user without that permission gets no answer).
     """
     deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
-    await _patiently(js.account_info, "$JS.API.INFO", deadline)
+    await patiently(js.account_info, "$JS.API.INFO", deadline)
     explicit = explicit_replicas() is not None
     for config in stream_configs(replicas_for(js)):
         name = config.name
         assert name is not None
         look = partial(js.stream_info, name)
         try:
-            info = await _patiently(look, f"stream info {name}", deadline)
+            info = await patiently(look, f"stream info {name}", deadline)
         except NotFoundError:
             try:
                 await _changing(name, "create", js.add_stream(config))
             except BadRequestError:
                 # Another process created it between our look and our create.
-                await _patiently(look, f"stream info {name}", deadline)
+                await patiently(look, f"stream info {name}", deadline)
         else:
             if not _is_current(info.config, config, replicas=explicit):
                 await _changing(name, "update", js.update_stream(config))

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -42,7 +43,13 @@ from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE
 from evobus.bus import subjects
 from evobus.bus.connection import connect, redact_url
 from evobus.bus.permissions import SUPERVISOR, role_credentials
-from evobus.bus.streams import ensure_streams, evidence_store, key_value
+from evobus.bus.streams import (
+    JETSTREAM_PATIENCE_SECONDS,
+    ensure_streams,
+    evidence_store,
+    key_value,
+    patiently,
+)
 from evobus.infra.nats_server import NatsServer, default_store_dir
 from evobus.infra.telemetry import SPAN_FILE
 from evobus.schemas.agents import Role
@@ -330,13 +337,16 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
             out_dir=str(options.out_dir.resolve()),
             submitted_at=time.time(),
         )
-        try:
-            await kv.create(cid, msgspec.msgpack.encode(record))
+        data = msgspec.msgpack.encode(record)
+        deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
+        try:  # a cluster may still be electing the bucket's leader
+            await patiently(partial(kv.create, cid, data), f"create {cid} in KV", deadline)
         except KeyWrongLastSequenceError:
-            raise AgentError(
-                f"campaign id {cid!r} was already used on this bus; pick another --id "
-                f"(or `evobus resume {cid}` to go on with it)"
-            ) from None
+            if (await kv.get(cid)).value != data:  # else a try whose answer was lost wrote it
+                raise AgentError(
+                    f"campaign id {cid!r} was already used on this bus; pick another --id "
+                    f"(or `evobus resume {cid}` to go on with it)"
+                ) from None
         echo(
             f"evobus: campaign {cid} (task {spec.campaign.task}), run folder "
             f"{campaign_dir(options.out_dir, cid)}"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.roles.orchestrator import backlog
-from evobus.agents.roles.orchestrator.messages import Send
+from evobus.agents.roles.orchestrator.messages import Send, content_id
 from evobus.agents.roles.orchestrator.speculation import forget_step
 from evobus.agents.roles.orchestrator.steps import Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate
@@ -47,7 +47,10 @@ def chain_of(state: CampaignState, pending: Pending) -> Chain | None:
 
 
 def send_work(state: CampaignState, step: Step, stage: str, item: Work, pending: Pending) -> None:
-    """Send ``item`` to ``stage``'s workers and remember what it is for."""
+    """Send ``item`` to ``stage``'s workers and remember what it is for. Its work id is the
+    serial ``state.new_work_id`` gave it and a digest of the rest (``messages.content_id``)."""
+    blank = msgspec.structs.replace(item, work_id="")
+    item = msgspec.structs.replace(item, work_id=content_id(item.work_id, blank))
     state.flight.pending[item.work_id] = pending
     context = state.trace.context(chain_of(state, pending), pending.candidate_id)
     step.outbound.append(Send(stage, item, context))

@@ -2,20 +2,34 @@
 headers and encoded payload (``effects.outbound``), so the core imports no transport.
 
 Each record keeps what the wire needs and nothing the bus decides: the message (a schema
-Struct), the id JetStream deduplicates it by — derived from what caused it, never random, so
-a redelivered result sends the same ids again and the copies are dropped — and the trace
-context to publish it in. The stages' worker targets (control messages) are data already:
+Struct), the id JetStream deduplicates it by, and the trace context to publish it in. An id is
+never random: it is a campaign counter and a digest of the message's content (``content_id``),
+so a result applied again after a crash sends the same ids for the same messages and JetStream
+drops the copies — and a restarted orchestrator that applies the redelivered results in another
+order than the dead one (a result whose ack was lost comes back behind newer ones), and so
+sends other messages under the same counters, sends them under other ids: none is dropped as
+a copy of a message it is not. The stages' worker targets (control messages) are data already:
 ``Step.controls``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
+import msgspec
 from opentelemetry.context import Context
 
 from evobus.schemas.events import Event
 from evobus.schemas.work import Work
+
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def content_id(serial: str, content: msgspec.Struct) -> str:
+    """``serial`` (a counter's id) and a digest of ``content``: equal for the same message
+    under the same counter, different for another one."""
+    return f"{serial}-{hashlib.blake2b(_ENCODER.encode(content), digest_size=4).hexdigest()}"
 
 
 @dataclass(frozen=True)

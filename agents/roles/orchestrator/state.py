@@ -43,7 +43,7 @@ from evobus.agents.roles.orchestrator.chains import Candidates, Selection
 from evobus.agents.roles.orchestrator.decide import Best, Decisions
 from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.flight import Flight
-from evobus.agents.roles.orchestrator.messages import Emit
+from evobus.agents.roles.orchestrator.messages import Emit, content_id
 from evobus.agents.roles.orchestrator.pipeline import Workers, rebalance
 from evobus.agents.roles.orchestrator.plan import render_plan
 from evobus.agents.roles.orchestrator.population import Population
@@ -186,17 +186,17 @@ class CampaignState:
         """Emit ``event`` on the campaign's event stream with the next event id (and note it
         on its step's trace: ``chain``'s, else the step of the candidate it names)."""
         context = self.trace.note(event, chain)
-        msg_id = f"{self.cid}-e{self.next_serial('event'):07d}"
+        # The counter and the content but its time (``messages.content_id``).
+        serial = f"{self.cid}-e{self.next_serial('event'):07d}"
+        msg_id = content_id(serial, msgspec.structs.replace(event, at=0.0))
         if isinstance(event, CandidateEvaluated) and event.work_id:
-            # From its work item: a restarted orchestrator may apply the redelivered results
-            # in another order than the dead one (a result whose ack was lost comes back after
-            # ack_wait, behind newer ones), and a counter id would then publish this evaluation
-            # twice and drop another as a duplicate (seen on a cluster losing nodes).
+            # From its work item, whatever else was emitted before it: one evaluation, one
+            # event, however the redelivered results are ordered after a crash.
             msg_id = f"{self.cid}-evaluated-{event.work_id}"
         step.outbound.append(Emit(event, msg_id, context))
 
     def new_work_id(self) -> str:
-        """A fresh work id of this campaign."""
+        """A fresh work id's serial part (``flight.send_work`` adds its content's digest)."""
         return f"{self.cid}-w{self.next_serial('work'):06d}"
 
     @property
