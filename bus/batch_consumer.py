@@ -127,7 +127,7 @@ class BatchConsumer(PullConsumer[T]):
             while not self._stopping.is_set():
                 # A lingering pull of one, then whatever else is already waiting (see
                 # PullConsumer.run); nats-py may hand over more than asked: all are taken.
-                msgs = await self._fetch(self._psub, 1, self._fetch_timeout)
+                msgs = await self._wait_for_one(self._psub)
                 if not msgs:
                     continue
                 if self.batch > 1:

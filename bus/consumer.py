@@ -118,6 +118,7 @@ class PullConsumer(Generic[T]):
         self._bound_config: ConsumerConfig | None = None
         self._psub: JetStreamContext.PullSubscription | None = None
         self._stopping = anyio.Event()
+        self._idle = anyio.CancelScope()  # the wait for the next message, when there is one
         self.processed = 0
         self.processed_by_campaign: Counter[str] = Counter()
         self.dead_lettered = 0
@@ -144,8 +145,10 @@ class PullConsumer(Generic[T]):
         self._limiter.total_tokens = max(1, value)
 
     def stop(self) -> None:
-        """Stop fetching; handlers already running finish and are acked. Safe to call twice."""
+        """Stop fetching (a wait for the next message ends at once); handlers already running
+        finish and are acked. Safe to call twice."""
         self._stopping.set()
+        self._idle.cancel()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Bind to the durable consumer and process until ``stop()``; returns once idle."""
@@ -159,7 +162,7 @@ class PullConsumer(Generic[T]):
                     # the pull expires (nats-py), which held work back for fetch_timeout.
                     first = object()
                     await self._limiter.acquire_on_behalf_of(first)
-                    msgs = await self._fetch(self._psub, 1, self._fetch_timeout)
+                    msgs = await self._wait_for_one(self._psub)
                     if not msgs:
                         self._limiter.release_on_behalf_of(first)
                         continue
@@ -196,6 +199,14 @@ class PullConsumer(Generic[T]):
         except NatsError as exc:
             log.warning("%s: no consumer info (%s); it cannot be re-created", self.durable, exc)
         return await self._js.pull_subscribe_bind(durable=self.durable, stream=self.stream)
+
+    async def _wait_for_one(self, psub: JetStreamContext.PullSubscription) -> list[Msg]:
+        """The next message, waiting up to ``fetch_timeout`` for it — or less: ``stop()`` ends
+        the wait at once (a process stops without a pull's timeout to sit out)."""
+        msgs: list[Msg] = []
+        with anyio.CancelScope() as self._idle:
+            msgs = await self._fetch(psub, 1, self._fetch_timeout)
+        return msgs
 
     async def _fetch(
         self, psub: JetStreamContext.PullSubscription, batch: int, wait: float
