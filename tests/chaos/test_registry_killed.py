@@ -53,9 +53,9 @@ minibatch = 2
 min_evaluations = 2
 skills = 3
 [sandbox]
-# Cold evaluations (about half a second each) keep the campaign long enough for three kills
-# and three restarts of the registry before its proposal budget is spent.
-warm = false
+# The first campaign's cold evaluations (about half a second each) keep it long enough for
+# three kills and three restarts of the registry before its proposal budget is spent.
+warm = {warm}
 """
 
 
@@ -75,7 +75,8 @@ async def run_campaign(
     (``evo.registry.event.>``) and the summary."""
     campaign = tmp / f"{cid}.toml"
     seed = (EXAMPLES / "pendulum_seed.py").as_posix()
-    campaign.write_text(CAMPAIGN.format(seed=seed, proposals=proposals, rng=rng))
+    warm = str(not kill_after_skills).lower()
+    campaign.write_text(CAMPAIGN.format(seed=seed, proposals=proposals, rng=rng, warm=warm))
     nc = await connect(url, name="registry-kill-test")
     events: list[Event] = []
     registry_events: list[Event] = []
