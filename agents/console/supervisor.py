@@ -257,11 +257,16 @@ def _models_at(llm: LLMSection, *, critic: bool) -> dict[str, str]:
     return wanted
 
 
+PROBE_SECONDS = 10.0
+"""How long ``probe_models`` waits for an endpoint's ``/models``."""
+
+
 async def probe_models(
     llm: LLMSection, echo: Callable[[str], None], *, path: str = "<campaign>"
 ) -> None:
     """Check that every endpoint of an ``openai`` campaign answers ``/models``, and say what
-    serves there — the simulator is named as one.
+    serves there — the simulator is named as one. An endpoint that takes the connection but
+    answers nothing within ``PROBE_SECONDS`` (a server busy generating) is named and not checked.
 
     Raises:
         CampaignConfigError: an endpoint does not answer (naming its key), or the API key
@@ -279,13 +284,21 @@ async def probe_models(
         headers["Authorization"] = f"Bearer {key}"
     endpoints = [("llm.base_urls", u) for u in llm.base_urls]
     endpoints += [("llm.critic_base_urls", u) for u in llm.critic_base_urls]
-    async with httpx.AsyncClient(timeout=10.0, headers=headers) as http:
+    async with httpx.AsyncClient(timeout=PROBE_SECONDS, headers=headers) as http:
         for i, (key_name, url) in enumerate(endpoints):
             index = i if key_name == "llm.base_urls" else i - len(llm.base_urls)
             try:
                 reply = await http.get(f"{url.rstrip('/')}/models")
                 reply.raise_for_status()
                 served = [m.get("id", "?") for m in reply.json().get("data", [])]
+            except httpx.ReadTimeout:
+                # It took the connection: a server is there, busy (a one-slot llama.cpp server
+                # answers nothing while it generates). The agents' own calls wait their turn.
+                echo(
+                    f"evobus: {url} took the connection but did not answer /models within "
+                    f"{PROBE_SECONDS:.0f} s (busy?); going on without checking its models"
+                )
+                continue
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
                 raise CampaignConfigError(
                     path,
