@@ -24,7 +24,7 @@ from evobus.agents.console.supervisor import (
     default_campaign_id,
     resume_campaign,
 )
-from evobus.agents.roles.orchestrator.agent import campaign_dir
+from evobus.agents.runtime.events import campaign_dir
 from evobus.errors import ApiError
 from evobus.live import CampaignRun, start_run
 from evobus.results import Result

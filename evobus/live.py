@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from evobus.agents.console.supervisor import RunOptions, run_campaign
-from evobus.agents.roles.orchestrator.agent import campaign_dir
+from evobus.agents.runtime.events import campaign_dir
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, role_credentials

@@ -767,8 +767,8 @@ def _rollback(args: argparse.Namespace) -> int:
     that cannot be rewritten stops the rollback before it changes anything)."""
     import msgspec
 
-    from evobus.agents.roles.orchestrator.agent import campaign_dir, write_summary
     from evobus.agents.runtime import lineage
+    from evobus.agents.runtime.events import campaign_dir, write_summary
     from evobus.schemas.campaign import CampaignSummary
 
     workspace = lineage.open_workspace(args.out, args.campaign)

@@ -17,7 +17,6 @@ from functools import partial
 from pathlib import Path
 
 import anyio
-import httpx
 import msgspec
 from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -26,10 +25,10 @@ from nats.js.kv import KeyValue
 
 from evobus.agents.console.follow import follow
 from evobus.agents.console.restarts import AgentChild, Restarts
-from evobus.agents.roles.orchestrator.agent import campaign_dir, write_summary
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.roles.registry.errors import RegistryUnavailable
 from evobus.agents.runtime.errors import AgentError, CampaignFailed
+from evobus.agents.runtime.events import campaign_dir, write_summary
 from evobus.agents.tasks import (
     BUILTIN_TASKS,
     ModelTask,
@@ -274,6 +273,8 @@ async def probe_models(
     """
     if llm.provider == "offline":
         return
+    import httpx  # only a campaign with models needs it (a fifth of `evobus run`'s imports)
+
     headers = {}
     if llm.api_key_env:
         key = os.environ.get(llm.api_key_env)

@@ -17,7 +17,7 @@ from nats.js.api import DeliverPolicy
 
 from evobus.bus import codec, subjects
 from evobus.bus.streams import ensure_streams
-from evobus.schemas.campaign import Splits
+from evobus.schemas.campaign import CampaignSummary, Splits
 from evobus.schemas.events import (
     AdmittedUnfiltered,
     AgentExited,
@@ -285,6 +285,18 @@ def describe(event: Event) -> str:
 
 EVENT_LOG = "events.jsonl"
 _event_json = msgspec.json.Decoder(Event)
+
+
+def campaign_dir(out_dir: str | Path, campaign: str) -> Path:
+    """``<out>/<cid>``: the campaign's run folder."""
+    return Path(out_dir) / campaign
+
+
+def write_summary(path: Path, summary: CampaignSummary) -> None:
+    """Write summary.json atomically (readers never see half a file)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(msgspec.json.format(codec.to_json(summary), indent=2) + b"\n")
+    tmp.replace(path)
 
 
 def append_events(path: Path, events: Iterable[Event]) -> None:

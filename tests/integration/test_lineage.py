@@ -8,8 +8,8 @@ import msgspec
 import pytest
 
 from evobus.agents.console.cli import main
-from evobus.agents.roles.orchestrator.agent import write_summary
 from evobus.agents.runtime import lineage
+from evobus.agents.runtime.events import write_summary
 from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator

@@ -6,7 +6,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 import anyio
 import msgspec
@@ -27,7 +26,13 @@ from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import Step, TaskPlan
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.errors import CampaignNotFound
-from evobus.agents.runtime.events import EVENT_LOG, append_events, describe
+from evobus.agents.runtime.events import (
+    EVENT_LOG,
+    append_events,
+    campaign_dir,
+    describe,
+    write_summary,
+)
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.agents.tasks import campaign_seed, get_task
 from evobus.bus import codec, subjects
@@ -49,11 +54,6 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.25
 PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
 _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
-
-
-def campaign_dir(out_dir: str | Path, campaign: str) -> Path:
-    """``<out>/<cid>``: the campaign's run folder."""
-    return Path(out_dir) / campaign
 
 
 def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: float) -> Step:
@@ -94,13 +94,6 @@ def workspace_recovered(campaign: str, workspace: CampaignWorkspace, now: float)
         rolled_back=recovery.rolled_back,
         restored=recovery.restored,
     )
-
-
-def write_summary(path: Path, summary: CampaignSummary) -> None:
-    """Write summary.json atomically (readers never see half a file)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(msgspec.json.format(codec.to_json(summary), indent=2) + b"\n")
-    tmp.replace(path)
 
 
 async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
