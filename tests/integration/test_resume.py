@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import anyio
 import pytest
 
-from evobus.agents.roles.orchestrator.persist import Lease, LeaseHeld, LeaseLost, SnapshotStore
+from evobus.agents.roles.orchestrator.persist import (
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    SnapshotStore,
+    lease_holder,
+)
 from evobus.agents.roles.orchestrator.snapshot import take
 from evobus.bus import subjects
 from evobus.bus.connection import connect
@@ -19,6 +26,32 @@ from tests.unit.test_orchestrator_state import make_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+
+
+async def test_a_lease_whose_holder_is_gone_from_this_host_is_taken_at_once(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    """A killed orchestrator's successor on the same host (its supervisor restarted it) does
+    not wait out the lease's expiry; a live holder is waited for."""
+    exited = await anyio.open_process(["true"])
+    await exited.wait()  # reaped: its pid names no process now
+    nc = await connect(nats_session.url, name="test-lease-gone")
+    try:
+        leases = await key_value(nc.jetstream(), subjects.KV_LEASES, ttl=6.0)
+        live = Lease(leases, campaign_id, lease_holder(f"{os.getpid()}-aaaaaa"))
+        await live.acquire()
+        with pytest.raises(LeaseHeld):
+            await Lease(leases, campaign_id, lease_holder("1-bbbbbb")).acquire(wait=0.5)
+        await live.release()
+
+        gone = Lease(leases, campaign_id, lease_holder(f"{exited.pid}-cccccc"))
+        await gone.acquire()
+        successor = Lease(leases, campaign_id, lease_holder("2-dddddd"))
+        await successor.acquire(wait=0.0)  # no wait at all: taken over at once
+        with pytest.raises(LeaseLost):
+            await gone.renew()
+    finally:
+        await nc.close()
 
 
 async def test_one_lease_holder_and_compare_and_set_snapshots(

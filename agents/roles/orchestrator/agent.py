@@ -20,6 +20,7 @@ from evobus.agents.roles.orchestrator.persist import (
     Lease,
     SnapshotStore,
     digest,
+    lease_holder,
 )
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
 from evobus.agents.roles.orchestrator.state import CampaignState
@@ -129,7 +130,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         )
         # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
         leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)
-        lease = Lease(leases, campaign, f"{agent.agent_id}@{agent.host}")
+        lease = Lease(leases, campaign, lease_holder(agent.agent_id))
         await lease.acquire()
         # Opened by the campaign's one writer: what a killed predecessor left is put right.
         workspace = CampaignWorkspace(run_dir / "workspace")

@@ -4,8 +4,9 @@ both in JetStream KV, both written with compare-and-set.
 * The lease (``EVO_LEASES``, entries expire ``LEASE_TTL_SECONDS`` after their last write) names
   the one orchestrator that may write a campaign's snapshot; it renews it every
   ``LEASE_RENEW_SECONDS``. A second orchestrator of the same campaign waits for the lease to
-  expire (its holder was killed) or gives up naming the holder. A holder that finds its lease
-  taken stops.
+  expire (its holder was killed) or gives up naming the holder — unless the holder was a process
+  of its own host and pid namespace that is gone (a killed orchestrator restarted by its
+  supervisor): then it takes the lease at once. A holder that finds its lease taken stops.
 * The snapshot (``EVO_STATE``) is written after each batch of applied results is published and
   before any of it is acked, with the revision it last wrote as the expected one: a writer that
   lost the lease cannot overwrite its successor's state.
@@ -16,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
+import socket
 import time
 
 import anyio
@@ -75,9 +78,31 @@ class Lease:
                 return
             except KeyWrongLastSequenceError:
                 holder = await self._holder()
+            if await self._gone(holder):
+                continue
             if time.monotonic() >= deadline:
                 raise LeaseHeld(self.campaign, holder)
             await anyio.sleep(0.25)
+
+    async def _gone(self, holder: str) -> bool:
+        """Delete the lease of ``holder`` if it is a process of this host that no longer exists
+        (a killed orchestrator restarted by its supervisor): its successor need not wait out
+        the lease's expiry. A holder elsewhere, or alive, is waited for."""
+        ident, _, where = holder.partition("@")
+        pid = ident.partition("-")[0]
+        if where != _here() or not pid.isdigit() or _alive(int(pid)):
+            return False
+        try:
+            entry = await self.kv.get(self.campaign)
+            if entry.value != holder.encode():
+                return True  # it changed meanwhile: look again
+            await self.kv.delete(self.campaign, last=entry.revision)
+        except (KeyNotFoundError, KeyWrongLastSequenceError):
+            return True
+        log.info(
+            "campaign %s: took over the lease of %s (no such process here)", self.campaign, holder
+        )
+        return True
 
     async def _holder(self) -> str:
         try:
@@ -111,6 +136,30 @@ class Lease:
         """Give the lease up (a finished or stopped campaign)."""
         with contextlib.suppress(KeyWrongLastSequenceError, KeyNotFoundError):
             await self.kv.delete(self.campaign, last=self.revision)
+
+
+def lease_holder(agent_id: str) -> str:
+    """How an orchestrator names itself in a lease: its agent id (``<pid>-<random>``), host and
+    pid namespace — a pid means a process only there."""
+    return f"{agent_id}@{_here()}"
+
+
+def _here() -> str:
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{socket.gethostname()}/pidns:{namespace}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    return True
 
 
 def digest(snap: CampaignSnapshot) -> str:
