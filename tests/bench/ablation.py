@@ -8,6 +8,13 @@ campaign's best on validation as a function of the evaluations spent. Variants:
     no-epsilon  strategy.epsilon = 0      (no ε-net admission)
     no-bandit   strategy.bandit = false   (m_diag, with crossover_rate x_div; bursts remain)
     no-skills   strategy.skills = 0       (no skill retrieval, extraction or seeding)
+    pareto      strategy.selection = "pareto" (GEPA's per-instance front, parents by coverage)
+    islands     strategy.islands = 2      (where this evobus has islands)
+
+Beside the best at evaluation checkpoints, the table gives the evaluations each variant took
+to reach a threshold (median over the seeds that reached it, and how many did): the final best
+alone cannot rank variants that all end near the same score. The threshold is the task's seed
+score plus ``--threshold`` (default 0.9) of the way to the best score any run found.
 
     .venv/bin/python -m tests.bench.ablation --tasks pendulum --seeds 3 --proposals 60 \
         --json tests/bench/results/ablation.json
@@ -22,6 +29,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -29,6 +37,7 @@ from evobus.agents.console.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import event_stream
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import StrategySection
 from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -37,7 +46,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "no-epsilon": {"epsilon": "0.0"},
     "no-bandit": {"bandit": "false"},
     "no-skills": {"skills": "0"},
+    "pareto": {"selection": '"pareto"'},
 }
+if "islands" in StrategySection.__struct_fields__:
+    VARIANTS["islands"] = {"islands": "2"}
 
 
 def variant_campaign(task: str, variant: str, rng_seed: int, proposals: int) -> str:
@@ -85,11 +97,29 @@ def best_at(curve: list[tuple[int, float]], evaluations: int) -> float | None:
     return reached[-1] if reached else None
 
 
-async def bench(tasks: list[str], seeds: int, proposals: int) -> dict[str, object]:
+def evaluations_to(curve: list[tuple[int, float]], threshold: float) -> int | None:
+    """The evaluations spent when the best first reached ``threshold`` (None: never)."""
+    return next((spent for spent, score in curve if score >= threshold), None)
+
+
+def thresholds(runs: list[dict[str, Any]], fraction: float) -> dict[str, float]:
+    """Per task: its seed score plus ``fraction`` of the way to the best any run found."""
+    out: dict[str, float] = {}
+    for task in {r["task"] for r in runs}:
+        mine = [r for r in runs if r["task"] == task]
+        seed = statistics.median(float(r["seed_score"]) for r in mine)
+        best = max(float(r["best_score"]) for r in mine)
+        out[task] = seed + fraction * (best - seed)
+    return out
+
+
+async def bench(
+    tasks: list[str], seeds: int, proposals: int, variants: list[str]
+) -> dict[str, object]:
     runs: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory() as tmp, NatsServer(Path(tmp) / "nats") as server:
         for task in tasks:
-            for variant in VARIANTS:
+            for variant in variants:
                 for seed in range(seeds):
                     campaign_file = Path(tmp) / f"{task}-{variant}-{seed}.toml"
                     campaign_file.write_text(variant_campaign(task, variant, seed, proposals))
@@ -121,15 +151,17 @@ async def bench(tasks: list[str], seeds: int, proposals: int) -> dict[str, objec
     return {"benchmark": "ablation", "proposals": proposals, "seeds": seeds, "runs": runs}
 
 
-def table(report: dict[str, object]) -> str:
-    """Median best validation score per task and variant at evaluation checkpoints."""
+def table(report: dict[str, Any], fraction: float = 0.9) -> str:
+    """Median best validation score per task and variant at evaluation checkpoints, and the
+    evaluations to the task's threshold (``thresholds``)."""
     runs = report["runs"]
     assert isinstance(runs, list)
     checkpoints = (50, 100, 200, 400)
+    targets = thresholds(runs, fraction)
     lines = [
         f"{'task':<12} {'variant':<11} "
         + " ".join(f"{f'@{c} evals':>11}" for c in checkpoints)
-        + f" {'final':>9}"
+        + f" {'final':>9} {'evals to threshold':>20}"
     ]
     keys = sorted(
         {(r["task"], r["variant"]) for r in runs}, key=lambda k: (k[0], list(VARIANTS).index(k[1]))
@@ -142,7 +174,18 @@ def table(report: dict[str, object]) -> str:
             cells.append(f"{statistics.median(values):11.1f}" if values else f"{'-':>11}")
         finals = [float(r["best_score"]) for r in mine if r["best_score"] is not None]
         final = f"{statistics.median(finals):9.1f}" if finals else f"{'-':>9}"
-        lines.append(f"{task:<12} {variant:<11} " + " ".join(cells) + f" {final}")
+        reached = [n for r in mine if (n := evaluations_to(r["curve"], targets[task])) is not None]
+        took = f"{statistics.median(reached):.0f}" if reached else "never"
+        lines.append(
+            f"{task:<12} {variant:<11} "
+            + " ".join(cells)
+            + f" {final} {f'{took} ({len(reached)}/{len(mine)})':>20}"
+        )
+    lines.append(
+        "threshold: "
+        + ", ".join(f"{task} {value:.1f}" for task, value in sorted(targets.items()))
+        + f" (the seed + {fraction:.0%} of the way to the best any run found)"
+    )
     return "\n".join(lines)
 
 
@@ -151,11 +194,13 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["pendulum"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--proposals", type=int, default=60)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--threshold", type=float, default=0.9, help="fraction, seed to best")
     parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args()
-    report = anyio.run(bench, args.tasks, args.seeds, args.proposals)
+    report = anyio.run(bench, args.tasks, args.seeds, args.proposals, args.variants)
     print("\nmedian best validation score (higher is better) by evaluations spent\n")
-    print(table(report))
+    print(table(report, args.threshold))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
