@@ -382,6 +382,14 @@ class PullConsumer(Generic[T]):
                 msg, ctx, f"gave up after {ctx.attempt} deliveries: {reason}", item
             )
         else:
+            log.info(
+                "%s: %s back to the stream in %.1f s (delivery %d): %s",
+                self.durable,
+                msg.subject,
+                delay,
+                ctx.attempt,
+                reason,
+            )
             await msg.nak(delay=delay)
 
     async def _dead_letter(self, msg: Msg, ctx: MessageContext, error: str, item: T | None) -> None:

@@ -283,6 +283,63 @@ async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_st
 
 
 @pytest.mark.timeout(60)
+async def submit_tool_work(js: JetStreamContext, campaign_id: str) -> None:
+    """A campaign record and one tool work item for a task's own tool."""
+    spec = CampaignSpec(campaign=CampaignSection(task="pendulum"))
+    record = CampaignRecord(
+        campaign=campaign_id, spec=spec, seed_source="", out_dir="", submitted_at=time.time()
+    )
+    kv = await key_value(js, subjects.KV_CAMPAIGNS)
+    await kv.create(campaign_id, msgspec.msgpack.encode(record))
+    item = ToolWork(
+        work_id=f"{campaign_id}-w1", campaign=campaign_id, pool_version=0, spec=TOOL_SPEC
+    )
+    await Publisher(js, None).publish(
+        Outbound(subjects.work(campaign_id, "tool"), item, item.work_id, campaign_id)
+    )
+
+
+async def test_a_tool_generator_told_to_stop_while_the_registry_is_away_hands_its_work_back(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    """Told to stop, it waits for the registry no more: the work goes back to the stream for
+    the next tool generator (the stop of a campaign is not held up by it)."""
+    url = nats_server.url
+    first_log = tmp_path / "first.log"
+    first = start_evobus("agent", "tool-generator", "--nats", url, log=first_log)
+    nc = await connect(url, name="outage-stop")
+    second = None
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        results: list[Result] = []
+        events: list[Event] = []
+        async with (
+            following(
+                js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results
+            ),
+            following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
+        ):
+            await submit_tool_work(js, campaign_id)
+            await eventually(lambda: "waits for the registry" in first_log.read_text(), 30)
+            first.terminate()
+            assert await anyio.to_thread.run_sync(first.wait) == 0  # the test's timeout bounds it
+            assert "the process stops while the registry is away" in first_log.read_text()
+            assert not results
+            second = start_evobus("agent", "tool-generator", "--nats", url, log=tmp_path / "2.log")
+            async with registry_service(url, tmp_path / "registry"):
+                await eventually(lambda: bool(results), 60)
+        (result,) = results
+        assert isinstance(result, ToolResult) and result.record is not None, result
+        assert not any(isinstance(e, DeadLettered) for e in events)
+    finally:
+        await nc.drain()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(20)
+
+
 async def test_the_tool_generator_waits_for_the_registry(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
@@ -293,12 +350,6 @@ async def test_the_tool_generator_waits_for_the_registry(
     try:
         js = nc.jetstream()
         await ensure_streams(js)
-        spec = CampaignSpec(campaign=CampaignSection(task="pendulum"))
-        record = CampaignRecord(
-            campaign=campaign_id, spec=spec, seed_source="", out_dir="", submitted_at=time.time()
-        )
-        kv = await key_value(js, subjects.KV_CAMPAIGNS)
-        await kv.create(campaign_id, msgspec.msgpack.encode(record))
         results: list[Result] = []
         events: list[Event] = []
         async with (
@@ -307,12 +358,7 @@ async def test_the_tool_generator_waits_for_the_registry(
             ),
             following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
         ):
-            item = ToolWork(
-                work_id=f"{campaign_id}-w1", campaign=campaign_id, pool_version=0, spec=TOOL_SPEC
-            )
-            await Publisher(js, None).publish(
-                Outbound(subjects.work(campaign_id, "tool"), item, item.work_id, campaign_id)
-            )
+            await submit_tool_work(js, campaign_id)
             await eventually(lambda: "waits for the registry" in log.read_text(), 30)
             assert not results
             async with registry_service(url, tmp_path / "registry") as (registry, _):

@@ -22,6 +22,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from evobus.agents.roles.registry.errors import RegistryError, RegistryUnavailable
 from evobus.agents.roles.registry.protocol import error_from_reply, operation
 from evobus.bus import codec, subjects, tracing
+from evobus.bus.errors import Retry
 from evobus.schemas.registry import (
     Admission,
     AdmissionReply,
@@ -73,6 +74,7 @@ async def until_answered(
     first_wait: float = FIRST_WAIT_SECONDS,
     max_wait: float = MAX_WAIT_SECONDS,
     log_every: float = WAIT_LOG_SECONDS,
+    stopping: anyio.Event | None = None,
 ) -> T:
     """``await call()`` again and again until a registry answers it, and return the answer.
 
@@ -80,8 +82,12 @@ async def until_answered(
     ``max_wait`` s) for as long as the caller runs, with a warning naming ``what`` when the
     wait starts and every ``log_every`` s after. An answer that is an error (any other
     ``RegistryError``) is raised as it is. Meant for a handler whose message the consumer keeps
-    alive (``in_progress``) while it runs: a registry that restarts costs time, not the work;
-    cancelled (the process stops), the message is redelivered.
+    alive (``in_progress``) while it runs: a registry that restarts costs time, not the work.
+    Once ``stopping`` is set (the process was told to stop) it waits no more: the message goes
+    back to the stream at once, for the next process, rather than holding this one's exit.
+
+    Raises:
+        Retry: ``stopping`` was set while the registry was away.
     """
     delay = first_wait
     started: float | None = None  # when the wait began (None: not waiting)
@@ -99,7 +105,13 @@ async def until_answered(
                 log.warning(
                     "%s still waits for the registry (%.0f s): %s", what, now - started, exc
                 )
-            await anyio.sleep(delay)
+            if stopping is None:
+                await anyio.sleep(delay)
+            else:
+                with anyio.move_on_after(delay):
+                    await stopping.wait()
+                if stopping.is_set():
+                    raise Retry(f"{what}: the process stops while the registry is away") from None
             delay = min(delay * 2, max_wait)
             continue
         if started is not None:

@@ -19,8 +19,11 @@ import hashlib
 import keyword
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+import anyio
 
 from evobus.agents.prompts.context import tools_md
 from evobus.agents.roles.registry.client import RegistryClient, until_answered
@@ -40,6 +43,7 @@ from evobus.schemas.tools import ToolRecord, ToolSpec
 from evobus.schemas.work import ToolWork, Work
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SEARCH_HITS = 3
 TESTS_MODULE = "tool_tests"
@@ -153,9 +157,16 @@ def unchanged(attempt: Attempt) -> bool:
 class ToolGenerator:
     """The ``tool`` stage's handler with the registry and the campaigns' models."""
 
-    def __init__(self, registry: RegistryClient, models: ModelAccess) -> None:
+    def __init__(
+        self, registry: RegistryClient, models: ModelAccess, stopping: anyio.Event | None = None
+    ) -> None:
         self.registry = registry
         self.models = models
+        self.stopping = stopping  # set when the process stops: waits for the registry end
+
+    async def _answered(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """``call()`` once a registry answers it (``until_answered``)."""
+        return await until_answered(call, what, stopping=self.stopping)
 
     async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         work = expect(item, ToolWork)
@@ -186,10 +197,10 @@ class ToolGenerator:
     ) -> Outbound:
         """Register ``spec`` (validated) as a tool resource; reused when unchanged. A registry
         that is away is waited for (``until_answered``): the work stays with this handler."""
-        before = await until_answered(
+        before = await self._answered(
             lambda: self._registered(spec.name), f"tool {spec.name} ({work.work_id})"
         )
-        resource = await until_answered(
+        resource = await self._answered(
             lambda: self.registry.register(
                 "tool",
                 spec.name,
@@ -270,13 +281,13 @@ class ToolGenerator:
         that is away is waited for)."""
         what = f"tool request {need.name}"
         try:
-            found = await until_answered(lambda: self._registered(need.name), what)
+            found = await self._answered(lambda: self._registered(need.name), what)
             if found is not None:
                 origin = f"registered {found.name} v{found.version}"
             else:
                 if not need.tests.strip():
                     return Attempt()  # without tests nothing shows that a match does the job
-                hits = await until_answered(
+                hits = await self._answered(
                     lambda: self.registry.search("tool", f"{need.name} {need.need}", SEARCH_HITS),
                     what,
                 )
@@ -351,5 +362,5 @@ class ToolGenerator:
 async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``tool`` stage; tools are registered as AGP resources in the registry."""
     registry = RegistryClient(proc.nc)
-    generator = ToolGenerator(registry, ModelAccess(proc, registry))
+    generator = ToolGenerator(registry, ModelAccess(proc, registry), proc.stop_requested)
     return [WorkBinding("tool", generator.handle, on_dead("tool"))]
