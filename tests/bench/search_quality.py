@@ -22,7 +22,7 @@ and the best known value where one is known (circle packing: 2.635983, strict), 
 any method found in this run (the report says which).
 
     .venv/bin/python -m tests.bench.search_quality --tasks ccaa circle_packing pendulum \
-        --seeds 3 --evaluations 120 --json tests/bench/results/search_quality.json
+        --seeds 3 --evaluations 100
 """
 
 from __future__ import annotations
