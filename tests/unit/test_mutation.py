@@ -16,7 +16,15 @@ from evobus.agents.roles.actor.errors import (
     UnparseableParentError,
     UnsupportedProposalError,
 )
-from evobus.agents.roles.actor.mutation import ENGINE, bias_of, crossover, mutate, propose
+from evobus.agents.roles.actor.mutation import (
+    ENGINE,
+    bias_of,
+    crossover,
+    levers,
+    mutate,
+    propose,
+    with_levers,
+)
 from evobus.agents.tasks.pendulum import SEED_SOURCE
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.results import Diagnosis
@@ -210,3 +218,27 @@ def test_propose_refuses_what_it_cannot_serve(
         propose(artifact, operator=operator, rng_seed=0)  # type: ignore[arg-type]
     assert isinstance(info.value, ProposalError)
     assert info.value.reason
+
+
+def test_levers_are_the_numbers_the_engine_edits_set_at_their_tokens() -> None:
+    values = levers(SEED_SOURCE)
+    assert values and all(isinstance(v, int | float) for v in values)
+    moved = with_levers(SEED_SOURCE, [v * 2 + 1 for v in values])
+    assert levers(moved) == tuple(v * 2 + 1 for v in values)
+    assert moved.count("\n") == SEED_SOURCE.count("\n")  # edited in place, comments kept
+    assert with_levers(SEED_SOURCE, values) == SEED_SOURCE
+    with pytest.raises(ValueError, match=f"{len(values) - 1} values for the {len(values)} levers"):
+        with_levers(SEED_SOURCE, values[:-1])
+    with pytest.raises(ValueError, match="lever 0 is set to nan"):
+        with_levers(SEED_SOURCE, [float("nan"), *values[1:]])
+
+
+def test_levers_stay_in_the_evolve_block_and_ints_stay_ints() -> None:
+    source = (
+        "N = 3\n# EVOLVE-BLOCK-START\nROWS = (4, 0.5)\nx = ROWS[1]\n# EVOLVE-BLOCK-END\n"
+        "def f() -> float:\n    return N * x\n"
+    )
+    assert levers(source) == (4, 0.5)  # not N's 3 (outside), not the index 1 (structure)
+    moved = with_levers(source, [6.7, -0.25])
+    assert "ROWS = (7, -0.25)" in moved
+    assert moved.startswith("N = 3\n")

@@ -17,6 +17,7 @@ import ast
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -447,6 +448,49 @@ def mutate(
             blocks, when it has markers).
     """
     return _mutation(source, rng, intensity, bias, lead="")
+
+
+def _levers(source: str) -> tuple[ast.Module, list[_Number]]:
+    tree = _parse(source)
+    layout = blocks.parse(source, what="the program")
+    numbers = [s for s in _editable_sites(tree, layout) if isinstance(s, _Number)]
+    return tree, numbers
+
+
+def levers(source: str) -> tuple[int | float, ...]:
+    """The numeric literals the engine may edit in ``source``, in source order: its levers
+    (those of its EVOLVE-BLOCKs when it has markers). A search that moves only these moves
+    what the offline engine moves, less its comparison flips.
+
+    Raises:
+        UnparseableParentError: ``source`` is not valid Python.
+        BlockMarkerError: its EVOLVE-BLOCK markers do not pair up.
+    """
+    return tuple(site.value for site in _levers(source)[1])
+
+
+def with_levers(source: str, values: Sequence[float]) -> str:
+    """``source`` with its levers (``levers``) set to ``values``, one per lever, in order; an
+    int literal takes its value rounded. Written at the literals' tokens, as a child is.
+
+    Raises:
+        UnparseableParentError: ``source`` is not valid Python.
+        BlockMarkerError: its EVOLVE-BLOCK markers do not pair up.
+        ValueError: ``values`` is not one finite number per lever.
+    """
+    tree, numbers = _levers(source)
+    if len(values) != len(numbers):
+        raise ValueError(f"{len(values)} values for the {len(numbers)} levers of the program")
+    edits = []
+    for i, (site, value) in enumerate(zip(numbers, values, strict=True)):
+        if not math.isfinite(value):
+            raise ValueError(f"lever {i} is set to {value!r}, not a finite number")
+        new = round(value) if isinstance(site.value, int) else _round(float(value))
+        if new != site.value:
+            edits.append(_Edit(site, new, ""))
+    if not edits:
+        return source
+    return _kept_outside(blocks.parse(source, what="the program"), _apply(source, tree, edits))
 
 
 def _shape(tree: ast.Module) -> str:
