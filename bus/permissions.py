@@ -182,6 +182,7 @@ def _orchestrator() -> Permissions:
     # orchestrator-<cid> over evo.<cid>.result.>: any campaign's
     b.durable(subjects.STREAM_RESULTS, subjects.ANY, subjects.all_results())
     b.pub(subjects.all_work(), subjects.events_filter(), subjects.all_dead_letters())
+    b.pub(subjects.all_migrants())  # an island's best, to another island (a result of it)
     b.pub(subjects.all_control())
     b.pub(subjects.heartbeats_of("orchestrator"))
     b.registry_requests("orchestrator")

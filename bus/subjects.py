@@ -136,6 +136,20 @@ def stage_results(stage: str) -> str:
     return f"{PREFIX}.*.result.{_token(stage, 'stage')}"
 
 
+MIGRATION_STAGE = "migrate"
+"""The stage token of the results an island sends another (``migrants``)."""
+
+
+def migrants(campaign: str) -> str:
+    """Subject of the migrants another island sends island ``campaign``: one of its results."""
+    return result(campaign, MIGRATION_STAGE)
+
+
+def all_migrants() -> str:
+    """Wildcard over every island's migrants (what an orchestrator may publish)."""
+    return f"{PREFIX}.*.result.{MIGRATION_STAGE}"
+
+
 def all_results() -> str:
     """Wildcard over every campaign's results (and every orchestrator's consumer filter)."""
     return f"{PREFIX}.*.result.>"

@@ -105,6 +105,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
 ParetoMetric = Annotated[str, msgspec.Meta(max_length=200)]
 
+# Islands of one campaign at most: island ids (``island_id``) must stay campaign ids.
+MAX_ISLANDS = 64
+
 # The stages whose in-flight targets a campaign sets (FlashEvolve's K_i).
 PipelineStage = Literal["diagnose", "propose", "evaluate", "repair"]
 
@@ -150,6 +153,12 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         pareto_metrics: the objectives of ``selection = "pareto"``: metrics of the evaluations
             (``-name`` to minimise, else maximised; ``score`` is the instance score); empty:
             the instance score alone, GEPA's per-instance front.
+        islands: N, islands of the campaign, each its own orchestrator with its own pool and a
+            share of the budgets (docs/architecture.md, "Islands"); 1: one pool, no migration.
+        migration_interval: steps an island decides between two migrations.
+        migrants: how many of an island's best (by train mean) go at each migration.
+        migration_topology: where they go: ``ring`` (island k to k + 1) or ``random`` (another
+            island, drawn afresh at each migration).
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -178,6 +187,10 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     workers_min: Annotated[int, msgspec.Meta(ge=1)] = 1
     workers_max: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
     pareto_metrics: Annotated[tuple[ParetoMetric, ...], msgspec.Meta(max_length=16)] = ()
+    islands: Annotated[int, msgspec.Meta(ge=1, le=MAX_ISLANDS)] = 1
+    migration_interval: Annotated[int, msgspec.Meta(ge=1)] = 10
+    migrants: Annotated[int, msgspec.Meta(ge=1, le=16)] = 2
+    migration_topology: Literal["ring", "random"] = "ring"
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -494,6 +507,7 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
     if key:
         raise CampaignConfigError(path, key, reason)
     _check_pareto(spec.strategy, path)
+    _check_islands(spec, path)
     return spec
 
 
@@ -525,6 +539,22 @@ def _check_pareto(strategy: StrategySection, path: str) -> None:
     if twice:
         raise CampaignConfigError(
             path, "strategy.pareto_metrics", f"names {', '.join(map(repr, twice))} more than once"
+        )
+
+
+def _check_islands(spec: CampaignSpec, path: str) -> None:
+    """Every island gets at least one proposal of the campaign's budget, which they split.
+
+    Raises:
+        CampaignConfigError: naming ``strategy.islands``.
+    """
+    islands, proposals = spec.strategy.islands, spec.campaign.budget.proposals
+    if islands > proposals:
+        raise CampaignConfigError(
+            path,
+            "strategy.islands",
+            f"{islands} islands split a budget of {proposals} proposals: at most one island "
+            "per proposal",
         )
 
 
@@ -644,10 +674,34 @@ def validate_campaign_id(cid: str) -> str:
     return cid
 
 
+def island_id(group: str, index: int) -> str:
+    """The campaign id of island ``index`` of campaign ``group``: ``<group>-i<index>``.
+
+    Raises:
+        ValueError: that is no valid campaign id (``group`` is too long), naming it.
+    """
+    return validate_campaign_id(f"{group}-i{index}")
+
+
+class Island(msgspec.Struct, frozen=True, kw_only=True):
+    """Which island of which campaign a campaign record is (``islands`` > 1).
+
+    Attributes:
+        group: the campaign the islands make up (its summary is theirs together).
+        index: this island's number, from 0.
+        count: the campaign's islands.
+    """
+
+    group: str
+    index: int
+    count: int
+
+
 class CampaignRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A submitted campaign, kept in the EVO_CAMPAIGNS KV bucket under its id.
 
     The seed's source travels with it, so an orchestrator on another host needs no files.
+    ``island``: which island of a campaign of islands it is (None: a campaign of its own).
     """
 
     campaign: str
@@ -655,3 +709,4 @@ class CampaignRecord(msgspec.Struct, frozen=True, kw_only=True):
     seed_source: str
     out_dir: str
     submitted_at: float
+    island: Island | None = None

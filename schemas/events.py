@@ -406,6 +406,26 @@ class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired
     registered: str
 
 
+class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_migrated"):
+    """A candidate went from one island of a campaign to another (``strategy.islands``).
+
+    Both islands announce it: the sender (``direction`` "out", ``candidate_id`` its own id,
+    ``local_id`` "") and the receiver ("in", the sender's id and ``local_id``, the id it takes
+    in the receiver's pool). ``migration`` names the migration (its sender and number), the
+    same on both sides; ``train_mean`` is the candidate's mean train score on the sender.
+    """
+
+    campaign: str
+    at: float
+    direction: Literal["out", "in"]
+    migration: str
+    candidate_id: str
+    source: str
+    target: str
+    train_mean: float
+    local_id: str = ""
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -433,6 +453,7 @@ Event = (
     | StoreRecovered
     | SkillRetired
     | ParetoFrontChanged
+    | CandidateMigrated
 )
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from evobus.schemas.artifacts import Artifact, Operator
+from evobus.schemas.artifacts import Artifact, Candidate, Operator
 from evobus.schemas.limits import FeedbackText, ProseText, SourceText
 from evobus.schemas.llm import Usage
 from evobus.schemas.tools import ToolRecord, ToolRef
@@ -168,6 +168,40 @@ class Repaired(msgspec.Struct, frozen=True, kw_only=True, tag="repaired", tag_fi
     usage: Usage = Usage()
 
 
+class Migrant(msgspec.Struct, frozen=True, kw_only=True):
+    """One candidate an island sends another, with its train scores there.
+
+    Attributes:
+        candidate: the candidate, under its id on the island that sends it.
+        train_mean: its mean train score there.
+        scores: its train scores there, by instance (the receiver records them as its own:
+            both islands score the same task's train instances).
+        metrics: the metrics kept of each of those scores (Pareto selection's), by instance
+            and metric, in the order of ``scores``.
+    """
+
+    candidate: Candidate
+    train_mean: float
+    scores: dict[str, list[float]] = {}
+    metrics: dict[str, dict[str, list[float]]] = {}
+
+
+class Migrants(msgspec.Struct, frozen=True, kw_only=True, tag="migrants", tag_field="type"):
+    """An island's best, sent to another island of the same campaign (a migration).
+
+    It travels as a result of the receiving island (``campaign``), applied by its single
+    writer; ``work_id`` names the migration by its sender and number, so that a copy (a sender
+    that resumed and sent it again) is dropped by JetStream and by the receiver.
+    """
+
+    work_id: str
+    campaign: str
+    source: str
+    number: int
+    migrants: tuple[Migrant, ...]
+    usage: Usage = Usage()
+
+
 Result = (
     Evaluation
     | Diagnosis
@@ -178,4 +212,5 @@ Result = (
     | Summary
     | PartialEvaluation
     | Repaired
+    | Migrants
 )

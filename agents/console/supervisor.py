@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,6 +24,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from evobus.agents.console.follow import follow
+from evobus.agents.console.islands import combined_summary, follow_islands, island_records
 from evobus.agents.console.restarts import AgentChild, Restarts
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.roles.registry.errors import RegistryUnavailable
@@ -58,12 +59,14 @@ from evobus.schemas.campaign import (
     CampaignSpec,
     CampaignSummary,
     LLMSection,
+    RoleOutage,
     convert_campaign,
     load_campaign,
     validate_campaign_id,
     with_program_files,
 )
 from evobus.schemas.errors import CampaignConfigError
+from evobus.schemas.events import CampaignFinished
 from evobus.schemas.limits import source_problem
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
@@ -343,31 +346,53 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     await probe_models(spec.llm, echo, path=str(origin))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
 
+    run_dir = campaign_dir(options.out_dir, cid)
+    islands = (
+        island_records(cid, spec, seed, str(run_dir.resolve()), time.time())
+        if spec.strategy.islands > 1
+        else []
+    )
+
     async def submit(kv: KeyValue) -> CampaignSpec:
-        record = CampaignRecord(
-            campaign=cid,
-            spec=spec,
-            seed_source=seed,
-            out_dir=str(options.out_dir.resolve()),
-            submitted_at=time.time(),
-        )
-        data = msgspec.msgpack.encode(record)
-        deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
-        try:  # a cluster may still be electing the bucket's leader
-            await patiently(partial(kv.create, cid, data), f"create {cid} in KV", deadline)
-        except KeyWrongLastSequenceError:
-            if (await kv.get(cid)).value != data:  # else a try whose answer was lost wrote it
-                raise AgentError(
-                    f"campaign id {cid!r} was already used on this bus; pick another --id "
-                    f"(or `evobus resume {cid}` to go on with it)"
-                ) from None
-        echo(
-            f"evobus: campaign {cid} (task {spec.campaign.task}), run folder "
-            f"{campaign_dir(options.out_dir, cid)}"
-        )
+        if not islands:
+            record = CampaignRecord(
+                campaign=cid,
+                spec=spec,
+                seed_source=seed,
+                out_dir=str(options.out_dir.resolve()),
+                submitted_at=time.time(),
+            )
+            await _create(kv, record)
+        for island in islands:
+            await _create(kv, island)
+        echo(f"evobus: campaign {cid} (task {spec.campaign.task}), run folder {run_dir}")
+        if islands:
+            echo(
+                f"evobus: {len(islands)} islands, each its own orchestrator: "
+                + ", ".join(i.campaign for i in islands)
+            )
         return spec
 
-    return await _supervise(options, cid, submit, echo)
+    return await _supervise(options, cid, submit, echo, [i.campaign for i in islands])
+
+
+async def _create(kv: KeyValue, record: CampaignRecord) -> None:
+    """Submit ``record`` to EVO_CAMPAIGNS under its id.
+
+    Raises:
+        AgentError: the id was used on this bus already.
+    """
+    cid = record.campaign
+    data = msgspec.msgpack.encode(record)
+    deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
+    try:  # a cluster may still be electing the bucket's leader
+        await patiently(partial(kv.create, cid, data), f"create {cid} in KV", deadline)
+    except KeyWrongLastSequenceError:
+        if (await kv.get(cid)).value != data:  # else a try whose answer was lost wrote it
+            raise AgentError(
+                f"campaign id {cid!r} was already used on this bus; pick another --id "
+                f"(or `evobus resume {cid}` to go on with it)"
+            ) from None
 
 
 async def resume_campaign(
@@ -406,9 +431,11 @@ async def _supervise(
     cid: str,
     submit: Callable[[KeyValue], Awaitable[CampaignSpec]],
     echo: Callable[[str], None],
+    islands: Sequence[str] = (),
 ) -> CampaignSummary:
     """The bus (embedded unless given), the campaign record (``submit``), the registry and the
-    agents; follow the campaign to its end."""
+    agents; follow the campaign to its end. A campaign of ``islands`` runs an orchestrator
+    for each of them, and its summary is theirs together (``islands.combined_summary``)."""
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     server: NatsServer | None = None
@@ -431,7 +458,8 @@ async def _supervise(
             spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
 
             def spawn_agents() -> None:
-                children.extend(_spawn(url, cid, options.workers, run_dir / "logs"))
+                orchestrators = list(islands) or [cid]
+                children.extend(_spawn(url, orchestrators, options.workers, run_dir / "logs"))
 
             # The agents start beside the registry: they wait for it where they need it.
             registry = await ensure_registry(
@@ -442,11 +470,17 @@ async def _supervise(
                 "evobus: agents "
                 + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
             )
-            restarts = Restarts(cid, children)
-            finished = await follow(
-                nc, spec, restarts, echo, live=options.live, summary=run_dir / "summary.json"
-            )
-            outages = restarts.outages(time.monotonic())  # a role still down: up to now
+            if islands:
+                ended = await follow_islands(
+                    nc, spec, cid, islands, children, echo, run_dir=run_dir
+                )
+            else:
+                restarts = Restarts(cid, children)
+                finished = await follow(
+                    nc, spec, restarts, echo, live=options.live, summary=run_dir / "summary.json"
+                )
+                outages = restarts.outages(time.monotonic())  # a role still down: up to now
+                ended = [(finished, outages)]
         finally:
             with anyio.CancelScope(shield=True):
                 await nc.drain()
@@ -454,15 +488,15 @@ async def _supervise(
         await _stop_children(children)
         if server is not None:
             server.stop()
-    summary = finished.summary
-    summary_path = run_dir / "summary.json"
-    written = summary_path.exists()  # the orchestrator's, written as it stopped
-    if written:
-        summary = msgspec.json.decode(summary_path.read_bytes(), type=CampaignSummary)
-    if outages:  # only the supervisor saw them: the orchestrator cannot count its own restarts
-        summary = msgspec.structs.replace(summary, outages=outages)
-    if outages or not written:
-        write_summary(summary_path, summary)
+    if islands:
+        summaries = [
+            final_summary(campaign_dir(run_dir, island) / "summary.json", *end)
+            for island, end in zip(islands, ended, strict=True)
+        ]
+        summary = combined_summary(cid, summaries)
+        write_summary(run_dir / "summary.json", summary)
+    else:
+        summary = final_summary(run_dir / "summary.json", *ended[0])
     if summary.status != "completed":
         raise CampaignFailed(cid, summary.stop_reason)
     return summary
@@ -523,14 +557,37 @@ async def _stop_children(children: list[AgentChild]) -> None:
                 tg.start_soon(anyio.to_thread.run_sync, child.stop)
 
 
-def _spawn(url: str, cid: str, workers: Mapping[Role, int], log_dir: Path) -> list[AgentChild]:
+def final_summary(
+    path: Path, finished: CampaignFinished, outages: tuple[RoleOutage, ...]
+) -> CampaignSummary:
+    """A campaign's summary as its orchestrator wrote it to ``path`` as it stopped (else its
+    ``campaign_finished`` event's), with the ``outages`` only the supervisor saw (the
+    orchestrator cannot count its own restarts), written back when they add to it."""
+    summary = finished.summary
+    written = path.exists()
+    if written:
+        summary = msgspec.json.decode(path.read_bytes(), type=CampaignSummary)
+    if outages:
+        summary = msgspec.structs.replace(summary, outages=outages)
+    if outages or not written:
+        write_summary(path, summary)
+    return summary
+
+
+def _spawn(
+    url: str, orchestrators: Sequence[str], workers: Mapping[Role, int], log_dir: Path
+) -> list[AgentChild]:
+    """One orchestrator for each campaign of ``orchestrators`` (one, or a campaign's islands)
+    and the worker agents, which serve them all."""
     spans = log_dir.parent / SPAN_FILE  # every process of the run writes the run's audit log
+    single = len(orchestrators) == 1
     children = [
         AgentChild(
             "orchestrator",
-            agent_argv("orchestrator", url, cid, spans),
-            log_dir / "orchestrator.log",
+            agent_argv("orchestrator", url, campaign, spans),
+            log_dir / ("orchestrator.log" if single else f"orchestrator-{campaign}.log"),
         )
+        for campaign in orchestrators
     ]
     for role in WORKER_ROLES:
         for n in range(workers.get(role, 1)):

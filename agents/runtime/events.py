@@ -31,6 +31,7 @@ from evobus.schemas.events import (
     CandidateAccepted,
     CandidateEvaluated,
     CandidateFiltered,
+    CandidateMigrated,
     CandidateProposed,
     CandidateRejected,
     DeadLettered,
@@ -254,6 +255,16 @@ def describe(event: Event) -> str:
             return (
                 f"{head} Pareto front over {', '.join(event.objectives)}: {members or 'empty'} "
                 f"of {event.columns} instance-objective pairs"
+            )
+        case CandidateMigrated(direction="out"):
+            return (
+                f"{head} {event.candidate_id} migrated to {event.target} "
+                f"(train mean {event.train_mean:.3f}, {event.migration})"
+            )
+        case CandidateMigrated():
+            return (
+                f"{head} {event.local_id} arrived from {event.source} as its "
+                f"{event.candidate_id} (train mean {event.train_mean:.3f}, {event.migration})"
             )
         case WorkersChanged():
             rates = ", ".join(f"{k} {v:.2f}/s" for k, v in sorted(event.rates.items()))

@@ -2,10 +2,11 @@
 
 A campaign's state machine is driven through a random sequence of what it can be told — a
 result for any work in flight (a score, a prefix score, an error, a failure, a duplicate), the
-ε-net's verdicts (in time, unfiltered, late), the registry's answers, clock ticks — under a
-random strategy; then its snapshot is taken and restored into a fresh state. The restored
-state's snapshot encodes to the same bytes, and fed the same next inputs, the two states answer
-with the same messages (the same work ids, events and event ids), commits and controls.
+ε-net's verdicts (in time, unfiltered, late), the registry's answers, clock ticks, another
+island's migrants (new ones, or a copy) — under a random strategy; then its snapshot is taken
+and restored into a fresh state. The restored state's snapshot encodes to the same bytes, and
+fed the same next inputs, the two states answer with the same messages (the same work ids,
+events and event ids), commits and controls.
 
 Fed other inputs — a restarted orchestrator applying the redelivered results in another order
 than the dead one — the two states may send other messages, but never two messages under one
@@ -22,15 +23,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evobus.agents.roles.orchestrator import backlog, snapshot
-from evobus.agents.roles.orchestrator.messages import Send
+from evobus.agents.roles.orchestrator.messages import Emit, Send
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import Step
-from evobus.schemas.artifacts import Artifact
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import Island
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
     InstanceScore,
+    Migrant,
+    Migrants,
     PartialEvaluation,
     Proposal,
     Repaired,
@@ -71,8 +75,34 @@ STRATEGIES = st.fixed_dictionaries(
         "tools": st.booleans(),
         "selection": st.sampled_from(["ucb", "pareto"]),
         "pareto_metrics": st.sampled_from([(), ("upright", "-torque")]),
+        "islands": st.sampled_from([1, 2]),
+        "migration_interval": st.sampled_from([1, 2]),
     }
 )
+OTHER_ISLAND = "g-i1"  # the island migrants come from (an island's state is island 0)
+
+
+def island_state(strategy: dict[str, Any]) -> CampaignState:
+    """A campaign of ``strategy`` (``make_state``); island 0 of two when it has islands."""
+    state = make_state(**strategy, **SETTINGS)
+    if state.strategy.islands > 1:
+        island = Island(group="g", index=0, count=state.strategy.islands)
+        state.record = msgspec.structs.replace(state.record, island=island)
+    return state
+
+
+def migrants(campaign: str, number: int, score: float) -> Migrants:
+    """Migration ``number`` of the other island: one candidate, scored there on two instances
+    (the same number again is a copy of it)."""
+    candidate = Candidate(id="c0002", artifact=Artifact(source=f"{SOURCE}# migrant {number}\n"))
+    scores = {"t0": [score], "t1": [score + 10.0]}
+    return Migrants(
+        work_id=f"{OTHER_ISLAND}-m{number:04d}",
+        campaign=campaign,
+        source=OTHER_ISLAND,
+        number=number,
+        migrants=(Migrant(candidate=candidate, train_mean=score + 5.0, scores=scores),),
+    )
 
 
 @dataclass
@@ -172,6 +202,8 @@ def next_input(state: CampaignState, driver: Driver, data: st.DataObject) -> tup
         kinds.append("late")
     if state.backlog.registrations or state.backlog.skill_uses:
         kinds.append("registry")
+    if state.record.island is not None:
+        kinds.append("migrants")
     kind = data.draw(st.sampled_from(kinds))
     match kind:
         case "answer" | "duplicate":
@@ -193,6 +225,8 @@ def next_input(state: CampaignState, driver: Driver, data: st.DataObject) -> tup
             return ("late", data.draw(st.booleans()))
         case "registry":
             return ("registry",)
+        case "migrants":  # a number drawn again: a copy
+            return ("migrants", data.draw(st.integers(1, 3)), data.draw(st.sampled_from(SCORES)))
     return ("tick",)
 
 
@@ -222,6 +256,8 @@ def feed(state: CampaignState, driver: Driver, given: tuple[Any, ...], now: floa
             use = state.backlog.skill_uses[0]
             backlog.use_settled(state, use)
             return state.skill_updated(use.name, 0.5, 1, use.delta, now)
+        case ("migrants", number, score):
+            return state.apply(migrants(state.cid, number, score), None, now)
     return state.tick(now)
 
 
@@ -240,7 +276,7 @@ def encoded(state: CampaignState, now: float) -> bytes:
 def test_a_restored_state_is_the_state_and_answers_the_same_inputs_the_same_way(
     strategy: dict[str, Any], data: st.DataObject
 ) -> None:
-    original = make_state(**strategy, **SETTINGS)
+    original = island_state(strategy)
     driver = Driver()
     driver.saw(original.start(0.0))
     now = 0.0
@@ -251,7 +287,7 @@ def test_a_restored_state_is_the_state_and_answers_the_same_inputs_the_same_way(
         driver.saw(feed(original, driver, next_input(original, driver, data), now))
 
     taken = snapshot.take(original, last_applied="w", now=now)
-    restored = make_state(**strategy, **SETTINGS)
+    restored = island_state(strategy)
     snapshot.restore(restored, snapshot.decode(snapshot.encode(taken)))
     assert encoded(restored, now) == snapshot.encode(taken)
 
@@ -271,7 +307,7 @@ def published(step: Step, seen: dict[str, object]) -> Step:
     """Remember each message ``step`` publishes under its id (an event without its time)."""
     for out in step.outbound:
         message = out.message
-        if not isinstance(out, Send):
+        if isinstance(out, Emit):
             message = msgspec.structs.replace(out.event, at=0.0)
         seen.setdefault(out.msg_id, message)
         assert seen[out.msg_id] == message, f"two messages under {out.msg_id}"
@@ -283,7 +319,7 @@ def published(step: Step, seen: dict[str, object]) -> Step:
 def test_a_restored_state_fed_other_inputs_sends_no_other_message_under_a_sent_id(
     strategy: dict[str, Any], data: st.DataObject
 ) -> None:
-    original = make_state(**strategy, **SETTINGS)
+    original = island_state(strategy)
     driver, seen = Driver(), dict[str, object]()
     driver.saw(published(original.start(0.0), seen))
     now = 0.0
@@ -292,7 +328,7 @@ def test_a_restored_state_fed_other_inputs_sends_no_other_message_under_a_sent_i
             break
         now += 0.25
         driver.saw(published(feed(original, driver, next_input(original, driver, data), now), seen))
-    restored = make_state(**strategy, **SETTINGS)
+    restored = island_state(strategy)
     snapshot.restore(restored, snapshot.decode(encoded(original, now)))
     copy = Driver(works=dict(driver.works), admitting=list(driver.admitting))
     answers: dict[tuple[str, bool], tuple[str, float]] = {}  # one work, one answer on the stream

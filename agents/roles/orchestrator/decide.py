@@ -18,7 +18,7 @@ from evobus.agents.evolution.analysis import analyze, patterns_over_threshold
 from evobus.agents.evolution.history import EvolutionHistory
 from evobus.agents.evolution.skills import seed_skill_for
 from evobus.agents.evolution.stagnation import StagnationDetector, on_stagnation
-from evobus.agents.roles.orchestrator import backlog, flight, population
+from evobus.agents.roles.orchestrator import backlog, flight, islands, population
 from evobus.agents.roles.orchestrator.chains import (
     count_outcome,
     force_burst,
@@ -175,6 +175,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     _validate_best(state, step)
     _watch_stagnation(state, step, now)
     _summarize(state, step)
+    islands.on_decided(state, step, now)
 
 
 def _lineage(

@@ -21,7 +21,7 @@ import anyio
 
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.admission import protected
-from evobus.agents.roles.orchestrator.messages import Emit, Outgoing, Send
+from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Outgoing, Send
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.roles.registry.client import RegistryClient
@@ -57,6 +57,9 @@ def outbound(message: Outgoing) -> Outbound:
             return Outbound(subjects.work(campaign, stage), item, item.work_id, campaign, context)
         case Emit(event=event, msg_id=msg_id, context=context):
             return event_outbound(event, msg_id, context)
+        case Migrate(migrants=migrants, context=context):
+            target = migrants.campaign
+            return Outbound(subjects.migrants(target), migrants, migrants.work_id, target, context)
 
 
 class Effects:

@@ -21,6 +21,7 @@ import msgspec
 from opentelemetry.context import Context
 
 from evobus.schemas.events import Event
+from evobus.schemas.results import Migrants
 from evobus.schemas.work import Work
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -63,4 +64,21 @@ class Emit:
         return self.event
 
 
-Outgoing = Send | Emit
+@dataclass(frozen=True)
+class Migrate:
+    """Send ``migrants`` to the island it names (as a result of that island); its id is its
+    message id."""
+
+    migrants: Migrants
+    context: Context | None = None
+
+    @property
+    def message(self) -> Migrants:
+        return self.migrants
+
+    @property
+    def msg_id(self) -> str:
+        return self.migrants.work_id
+
+
+Outgoing = Send | Emit | Migrate

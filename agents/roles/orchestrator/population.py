@@ -15,7 +15,7 @@ from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.staleness import PoolChange, PoolLog
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.steps import Chain
-from evobus.schemas.results import Evaluation
+from evobus.schemas.results import Evaluation, Migrant
 
 if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
@@ -48,6 +48,21 @@ def record_scores(state: CampaignState, candidate_id: str, evaluation: Evaluatio
     for score in evaluation.instances:
         metrics = {n: score.metrics[n] for n in names if n in score.metrics}
         state.population.pool.record(candidate_id, score.instance, score.score, metrics)
+
+
+def immigrate(state: CampaignState, candidate_id: str, migrant: Migrant, *, origin: str) -> None:
+    """A migrant from another island joins the pool (logged, ``origin`` its sender and id
+    there) with the train scores it had there, and the ε-net with it (no verdict: the pool
+    is the ε-net, POLCA Algorithm 4)."""
+    pool = state.population.pool
+    for instance, scores in migrant.scores.items():
+        kept = migrant.metrics.get(instance, {})
+        for n, score in enumerate(scores):
+            metrics = {name: values[n] for name, values in kept.items() if n < len(values)}
+            pool.record(candidate_id, instance, score, metrics)
+    if pool.add(candidate_id):
+        _log(state, candidate_id, "added", migrant.train_mean, "seed", f"migrant from {origin}")
+        backlog.queue_join(state, candidate_id)
 
 
 def join(state: CampaignState, candidate_id: str, score: float, chain: Chain) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from evobus.agents.roles.orchestrator import backlog, flight, population
+from evobus.agents.roles.orchestrator import backlog, flight, islands, population
 from evobus.agents.roles.orchestrator.chains import (
     draw_minibatch,
     keep_candidate,
@@ -44,6 +44,7 @@ from evobus.schemas.llm import SIMULATOR_NOTE, Usage
 from evobus.schemas.results import (
     Diagnosis,
     Evaluation,
+    Migrants,
     PartialEvaluation,
     Proposal,
     Repaired,
@@ -99,6 +100,9 @@ class Observed(msgspec.Struct, kw_only=True):
 def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
     """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
     step = Step()
+    if isinstance(result, Migrants):  # another island's best: no work of this one's
+        islands.receive(state, step, result, now)
+        return step
     if isinstance(result, PartialEvaluation):
         # The full evaluation of the same work follows: the work stays pending.
         partial_of = state.flight.pending.get(result.work_id)

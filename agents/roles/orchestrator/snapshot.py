@@ -43,6 +43,7 @@ from evobus.agents.roles.orchestrator.chains import Candidates, Selection
 from evobus.agents.roles.orchestrator.decide import Best, Decisions
 from evobus.agents.roles.orchestrator.errors import SnapshotFormatError
 from evobus.agents.roles.orchestrator.flight import Flight
+from evobus.agents.roles.orchestrator.islands import Islands
 from evobus.agents.roles.orchestrator.pipeline import Workers
 from evobus.agents.roles.orchestrator.population import Population
 from evobus.agents.roles.orchestrator.progress import RunningClock
@@ -69,6 +70,7 @@ class Records(msgspec.Struct, kw_only=True):
     best: Best
     decisions: Decisions
     backlog: Backlog
+    islands: Islands
 
 
 RECORDS = tuple(field.name for field in msgspec.structs.fields(Records))

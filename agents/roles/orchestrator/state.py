@@ -43,6 +43,7 @@ from evobus.agents.roles.orchestrator.chains import Candidates, Selection
 from evobus.agents.roles.orchestrator.decide import Best, Decisions
 from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.flight import Flight
+from evobus.agents.roles.orchestrator.islands import Islands
 from evobus.agents.roles.orchestrator.messages import Emit, content_id
 from evobus.agents.roles.orchestrator.pipeline import Workers, rebalance
 from evobus.agents.roles.orchestrator.plan import render_plan
@@ -163,6 +164,7 @@ class CampaignState:
             stagnation=StagnationDetector(strategy.stagnation_window, strategy.stagnation_threshold)
         )
         self.backlog = Backlog()
+        self.islands = Islands()
 
     # -- the campaign's course ------------------------------------------------------------
     def enter(self, phase: Phase) -> None:

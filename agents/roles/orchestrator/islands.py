@@ -1,0 +1,174 @@
+"""Migration between the islands of a campaign (``strategy.islands`` > 1). Pure; no I/O.
+
+Each island is a campaign of its own (``<group>-i<k>``, ``schemas.campaign.island_id``) with its
+own orchestrator, pool and snapshot. Every ``migration_interval`` decided steps an island sends
+its ``migrants`` best pool members by train mean — not those it received itself, so that a
+ring does not pass the same candidate round and round (OpenEvolve does the same) — to the next
+island (``ring``) or to another drawn at random (``random``), as a ``Migrants`` result of the
+receiving island: its single writer applies it like any result. The receiver adds them to its
+pool under ids of its own with the train scores they had (OpenEvolve and ShinkaEvolve copy a
+migrant with its scores, unevaluated: the islands score the same task's train instances, so
+the scores compare); a migrant then is a parent like any member, re-evaluated on each step's
+minibatch, and reported best only after winning on this island's validation.
+
+Exactly once: a migration's id is its sender, number and a digest of its content
+(``<sender>-m<n>-<digest>``), its message id too, so a sender that resumed and sent it again is
+dropped by JetStream; the receiver keeps the ids it applied (``Islands.received``, in its
+snapshot) and drops a copy that comes after JetStream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from evobus.agents.roles.orchestrator import population
+from evobus.agents.roles.orchestrator.chains import keep_candidate
+from evobus.agents.roles.orchestrator.messages import Migrate, content_id
+from evobus.agents.roles.orchestrator.steps import Step
+from evobus.schemas.campaign import Island, island_id
+from evobus.schemas.events import CandidateMigrated
+from evobus.schemas.results import Migrant, Migrants
+
+if TYPE_CHECKING:
+    from evobus.agents.roles.orchestrator.state import CampaignState
+
+
+class Islands(msgspec.Struct, kw_only=True):
+    """An island's migrations. Owner: ``islands``.
+
+    Attributes:
+        decided: steps decided since the last migration went out.
+        sent: the migrations sent (the next one's number is ``sent + 1``).
+        received: the ids of the migrations applied (a copy of one is dropped).
+        immigrants: the local ids of the candidates received, in the order they came.
+    """
+
+    decided: int = 0
+    sent: int = 0
+    received: list[str] = msgspec.field(default_factory=list)
+    immigrants: list[str] = msgspec.field(default_factory=list)
+
+
+def migration_target(island: Island, number: int, topology: str, rng_seed: int) -> int:
+    """The island that migration ``number`` of ``island`` goes to: the next one on the ring,
+    or another drawn from the campaign's seed, the sender and the number (the same after a
+    resume, with no state to keep)."""
+    if topology == "ring":
+        return (island.index + 1) % island.count
+    others = [k for k in range(island.count) if k != island.index]
+    return random.Random(f"{rng_seed}/{island.group}/{island.index}/{number}").choice(others)
+
+
+def on_decided(state: CampaignState, step: Step, now: float) -> None:
+    """Count a decided step; every ``migration_interval`` steps, send the island's best."""
+    island = state.record.island
+    if island is None or island.count < 2:
+        return
+    islands = state.islands
+    islands.decided += 1
+    if islands.decided < state.strategy.migration_interval:
+        return
+    islands.decided = 0
+    _send(state, step, island, now)
+
+
+def _send(state: CampaignState, step: Step, island: Island, now: float) -> None:
+    pool = state.population.pool
+    mine = [
+        cid
+        for cid in pool.members()
+        if cid not in state.islands.immigrants and pool.stats(cid).count
+    ]
+    best = sorted(mine, key=lambda cid: pool.stats(cid).mean, reverse=True)
+    chosen = best[: state.strategy.migrants]
+    if not chosen:
+        return
+    state.islands.sent += 1
+    number = state.islands.sent
+    target = island_id(
+        island.group,
+        migration_target(
+            island, number, state.strategy.migration_topology, state.strategy.rng_seed
+        ),
+    )
+    migrants = tuple(_migrant(state, cid) for cid in chosen)
+    # The counter and the content (``messages.content_id``): a sender that resumed and sent
+    # the same migration again sends it under the same id, one that chose other migrants
+    # (its redelivered results applied in another order) under another.
+    serial = f"{state.cid}-m{number:04d}"
+    message = Migrants(
+        work_id=content_id(
+            serial,
+            Migrants(
+                work_id=serial, campaign=target, source=state.cid, number=number, migrants=migrants
+            ),
+        ),
+        campaign=target,
+        source=state.cid,
+        number=number,
+        migrants=migrants,
+    )
+    for migrant in migrants:
+        state.emit(
+            step,
+            CandidateMigrated(
+                campaign=state.cid,
+                at=now,
+                direction="out",
+                migration=message.work_id,
+                candidate_id=migrant.candidate.id,
+                source=state.cid,
+                target=target,
+                train_mean=migrant.train_mean,
+            ),
+        )
+    step.outbound.append(Migrate(message))
+
+
+def _migrant(state: CampaignState, cid: str) -> Migrant:
+    stats = state.population.pool.stats(cid)
+    return Migrant(
+        candidate=state.candidates.by_id[cid],
+        train_mean=stats.mean,
+        scores={instance: list(scores) for instance, scores in stats.per_instance.items()},
+        metrics={
+            instance: {name: list(values) for name, values in kept.items()}
+            for instance, kept in stats.per_instance_metrics.items()
+        },
+    )
+
+
+def receive(state: CampaignState, step: Step, message: Migrants, now: float) -> None:
+    """Add another island's migrants to the pool, under ids of this island, with their train
+    scores; a migration applied before (a copy) or one that comes once the island has
+    finished changes nothing."""
+    islands = state.islands
+    if message.work_id in islands.received or state.run.phase == "finished":
+        return
+    islands.received.append(message.work_id)
+    for migrant in message.migrants:
+        local = msgspec.structs.replace(
+            migrant.candidate, id=f"c{state.next_serial('candidate'):04d}", parent_ids=()
+        )
+        keep_candidate(state, local)
+        population.immigrate(
+            state, local.id, migrant, origin=f"{message.source}/{migrant.candidate.id}"
+        )
+        islands.immigrants.append(local.id)
+        state.emit(
+            step,
+            CandidateMigrated(
+                campaign=state.cid,
+                at=now,
+                direction="in",
+                migration=message.work_id,
+                candidate_id=migrant.candidate.id,
+                source=message.source,
+                target=state.cid,
+                train_mean=migrant.train_mean,
+                local_id=local.id,
+            ),
+        )
