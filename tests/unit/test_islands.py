@@ -68,16 +68,17 @@ def test_no_migration_before_the_interval_nor_in_a_campaign_of_one_island() -> N
     assert not migrations(one_step(alone, seeded(alone), child=-900.0, parent=-1000.0))
 
 
-def received(sender: CampaignState, receiver: CampaignState) -> tuple[Migrants, Step]:
-    """One migration from ``sender`` (after one decided step) applied by ``receiver``."""
+def received(sender: CampaignState, receiver: CampaignState) -> tuple[Migrants, Step, Step]:
+    """One migration from ``sender`` (after one decided step) applied by ``receiver`` once
+    seeded: the migration, what applying it asked, what seeding the receiver asked."""
     (sent,) = migrations(one_step(sender, seeded(sender), child=-900.0, parent=-1000.0))
-    seeded(receiver)
-    return sent, receiver.apply(sent, None, 7.0)
+    started = seeded(receiver)
+    return sent, receiver.apply(sent, None, 7.0), started
 
 
 def test_the_receiver_adds_the_migrants_to_its_pool_with_their_scores_once() -> None:
     sender, receiver = island(0), island(1)
-    sent, step = received(sender, receiver)
+    sent, step, _ = received(sender, receiver)
     (migrant,) = sent.migrants
     (event,) = migrated_events(step)
     local = event.local_id
@@ -99,14 +100,16 @@ def test_the_receiver_adds_the_migrants_to_its_pool_with_their_scores_once() -> 
 
 def test_an_island_does_not_send_on_what_it_received() -> None:
     sender, receiver = island(0), island(1)
-    received(sender, receiver)
+    _, _, started = received(sender, receiver)
     immigrant = receiver.islands.immigrants[0]
     receiver.population.pool.record(immigrant, "t0", 0.0)  # the best by far, and yet
     step = Step()
     on_decided(receiver, step, 9.0)
-    (sent,) = migrations(step)
-    assert [m.candidate.id for m in sent.migrants] == [SEED_ID]
-    assert sent.campaign == "g-i0"  # the ring closes
+    assert not migrations(step)  # nor the seed, which every island has
+    decided = one_step(receiver, started, child=-950.0, parent=-1000.0)  # a child of its own
+    (sent,) = migrations(decided)
+    (child,) = [m.candidate.id for m in sent.migrants]
+    assert child not in (SEED_ID, immigrant) and sent.campaign == "g-i0"  # the ring closes
 
 
 def test_the_migration_state_survives_a_snapshot() -> None:

@@ -2,8 +2,9 @@
 
 Each island is a campaign of its own (``<group>-i<k>``, ``schemas.campaign.island_id``) with its
 own orchestrator, pool and snapshot. Every ``migration_interval`` decided steps an island sends
-its ``migrants`` best pool members by train mean — not those it received itself, so that a
-ring does not pass the same candidate round and round (OpenEvolve does the same) — to the next
+its ``migrants`` best pool members by train mean — not the seed, which every island has, nor
+those it received itself, so that a ring does not pass the same candidate round and round
+(OpenEvolve does the same) — to the next
 island (``ring``) or to another drawn at random (``random``), as a ``Migrants`` result of the
 receiving island: its single writer applies it like any result. The receiver adds them to its
 pool under ids of its own with the train scores they had (OpenEvolve and ShinkaEvolve copy a
@@ -27,7 +28,7 @@ import msgspec
 from evobus.agents.roles.orchestrator import population
 from evobus.agents.roles.orchestrator.chains import keep_candidate
 from evobus.agents.roles.orchestrator.messages import Migrate, content_id
-from evobus.agents.roles.orchestrator.steps import Step
+from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
 from evobus.schemas.campaign import Island, island_id
 from evobus.schemas.events import CandidateMigrated
 from evobus.schemas.results import Migrant, Migrants
@@ -77,10 +78,11 @@ def on_decided(state: CampaignState, step: Step, now: float) -> None:
 
 def _send(state: CampaignState, step: Step, island: Island, now: float) -> None:
     pool = state.population.pool
+    # The seed every island has already; what an island received is the sender's own.
     mine = [
         cid
         for cid in pool.members()
-        if cid not in state.islands.immigrants and pool.stats(cid).count
+        if cid != SEED_ID and cid not in state.islands.immigrants and pool.stats(cid).count
     ]
     best = sorted(mine, key=lambda cid: pool.stats(cid).mean, reverse=True)
     chosen = best[: state.strategy.migrants]
