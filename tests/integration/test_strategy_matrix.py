@@ -25,7 +25,10 @@ real processes; all rows run at once, served by one registry and one set of work
   ε-net): the seed, and no candidate that left the pool or never joined it.
 
 Beside the matrix, one more campaign at the same time has every step filtered by the ε-net
-until a burst is set off (``BURST``): that burst is announced like any other.
+until a burst is set off (``BURST``): that burst is announced like any other; and a campaign of
+two islands (``ISLANDS``), each its own orchestrator, with Pareto selection over two metrics,
+migrating after every decided step: both islands complete, each evaluation counted once, and
+each migration received was sent and is received once.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -36,7 +39,9 @@ every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``
 ``pareto_metrics``, ``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
 ``epsilon``, ``in_flight``, ``workers``, ``queue``, ``minibatch``, ``min_evaluations``,
-``rng_seed``; and of ``[campaign.budget]``, ``evaluations`` and ``tokens`` (never reached).
+``rng_seed``; ``islands``, ``migration_interval``, ``migrants`` and ``migration_topology`` (the
+islands campaign's); and of ``[campaign.budget]``, ``evaluations`` and ``tokens`` (never
+reached).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import anyio
 import msgspec
 import pytest
 
+import evobus
 from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.infra.llm_sim.server import serve_sim_in_thread
@@ -60,6 +66,7 @@ from evobus.schemas.campaign import (
     CampaignSpec,
     CampaignSummary,
     StrategySection,
+    island_id,
     load_campaign,
 )
 from evobus.schemas.events import (
@@ -69,6 +76,7 @@ from evobus.schemas.events import (
     CandidateAccepted,
     CandidateEvaluated,
     CandidateFiltered,
+    CandidateMigrated,
     CandidateProposed,
     CandidateRejected,
     Event,
@@ -264,6 +272,37 @@ def burst_file() -> str:
     )
 
 
+ISLANDS = "islands-pareto"
+"""A campaign of two islands beside the matrix, with Pareto selection over two metrics."""
+ISLANDS_STRATEGY: dict[str, object] = {
+    "islands": 2,
+    "migration_interval": 1,
+    "migrants": 1,
+    "migration_topology": "random",  # of two islands, the other one: the draw is exercised
+    "in_flight": 2,
+    "minibatch": 2,
+    "min_evaluations": 2,
+    "selection": "pareto",
+    "pareto_metrics": ["time_upright", "-peak_torque"],
+}
+
+
+ISLAND_PROPOSALS = 6
+
+
+def islands_file() -> str:
+    """Two islands of three proposals each (the budget of six is split), migrating after every
+    decided step."""
+    strategy = "".join(f"{k} = {toml_value(v)}\n" for k, v in ISLANDS_STRATEGY.items())
+    return (
+        f'[campaign]\nname = "islands"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = {ISLAND_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        f"[strategy]\n{strategy}"
+    )
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -274,6 +313,7 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     ``evobus run`` loads a campaign file."""
     files = {row.id: campaign_file(row, i, sim_url) for i, row in enumerate(ROWS)}
     files[BURST] = burst_file()
+    files[ISLANDS] = islands_file()
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
@@ -325,6 +365,7 @@ def test_the_matrix_covers_every_pair_and_switches_every_strategy_key() -> None:
         for key, value in strategy_of(row, index).items()
         if value != getattr(default, key)
     }
+    switched |= {key for key, value in ISLANDS_STRATEGY.items() if value != getattr(default, key)}
     assert switched == set(StrategySection.__struct_fields__)
 
 
@@ -477,3 +518,28 @@ def test_a_burst_is_announced_whatever_set_it_off(outcomes: dict[str, Outcome]) 
         elif isinstance(event, CandidateProposed) and event.operator != "m_diag":
             assert event.operator in announced, (event.candidate_id, event.operator)
             announced.remove(event.operator)
+
+
+@pytest.mark.timeout(240)
+def test_islands_complete_and_migrate_each_candidate_once(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[ISLANDS]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary = outcome.result.summary
+    assert summary.proposals == ISLAND_PROPOSALS
+    assert summary.stop_reason == "proposal budget spent"
+    islands = [island_id(outcome.campaign_id, k) for k in range(2)]
+    runs = {island: evobus.Result(outcome.result.run_dir / island) for island in islands}
+    events = {island: run.events() for island, run in runs.items()}
+    for island, run in runs.items():
+        evaluated = Counter(e.work_id for e in events[island] if isinstance(e, CandidateEvaluated))
+        assert evaluated and max(evaluated.values()) == 1
+        assert sum(evaluated.values()) == run.summary.evaluations
+        assert run.summary.proposals == ISLAND_PROPOSALS // 2
+        assert any(isinstance(e, ParetoFrontChanged) for e in events[island])
+    assert summary.evaluations == sum(run.summary.evaluations for run in runs.values())
+    migrated = [e for es in events.values() for e in es if isinstance(e, CandidateMigrated)]
+    sent = {(e.migration, e.candidate_id, e.target) for e in migrated if e.direction == "out"}
+    arrived = [(e.migration, e.candidate_id, e.campaign) for e in migrated if e.direction == "in"]
+    assert sent and set(arrived) <= sent and max(Counter(arrived).values(), default=1) == 1
+    assert all(e.target != e.campaign for e in migrated if e.direction == "out")
