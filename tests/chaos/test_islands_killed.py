@@ -77,8 +77,8 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
                 events[event.campaign].append(event)
                 evaluated = sum(isinstance(e, CandidateEvaluated) for e in events[victim])
                 # Killed once it is evolving and has had a migration: mid-run, state to keep.
-                migrated = any(isinstance(e, CandidateMigrated) for e in events[victim])
-                if not killed and migrated and evaluated >= 8:
+                moved = any(isinstance(e, CandidateMigrated) for e in events[victim])
+                if not killed and moved and evaluated >= 8:
                     pid = orchestrator_pid(nats_server.url, victim)
                     if pid is not None:
                         os.kill(pid, signal.SIGKILL)

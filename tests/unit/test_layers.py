@@ -43,6 +43,7 @@ CORE = tuple(
         "speculation",
         "admission",
         "backlog",
+        "islands",
         "snapshot",
         "trace",
         "progress",
