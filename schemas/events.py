@@ -426,6 +426,19 @@ class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     local_id: str = ""
 
 
+class IslandReseeded(msgspec.Struct, frozen=True, kw_only=True, tag="island_reseeded"):
+    """A stagnating island re-seeded from the others (ShinkaEvolve's dynamic islands): its
+    worst members left the pool, the best migrants it received stay, and its next forced steps
+    start from the best of them (``restart_from``)."""
+
+    campaign: str
+    at: float
+    removed: tuple[str, ...]
+    migrants: tuple[str, ...]
+    restart_from: str
+    reason: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -454,6 +467,7 @@ Event = (
     | SkillRetired
     | ParetoFrontChanged
     | CandidateMigrated
+    | IslandReseeded
 )
 
 

@@ -36,6 +36,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     DeadLettered,
     Event,
+    IslandReseeded,
     ParetoFrontChanged,
     RolledBack,
     SkillLearned,
@@ -222,6 +223,13 @@ def describe(event: Event) -> str:
             )
         case BurstStarted():
             return f"{head} burst {'+'.join(event.operators)}: {event.reason}"
+        case IslandReseeded():
+            removed = ", ".join(event.removed) or "none"
+            return (
+                f"{head} RE-SEEDED from the other islands: restarts from {event.restart_from} "
+                f"(migrants {', '.join(event.migrants)}; left the pool: {removed}): "
+                f"{event.reason}"
+            )
         case RolledBack():
             return f"{head} ROLLED BACK to {event.to_tag} ({event.candidate_id}): {event.reason}"
         case SkillLearned():

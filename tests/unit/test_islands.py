@@ -19,7 +19,7 @@ from evobus.schemas.campaign import (
     parse_campaign,
 )
 from evobus.schemas.errors import CampaignConfigError
-from evobus.schemas.events import CandidateMigrated
+from evobus.schemas.events import BurstStarted, CandidateMigrated, IslandReseeded, RolledBack
 from evobus.schemas.results import Migrants
 from tests.unit.test_orchestrator_state import make_state, of_type, one_step, seeded
 
@@ -192,3 +192,29 @@ def test_the_campaign_summary_is_the_best_island_with_the_counts_summed() -> Non
     assert together.wall_seconds == 6.0 and together.agents[0].items_processed == 20
     failed = combined_summary("g", [summary("g-i0", -900.0), summary("g-i1", None, "failed")])
     assert failed.status == "failed" and failed.stop_reason.startswith("g-i1: ")
+
+
+def test_a_stagnating_island_reseeds_from_the_best_migrant_it_received() -> None:
+    sender, receiver = island(0), island(1, stagnation_window=1, stagnation_threshold=50.0)
+    _, _, started = received(sender, receiver)
+    (immigrant,) = receiver.islands.immigrants
+    # A step, then one more without a gain of 50 on the best train mean: it stagnates.
+    decided = one_step(receiver, started, child=-990.0, parent=-1000.0)
+    decided = one_step(receiver, decided, child=-995.0, parent=-1000.0)
+    (event,) = of_type(decided, IslandReseeded)
+    assert event.migrants == (immigrant,) and event.restart_from == immigrant
+    # As many of its own as there are migrants left, the worst first: the -995 child.
+    stats = receiver.population.pool.stats
+    children = [c for c in receiver.decisions.lineage if c not in (SEED_ID, immigrant)]
+    assert event.removed == (min(children, key=lambda c: stats(c).mean),)
+    pool = receiver.population.pool.members()
+    assert immigrant in pool and SEED_ID in pool and not set(event.removed) & set(pool)
+    assert receiver.selection.rollback_parent == immigrant  # the forced steps start there
+    assert of_type(decided, BurstStarted) and not of_type(decided, RolledBack)
+
+
+def test_an_island_without_migrants_stagnates_as_a_campaign_does() -> None:
+    alone = island(0, stagnation_window=1, stagnation_threshold=50.0, migration_interval=50)
+    decided = one_step(alone, seeded(alone), child=-990.0, parent=-1000.0)
+    decided = one_step(alone, decided, child=-995.0, parent=-1000.0)
+    assert not of_type(decided, IslandReseeded) and of_type(decided, BurstStarted)

@@ -320,6 +320,8 @@ def _watch_stagnation(state: CampaignState, step: Step, now: float) -> None:
         good_enough=state.plan.best_possible,
     )
     stagnation.reset()
+    if islands.reseed(state, step, now):  # an island restarts from what the others sent
+        decision = msgspec.structs.replace(decision, rollback_to=None, burst=True)
     if decision.rollback_to is not None:
         record = state.decisions.lineage.get(decision.rollback_to)
         tag = record.tag if record and record.tag else "best"

@@ -10,7 +10,8 @@ receiving island: its single writer applies it like any result. The receiver add
 pool under ids of its own with the train scores they had (OpenEvolve and ShinkaEvolve copy a
 migrant with its scores, unevaluated: the islands score the same task's train instances, so
 the scores compare); a migrant then is a parent like any member, re-evaluated on each step's
-minibatch, and reported best only after winning on this island's validation.
+minibatch, and reported best only after winning on this island's validation. An island that
+stagnates re-seeds from the migrants it received (``reseed``: ShinkaEvolve's dynamic islands).
 
 Exactly once: a migration's id is its sender, number and a digest of its content
 (``<sender>-m<n>-<digest>``), its message id too, so a sender that resumed and sent it again is
@@ -26,11 +27,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.agents.roles.orchestrator import population
-from evobus.agents.roles.orchestrator.chains import keep_candidate
+from evobus.agents.roles.orchestrator.chains import keep_candidate, roll_back_to
 from evobus.agents.roles.orchestrator.messages import Migrate, content_id
 from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
 from evobus.schemas.campaign import Island, island_id
-from evobus.schemas.events import CandidateMigrated
+from evobus.schemas.events import CandidateMigrated, IslandReseeded
 from evobus.schemas.results import Migrant, Migrants
 
 if TYPE_CHECKING:
@@ -141,6 +142,60 @@ def _migrant(state: CampaignState, cid: str) -> Migrant:
             for instance, kept in stats.per_instance_metrics.items()
         },
     )
+
+
+def reseed(state: CampaignState, step: Step, now: float) -> bool:
+    """ShinkaEvolve's dynamic islands: a stagnating island (``stagnation_window`` steps without
+    a gain) re-seeds from the others. Its worst own members leave the pool, as many as the best
+    migrants it received still there (at most ``migrants``), and its next forced steps start
+    from the best of those. Members that cannot go stay: the seed, the validated best, what the
+    steps in flight use, speculative members. False (nothing done) on an island that holds no
+    migrant, or on a campaign of one island.
+    """
+    island = state.record.island
+    if island is None or island.count < 2:
+        return False
+    pool = state.population.pool
+    arrived = [cid for cid in state.islands.immigrants if cid in pool]
+    best_migrants = sorted(arrived, key=lambda cid: pool.stats(cid).mean, reverse=True)[
+        : state.strategy.migrants
+    ]
+    if not best_migrants:
+        return False
+    busy = {cid for chain in state.flight.live.values() for cid in chain.parent_ids}
+    busy |= {c.candidate_id for c in state.flight.live.values() if c.candidate_id}
+    keep = {SEED_ID, state.best.candidate_id, *busy, *state.islands.immigrants}
+    own = [
+        cid
+        for cid in pool.members()
+        if cid not in keep and not state.speculation.speculative.is_speculative(cid)
+    ]
+    worst = sorted(own, key=lambda cid: pool.stats(cid).mean)[: len(best_migrants)]
+    reason = (
+        f"no gain of {state.strategy.stagnation_threshold} in "
+        f"{state.strategy.stagnation_window} steps"
+    )
+    for cid in worst:
+        population.leave(
+            state,
+            cid,
+            pool.stats(cid).mean,
+            operator=state.candidates.by_id[cid].operator,
+            rationale="the island re-seeded from the others",
+        )
+    roll_back_to(state, best_migrants[0])
+    state.emit(
+        step,
+        IslandReseeded(
+            campaign=state.cid,
+            at=now,
+            removed=tuple(worst),
+            migrants=tuple(best_migrants),
+            restart_from=best_migrants[0],
+            reason=reason,
+        ),
+    )
+    return True
 
 
 def receive(state: CampaignState, step: Step, message: Migrants, now: float) -> None:
