@@ -61,6 +61,7 @@ from evobus.schemas.campaign import (
     LLMSection,
     RoleOutage,
     convert_campaign,
+    island_id,
     load_campaign,
     validate_campaign_id,
     with_program_files,
@@ -406,16 +407,22 @@ async def resume_campaign(
         CampaignFailed: the campaign did not complete.
     """
     cid = validate_campaign_id(options.campaign_id or "")
+    islands: list[str] = []  # a campaign of islands: theirs, once its records are read
 
     async def submit(kv: KeyValue) -> CampaignSpec:
-        try:
-            entry = await kv.get(cid)
-        except KeyNotFoundError:
+        record = await _record(kv, cid) or await _record(kv, island_id(cid, 0))
+        if record is None:
             raise AgentError(
                 f"no campaign {cid!r} on this bus (with the embedded server, use the same "
                 "--out as the run)"
-            ) from None
-        record = msgspec.msgpack.decode(entry.value or b"", type=CampaignRecord)
+            )
+        if record.island is not None:
+            group, count = record.island.group, record.island.count
+            if group != cid:
+                raise AgentError(
+                    f"{cid} is island {record.island.index} of {group}: resume {group}"
+                )
+            islands.extend(island_id(group, k) for k in range(count))
         await probe_models(record.spec.llm, echo, path=f"campaign {cid}")
         echo(
             f"evobus: resuming campaign {cid} (task {record.spec.campaign.task}); its events "
@@ -423,7 +430,16 @@ async def resume_campaign(
         )
         return record.spec
 
-    return await _supervise(options, cid, submit, echo)
+    return await _supervise(options, cid, submit, echo, islands)
+
+
+async def _record(kv: KeyValue, cid: str) -> CampaignRecord | None:
+    """The record of campaign ``cid`` on this bus, or None."""
+    try:
+        entry = await kv.get(cid)
+    except KeyNotFoundError:
+        return None
+    return msgspec.msgpack.decode(entry.value or b"", type=CampaignRecord)
 
 
 async def _supervise(
@@ -434,8 +450,9 @@ async def _supervise(
     islands: Sequence[str] = (),
 ) -> CampaignSummary:
     """The bus (embedded unless given), the campaign record (``submit``), the registry and the
-    agents; follow the campaign to its end. A campaign of ``islands`` runs an orchestrator
-    for each of them, and its summary is theirs together (``islands.combined_summary``)."""
+    agents; follow the campaign to its end. A campaign of ``islands`` (known once ``submit``
+    has run) runs an orchestrator for each of them, and its summary is theirs together
+    (``islands.combined_summary``)."""
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     server: NatsServer | None = None

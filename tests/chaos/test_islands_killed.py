@@ -127,3 +127,19 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     # Each arrival joined its island's pool under an id of its own.
     for event in (e for e in migrated if e.direction == "in"):
         assert event.local_id and event.source != event.campaign
+
+    # `evobus resume` of the finished campaign starts its islands again, which report it again.
+    again = start_evobus(
+        "resume", campaign_id, "--nats", nats_server.url, "--out", str(out),
+        log=tmp_path / "resume.log",
+    )  # fmt: skip
+    assert await anyio.to_thread.run_sync(again.wait, 90) == 0, (
+        tmp_path / "resume.log"
+    ).read_text()
+    log = (tmp_path / "resume.log").read_text()
+    assert f"resuming campaign {campaign_id}" in log and f"{PROPOSALS} proposals" in log, log
+    resumed_summary = msgspec.json.decode(
+        (run_dir / "summary.json").read_bytes(), type=CampaignSummary
+    )
+    assert resumed_summary.proposals == PROPOSALS
+    assert resumed_summary.best_candidate == summary.best_candidate
