@@ -543,19 +543,25 @@ def _check_pareto(strategy: StrategySection, path: str) -> None:
 
 
 def _check_islands(spec: CampaignSpec, path: str) -> None:
-    """Every island gets at least one proposal of the campaign's budget, which they split.
+    """The islands split the proposal, evaluation and token budgets: each island gets at least
+    one of each that is limited.
 
     Raises:
         CampaignConfigError: naming ``strategy.islands``.
     """
-    islands, proposals = spec.strategy.islands, spec.campaign.budget.proposals
-    if islands > proposals:
-        raise CampaignConfigError(
-            path,
-            "strategy.islands",
-            f"{islands} islands split a budget of {proposals} proposals: at most one island "
-            "per proposal",
-        )
+    islands, budget = spec.strategy.islands, spec.campaign.budget
+    for name, total in (
+        ("proposals", budget.proposals),
+        ("evaluations", budget.evaluations),
+        ("tokens", budget.tokens),
+    ):
+        if total and islands > total:
+            raise CampaignConfigError(
+                path,
+                "strategy.islands",
+                f"{islands} islands split a budget of {total} {name}: at most one island per "
+                f"unit of campaign.budget.{name}",
+            )
 
 
 def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]:

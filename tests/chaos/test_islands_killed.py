@@ -116,6 +116,10 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     best = max(summaries.values(), key=lambda s: s.best_score or float("-inf"))
     assert summary.best_score == best.best_score
     assert summary.best_candidate == f"{best.campaign}/{best.best_candidate}"
+    # The killed orchestrator's exit and restart, in its island's summary and the campaign's.
+    (outage,) = [o for o in summary.outages if o.role == "orchestrator"]
+    assert (outage.exits, outage.restarts) == (1, 1)
+    assert [o.role for o in summaries[victim].outages] == ["orchestrator"]
 
     # Migrations went both ways; each one received was sent, and received once.
     migrated = [e for es in events.values() for e in es if isinstance(e, CandidateMigrated)]

@@ -146,18 +146,21 @@ def test_the_islands_split_the_budgets_and_keep_the_wall_clock() -> None:
 
 
 @pytest.mark.parametrize(
-    ("strategy", "key"),
+    ("budget", "strategy", "key"),
     [
-        ("islands = 5", "strategy.islands"),  # more islands than the 4 proposals
-        ("islands = 0", "strategy.islands"),
-        ("islands = 2\nmigration_topology = 'star'", "strategy.migration_topology"),
-        ("islands = 2\nmigrants = 0", "strategy.migrants"),
-        ("islands = 2\nmigration_interval = 0", "strategy.migration_interval"),
+        ("", "islands = 5", "strategy.islands"),  # more islands than the 4 proposals
+        ("evaluations = 2", "islands = 3", "strategy.islands"),  # or evaluations, or tokens
+        ("tokens = 2", "islands = 3", "strategy.islands"),
+        ("", "islands = 0", "strategy.islands"),
+        ("", "islands = 2\nmigration_topology = 'star'", "strategy.migration_topology"),
+        ("", "islands = 2\nmigrants = 0", "strategy.migrants"),
+        ("", "islands = 2\nmigration_interval = 0", "strategy.migration_interval"),
     ],
 )
-def test_a_bad_islands_key_is_named(strategy: str, key: str) -> None:
+def test_a_bad_islands_key_is_named(budget: str, strategy: str, key: str) -> None:
     text = (
-        f'[campaign]\ntask = "pendulum"\n[campaign.budget]\nproposals = 4\n[strategy]\n{strategy}\n'
+        f'[campaign]\ntask = "pendulum"\n[campaign.budget]\nproposals = 4\n{budget}\n'
+        f"[strategy]\n{strategy}\n"
     )
     with pytest.raises(CampaignConfigError) as caught:
         parse_campaign(text)
