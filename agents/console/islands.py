@@ -20,8 +20,8 @@ from nats.aio.client import Client
 
 from evobus.agents.console.follow import follow
 from evobus.agents.console.restarts import AgentChild, Restarts
-from evobus.agents.roles.orchestrator.agent import campaign_dir
 from evobus.agents.runtime.errors import CampaignFailed
+from evobus.agents.runtime.events import campaign_dir
 from evobus.schemas.campaign import (
     AgentWork,
     CampaignRecord,

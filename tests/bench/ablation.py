@@ -37,8 +37,8 @@ from evobus.agents.console.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import event_stream
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.campaign import StrategySection
-from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated
+from evobus.schemas.campaign import StrategySection, island_id
+from evobus.schemas.events import BestConfirmed, CampaignFinished, CandidateEvaluated, Event
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VARIANTS: dict[str, dict[str, str]] = {
@@ -71,23 +71,36 @@ def variant_campaign(task: str, variant: str, rng_seed: int, proposals: int) -> 
     return text
 
 
-async def best_curve(url: str, campaign: str) -> list[tuple[int, float]]:
-    """(evaluations spent, best validation score) at every new best."""
+async def best_curve(url: str, campaign: str, islands: int = 1) -> list[tuple[int, float]]:
+    """(evaluations spent, best validation score) at every new best; a campaign of islands
+    reads each island's events (the campaign has none of its own) and merges them in time."""
+    names = [campaign] if islands == 1 else [island_id(campaign, k) for k in range(islands)]
     nc = await connect(url, name="bench-reader")
-    evaluations = 0
-    curve: list[tuple[int, float]] = []
+    merged: list[Event] = []
     try:
-        async with event_stream(nc.jetstream(), campaign, from_start=True) as events:
-            async for event in events:
-                match event:
-                    case CandidateEvaluated():
-                        evaluations += 1
-                    case BestConfirmed() if event.is_best:
-                        curve.append((evaluations, event.validation_score))
-                    case CampaignFinished():
+        for name in names:
+            async with event_stream(nc.jetstream(), name, from_start=True) as events:
+                async for event in events:
+                    if isinstance(event, CampaignFinished):
                         break
+                    merged.append(event)
     finally:
         await nc.drain()
+    return curve_of(sorted(merged, key=lambda e: e.at))
+
+
+def curve_of(events: list[Event]) -> list[tuple[int, float]]:
+    """(evaluations spent, best validation score) at every new best of ``events``, in order
+    (of one campaign, or of its islands merged: the best over them)."""
+    evaluations = 0
+    curve: list[tuple[int, float]] = []
+    for event in events:
+        match event:
+            case CandidateEvaluated():
+                evaluations += 1
+            case BestConfirmed() if event.is_best:
+                if not curve or event.validation_score > curve[-1][1]:
+                    curve.append((evaluations, event.validation_score))
     return curve
 
 
@@ -129,7 +142,8 @@ async def bench(
                     summary = await run_campaign(
                         RunOptions(campaign_file, server.url, cid, out), echo=lambda _l: None
                     )
-                    curve = await best_curve(server.url, cid)
+                    islands = int(VARIANTS[variant].get("islands", "1"))
+                    curve = await best_curve(server.url, cid, islands)
                     runs.append(
                         {
                             "task": task,

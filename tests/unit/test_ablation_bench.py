@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from evobus.schemas.campaign import load_campaign
-from tests.bench.ablation import VARIANTS, evaluations_to, table, thresholds, variant_campaign
+from evobus.schemas.events import BestConfirmed, CandidateEvaluated, Event
+from tests.bench.ablation import (
+    VARIANTS,
+    curve_of,
+    evaluations_to,
+    table,
+    thresholds,
+    variant_campaign,
+)
 
 
 @pytest.mark.parametrize("task", ["pendulum", "ccaa"])
@@ -48,3 +56,35 @@ def test_evaluations_to_a_threshold_come_from_the_curves() -> None:
     pareto = next(line for line in rows if " pareto " in line)
     assert full.endswith("50 (1/2)") and pareto.endswith("never (0/1)")
     assert rows[-1].startswith("threshold: pendulum -235.0")
+
+
+def test_the_curve_of_islands_is_the_best_over_them_by_the_evaluations_of_all() -> None:
+    def evaluated(island: str, at: float) -> CandidateEvaluated:
+        return CandidateEvaluated(
+            campaign=island, at=at, candidate_id="c1", score=0.0, isolation="none"
+        )
+
+    def best(island: str, at: float, score: float) -> BestConfirmed:
+        return BestConfirmed(
+            campaign=island,
+            at=at,
+            candidate_id="c1",
+            train_mean=score,
+            evaluations=2,
+            validation_score=score,
+            is_best=True,
+        )
+
+    events: list[Event] = [
+        evaluated("g-i0", 1.0),
+        best("g-i0", 1.5, -1000.0),  # the seed, on both islands
+        evaluated("g-i1", 2.0),
+        best("g-i1", 2.5, -1000.0),
+        evaluated("g-i1", 3.0),
+        best("g-i1", 3.5, -600.0),
+        evaluated("g-i0", 4.0),
+        best("g-i0", 4.5, -800.0),  # the best of its island, not of the campaign
+        evaluated("g-i0", 5.0),
+        best("g-i0", 5.5, -500.0),
+    ]
+    assert curve_of(events) == [(1, -1000.0), (3, -600.0), (5, -500.0)]
