@@ -76,20 +76,23 @@ def island_records(
 
 
 def combined_summary(group: str, summaries: Sequence[CampaignSummary]) -> CampaignSummary:
-    """Campaign ``group``'s summary from its islands': completed when every island completed,
-    its best the best island's (``best_candidate`` is ``<island>/<candidate>``), proposals,
-    evaluations, acceptances, tokens and model calls summed, the agents' items summed over
-    the islands, the wall time the longest island's."""
+    """Campaign ``group``'s summary from its islands': its best the best island's
+    (``best_candidate`` is ``<island>/<candidate>``), completed when an island completed (its
+    best is the campaign's; an island whose share of a budget ran out before it had a best
+    failed alone, and the stop reason says so), the proposals, evaluations, acceptances,
+    tokens and model calls summed, the agents' items summed over the islands, the wall time the
+    longest island's."""
     scored = [s for s in summaries if s.best_score is not None]
     best = max(scored, key=lambda s: s.best_score or 0.0) if scored else summaries[0]
-    failed = [s for s in summaries if s.status != "completed"]
-    reasons = sorted({s.stop_reason for s in summaries})
-    if failed:
-        stop_reason = "; ".join(f"{s.campaign}: {s.stop_reason}" for s in failed)
-    elif len(reasons) == 1:
-        stop_reason = reasons[0]
+    completed = any(s.status == "completed" for s in summaries)
+    reasons = {s.stop_reason for s in summaries}
+    if len(reasons) == 1 and all(s.status == "completed" for s in summaries):
+        stop_reason = reasons.pop()
     else:
-        stop_reason = "; ".join(f"{s.campaign}: {s.stop_reason}" for s in summaries)
+        stop_reason = "; ".join(
+            f"{s.campaign}: {s.stop_reason}" + ("" if s.status == "completed" else " (failed)")
+            for s in summaries
+        )
     work: dict[str, AgentWork] = {}
     for summary in summaries:
         for agent in summary.agents:
@@ -99,7 +102,7 @@ def combined_summary(group: str, summaries: Sequence[CampaignSummary]) -> Campai
     return msgspec.structs.replace(
         best,
         campaign=group,
-        status="failed" if failed else "completed",
+        status="completed" if completed else "failed",
         stop_reason=stop_reason,
         best_candidate=f"{best.campaign}/{best.best_candidate}" if best.best_candidate else "",
         proposals=sum(s.proposals for s in summaries),

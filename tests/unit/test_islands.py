@@ -175,7 +175,7 @@ def summary(campaign: str, best: float | None, status: str = "completed") -> Cam
         stop_reason="proposal budget spent",
         seed_score=-1000.0,
         best_score=best,
-        best_candidate="c0003",
+        best_candidate="c0003" if best is not None else "",
         best_artifact=f"/out/g/{campaign}/workspace/best.py",
         proposals=3,
         evaluations=10,
@@ -193,8 +193,12 @@ def test_the_campaign_summary_is_the_best_island_with_the_counts_summed() -> Non
     assert together.best_artifact == "/out/g/g-i1/workspace/best.py"
     assert (together.proposals, together.evaluations, together.accepted) == (6, 20, 2)
     assert together.wall_seconds == 6.0 and together.agents[0].items_processed == 20
-    failed = combined_summary("g", [summary("g-i0", -900.0), summary("g-i1", None, "failed")])
-    assert failed.status == "failed" and failed.stop_reason.startswith("g-i1: ")
+    # An island whose share of a budget ran out before it had a best fails alone.
+    partly = combined_summary("g", [summary("g-i0", -900.0), summary("g-i1", None, "failed")])
+    assert partly.status == "completed" and partly.best_candidate == "g-i0/c0003"
+    assert partly.stop_reason.endswith("g-i1: proposal budget spent (failed)")
+    failed = combined_summary("g", [summary("g-i0", None, "failed")] * 2)
+    assert failed.status == "failed" and failed.best_candidate == ""
 
 
 def test_a_stagnating_island_reseeds_from_the_best_migrant_it_received() -> None:
