@@ -36,11 +36,12 @@ FUZZ = settings(
 
 # ---- a TOML writer, enough for what the mutations make ----
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else toml_string(key)
+    # fullmatch: `$` would also match before a final newline ("0\n" is no bare key)
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)
 
 
 def toml_string(text: str) -> str:
