@@ -283,6 +283,22 @@ async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_st
 
 
 @pytest.mark.timeout(60)
+@asynccontextmanager
+async def tool_work(
+    js: JetStreamContext, campaign_id: str
+) -> AsyncIterator[tuple[list[Result], list[Event]]]:
+    """A campaign record and one tool work item for a task's own tool, sent; the campaign's
+    results and events, as they come."""
+    results: list[Result] = []
+    events: list[Event] = []
+    async with (
+        following(js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results),
+        following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
+    ):
+        await submit_tool_work(js, campaign_id)
+        yield results, events
+
+
 async def submit_tool_work(js: JetStreamContext, campaign_id: str) -> None:
     """A campaign record and one tool work item for a task's own tool."""
     spec = CampaignSpec(campaign=CampaignSection(task="pendulum"))
@@ -312,15 +328,7 @@ async def test_a_tool_generator_told_to_stop_while_the_registry_is_away_hands_it
     try:
         js = nc.jetstream()
         await ensure_streams(js)
-        results: list[Result] = []
-        events: list[Event] = []
-        async with (
-            following(
-                js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results
-            ),
-            following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
-        ):
-            await submit_tool_work(js, campaign_id)
+        async with tool_work(js, campaign_id) as (results, events):
             await eventually(lambda: "waits for the registry" in first_log.read_text(), 30)
             first.terminate()
             assert await anyio.to_thread.run_sync(first.wait) == 0  # the test's timeout bounds it
@@ -350,15 +358,7 @@ async def test_the_tool_generator_waits_for_the_registry(
     try:
         js = nc.jetstream()
         await ensure_streams(js)
-        results: list[Result] = []
-        events: list[Event] = []
-        async with (
-            following(
-                js, subjects.results_filter(campaign_id), codec.RESULT_DECODER.decode, results
-            ),
-            following(js, subjects.events_filter(campaign_id), codec.EVENT_DECODER.decode, events),
-        ):
-            await submit_tool_work(js, campaign_id)
+        async with tool_work(js, campaign_id) as (results, events):
             await eventually(lambda: "waits for the registry" in log.read_text(), 30)
             assert not results
             async with registry_service(url, tmp_path / "registry") as (registry, _):
