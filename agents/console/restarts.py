@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from evobus.agents.console.launcher import Launched, launch
 from evobus.bus.permissions import role_environment
 from evobus.schemas.agents import Heartbeat, Role
 from evobus.schemas.campaign import RoleOutage
@@ -148,7 +149,7 @@ class AgentChild:
     role: Role
     argv: list[str]
     log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Launched | None = None
     restarts: int = 0
     started_at: float = 0.0
     streak: int = 0
@@ -160,16 +161,9 @@ class AgentChild:
         return self.log_path.stem
 
     def start(self) -> None:
-        """Start its process (again), logging to ``log_path``."""
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
-                env=role_environment(self.role),  # its own NATS user, when passwords are set
-            )
+        """Start its process (again), logging to ``log_path``: forked from the run's fork
+        server (agents/console/launcher.py), with its own NATS user when passwords are set."""
+        self.proc = launch(self.argv, self.log_path, role_environment(self.role))
         self.started_at = time.monotonic()
         self.restart_at = None
 

@@ -23,6 +23,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from evobus.agents.console import launcher
 from evobus.agents.console.follow import follow
 from evobus.agents.console.islands import combined_summary, follow_islands, island_records
 from evobus.agents.console.restarts import AgentChild, Restarts
@@ -455,6 +456,7 @@ async def _supervise(
     (``islands.combined_summary``)."""
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    launcher.warm_up()  # the agents' imports, once, while the bus and the record get ready
     server: NatsServer | None = None
     url = options.nats_url
     if url is None:

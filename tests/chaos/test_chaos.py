@@ -63,10 +63,11 @@ def agent_pids(nats_url: str, role: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        words = [a.decode(errors="replace") for a in argv]
+        # A forked agent's title is its command line in one word (agents/console/launcher.py).
+        words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
         if "agent" in words and role in words and nats_url in words:
             pids.append(int(entry.name))
     return pids

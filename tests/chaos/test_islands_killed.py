@@ -41,7 +41,7 @@ def orchestrator_pid(nats_url: str, campaign: str) -> int | None:
         if not entry.name.isdigit():
             continue
         try:
-            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            words = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().split()
         except OSError:
             continue
         if "orchestrator" in words and campaign in words and nats_url in words:

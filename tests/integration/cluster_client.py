@@ -53,11 +53,17 @@ async def main(stream: str, urls: list[str]) -> dict[str, object]:
     )
     js = nc.jetstream(timeout=2)
     subject = f"{stream}.work"
-    await js.add_stream(
-        name=stream, subjects=[f"{stream}.>"], num_replicas=3, storage=StorageType.FILE
+    # Both idempotent, and retried: a loaded machine's new R3 group may take longer than the
+    # API's 2 s to elect its leader.
+    await retried(
+        lambda: js.add_stream(
+            name=stream, subjects=[f"{stream}.>"], num_replicas=3, storage=StorageType.FILE
+        ),
+        [],
     )
     # No num_replicas: a durable consumer inherits the stream's R3 (nats-server issue 3260).
-    await js.add_consumer(stream, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT))
+    config = ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT)
+    await retried(lambda: js.add_consumer(stream, config), [])
 
     async def publish(i: int) -> bool:
         ack = await retried(
@@ -68,7 +74,7 @@ async def main(stream: str, urls: list[str]) -> dict[str, object]:
 
     for i in FIRST:
         await publish(i)
-    info = await js.stream_info(stream)
+    info = await retried(lambda: js.stream_info(stream), [])
     old_leader = info.cluster.leader if info.cluster else None
     print(json.dumps({"leader": old_leader}), flush=True)
     await asyncio.to_thread(sys.stdin.readline)  # the test kills the leader meanwhile

@@ -21,13 +21,15 @@ def _install() -> None:
     if not spec:
         return
     role, count, lock, marker = spec.split(":", 3)
-    if not ("agent" in sys.argv and role in sys.argv):
-        return
     seen = 0
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         nonlocal seen
         if event != "os.rename" or not str(args[0]).endswith(lock):
+            return
+        # Asked when it happens: an agent forked from evobus's fork server got its command
+        # line after this hook was installed (in the fork server).
+        if not ("agent" in sys.argv and role in sys.argv):
             return
         seen += 1
         if seen == int(count) and not Path(marker).exists():

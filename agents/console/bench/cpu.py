@@ -40,13 +40,14 @@ def _stat(pid: str) -> tuple[int, float] | None:
 def _role(pid: str) -> str | None:
     """The agent role (``evobus agent ROLE``), ``nats-server``, or None for anything else."""
     try:
-        argv = (PROC / pid / "cmdline").read_bytes().split(b"\0")
+        cmdline = (PROC / pid / "cmdline").read_bytes()
     except OSError:
         return None
-    words = [word.decode(errors="replace") for word in argv if word]
+    # An agent forked by the supervisor has one title, `evobus agent ROLE …`, with spaces.
+    words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
     if words and Path(words[0]).name == "nats-server":
         return "nats-server"
-    if "evobus.agents.console.cli" in words and "agent" in words:
+    if ("evobus.agents.console.cli" in words or words[:1] == ["evobus"]) and "agent" in words:
         at = words.index("agent")
         return words[at + 1] if at + 1 < len(words) else None
     return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -277,10 +278,13 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         await persist()
         if state.run.phase != "finished":
             await serve(proc, extra=clock_and_backlog)
+        # The supervisor stops its agents once it sees campaign_finished, which may be before
+        # these last writes: a SIGTERM now waits for them instead of killing the process.
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
             await persist()  # the finished state: `evobus resume` reports it, nothing reruns
-        write_summary(run_dir / "summary.json", state.summary(time.time()))
-        await lease.release()
-        state.trace.finish(state.run.status, state.run.stop_reason)
+            write_summary(run_dir / "summary.json", state.summary(time.time()))
+            state.trace.finish(state.run.status, state.run.stop_reason)
+            await lease.release()
         return state.summary(time.time())
     finally:
         with anyio.CancelScope(shield=True):
