@@ -315,17 +315,23 @@ async def _ensure_durable(
         max_deliver=max_deliver + 1,  # the extra delivery dead-letters (SERVER_MAX_DELIVER)
         max_ack_pending=1000,
     )
+    # Patient, as ensure_streams is: a consumer whose leader is being elected (a cluster that
+    # lost a server) answers 503 for seconds, and a process restarted meanwhile must not spend
+    # its restarts on that.
+    deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
+    look = partial(js.consumer_info, stream, durable)
+    create = partial(js.add_consumer, stream, config)  # also an update of the mutable fields
     try:
-        info = await js.consumer_info(stream, durable)
+        info = await patiently(look, f"consumer info {durable}", deadline)
     except NotFoundError:
         try:
-            await js.add_consumer(stream, config)
+            await patiently(create, f"consumer create {durable}", deadline)
         except BadRequestError:
             # Another process created it between our look and our create.
-            await js.consumer_info(stream, durable)
+            await patiently(look, f"consumer info {durable}", deadline)
     else:
         if info.config.max_deliver != config.max_deliver:
-            await js.add_consumer(stream, config)  # same name: an update of the mutable fields
+            await patiently(create, f"consumer update {durable}", deadline)
 
 
 async def key_value(

@@ -7,6 +7,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 
 import anyio
 import msgspec
@@ -43,7 +44,13 @@ from evobus.bus.connection import connect
 from evobus.bus.control import send_workers_target
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound, Publisher
-from evobus.bus.streams import ensure_results_consumer, ensure_streams, key_value
+from evobus.bus.streams import (
+    JETSTREAM_PATIENCE_SECONDS,
+    ensure_results_consumer,
+    ensure_streams,
+    key_value,
+    patiently,
+)
 from evobus.infra.telemetry import SPAN_FILE, add_span_file
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.agents import WorkersTarget
@@ -110,8 +117,11 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
     try:
         await ensure_streams(js)
         kv = await key_value(js, subjects.KV_CAMPAIGNS)
+        # Its first reads wait out a cluster electing leaders (503s for seconds after a lost
+        # server): an orchestrator restarted then must not spend its restarts on them.
+        deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
         try:
-            entry = await kv.get(campaign)
+            entry = await patiently(partial(kv.get, campaign), f"campaign {campaign}", deadline)
         except KeyNotFoundError:
             raise CampaignNotFound(campaign) from None
         assert entry.value is not None
@@ -136,7 +146,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         # Opened by the campaign's one writer: what a killed predecessor left is put right.
         workspace = CampaignWorkspace(run_dir / "workspace")
         store = SnapshotStore(await key_value(js, subjects.KV_STATE), campaign)
-        saved = await store.load()
+        saved = await patiently(store.load, f"the snapshot of {campaign}", deadline)
         state = CampaignState(
             record,
             plan,

@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import time
+from functools import partial
 
 import anyio
 from nats.errors import ConnectionClosedError
@@ -30,6 +31,7 @@ from nats.js.kv import KeyValue
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
 from evobus.agents.runtime.errors import AgentError
+from evobus.bus.streams import patiently
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,8 @@ class Lease:
         deadline = time.monotonic() + wait
         while True:
             try:
-                self.revision = await self.kv.create(self.campaign, self.holder.encode())
+                create = partial(self.kv.create, self.campaign, self.holder.encode())
+                self.revision = await patiently(create, f"the lease of {self.campaign}", deadline)
                 return
             except KeyWrongLastSequenceError:
                 holder = await self._holder()
