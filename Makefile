@@ -32,7 +32,7 @@ check: lint typecheck
 # (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise keep every start compiling).
 test: check
 	$(BIN)/python -m compileall -q -j 0 agents bus schemas infra
-	$(BIN)/pytest -q -n 2 -m "not cluster"
+	$(BIN)/pytest -q -n 3 -m "not cluster"
 
 # Campaigns across three hosts on a three-node NATS cluster that loses nodes (network
 # namespaces: needs root and iproute2, else skipped with the reason); about 3 minutes.
