@@ -34,7 +34,6 @@ cascade_thresholds = [0.2]
 [strategy]
 in_flight = 2
 rng_seed = 1
-epsilon = 0.0
 """
 BLOCK = re.compile(r"# EVOLVE-BLOCK-START\n.*?# EVOLVE-BLOCK-END\n", re.DOTALL)
 
@@ -111,3 +110,54 @@ async def test_an_evaluator_file_campaign_runs_its_cascade_and_keeps_the_fixed_c
         outside_the_block(p.artifact.source) == outside_the_block(seed) for p in proposals
     ), [p.artifact.source for p in proposals]
     assert {p.artifact.entrypoint for p in proposals} == {"run"}  # what the evaluator calls
+
+
+async def test_the_readme_two_files_evaluate_nearly_every_child_and_each_program_once(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    """The README's circle packing command at the defaults (issue 27): the ε-net measures what
+    a child changed, so a changed number is a new child; the deterministic evaluator scores
+    each program once, the seed too; the best beats the seed."""
+    example = Path(__file__).parents[2] / "examples" / "circle_packing"
+    out = tmp_path / "runs"
+    run = start_evobus(
+        "run",
+        "--program",
+        str(example / "initial_program.py"),
+        "--evaluator",
+        str(example / "evaluator.py"),
+        "--proposals",
+        "30",
+        "--nats",
+        nats_server.url,
+        "--id",
+        campaign_id,
+        "--out",
+        str(out),
+        log=tmp_path / "run.log",
+    )
+    try:
+        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(20)
+    output = (tmp_path / "run.log").read_text()
+    assert run.returncode == 0, output
+    events = [
+        msgspec.json.decode(line)
+        for line in (out / campaign_id / "events.jsonl").read_text().splitlines()
+    ]
+    proposed = [e["candidate_id"] for e in events if e["type"] == "candidate_proposed"]
+    evaluated = [e["candidate_id"] for e in events if e["type"] == "candidate_evaluated"]
+    filtered = [e for e in events if e["type"] == "candidate_filtered"]
+    assert len(proposed) == 30, output
+    assert len(evaluated) == len(set(evaluated)), sorted(evaluated)  # no program scored twice
+    children = set(evaluated) - {"c0000"}
+    assert len(children) >= 0.9 * len(proposed), (len(children), filtered)
+    assert all(f["distance"] == 0.0 for f in filtered), filtered  # only exact duplicates
+    summary = msgspec.json.decode(
+        (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
+    )
+    assert summary.seed_score is not None and summary.best_score is not None
+    assert summary.best_score > summary.seed_score, output

@@ -50,6 +50,8 @@ CORE = tuple(
         "plan",
         "failures",
         "errors",
+        "reuse",
+        "novelty",
     )
 )
 SHELL = tuple(f"{ORCHESTRATOR}.{name}" for name in ("agent", "effects", "persist"))

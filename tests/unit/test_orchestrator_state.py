@@ -65,6 +65,10 @@ VALIDATION = ("v0", "v1")
 
 def make_state(**strategy: object) -> CampaignState:
     tools = bool(strategy.pop("tools", True))
+    # Noisy unless a test says otherwise: these tests drive POLCA's re-evaluations with
+    # made-up scores that repeat exactly, which would make a campaign that was not told
+    # deterministic by observation (reuse.py).
+    deterministic = strategy.pop("deterministic", False)
     settings: dict[str, object] = {
         "in_flight": 1,
         "minibatch": 2,
@@ -107,6 +111,7 @@ def make_state(**strategy: object) -> CampaignState:
         tools=(TOOL_SPEC,) if tools else (),
         failure_score=-2000.0,
         best_possible=0.0,
+        deterministic=None if deterministic is None else bool(deterministic),
     )
     return CampaignState(record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b.py")
 
@@ -145,7 +150,7 @@ def proposal(work: ProposeWork) -> Proposal:
         campaign="cid",
         operator=work.operator,
         parent_ids=(work.parent.id,),
-        artifact=Artifact(source=SOURCE + "# child\n"),
+        artifact=Artifact(source=SOURCE + f"CHILD = {work.work_id!r}\n"),
         skills_used=("raise-gain",),
     )
 

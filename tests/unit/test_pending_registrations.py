@@ -4,6 +4,7 @@ unfiltered, checked against the ε-net late — pure state transitions, no regis
 from __future__ import annotations
 
 from evobus.agents.roles.orchestrator import admission, backlog, snapshot
+from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.persist import digest
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID, SkillRegistration, Step
@@ -133,7 +134,9 @@ def test_a_late_refusal_removes_a_decided_candidate_from_the_pool() -> None:
     cid, works = unfiltered_child(state)
     assert of_type(decide(state, works, child=-1100.0), CandidateRejected)
     assert cid in state.population.pool and state.best.candidate_id == SEED_ID
-    assert backlog.next_unfiltered(state) == (cid, state.candidates.by_id[cid].artifact.source)
+    # The ε-net measures what the child changed against its parent (novelty.py).
+    assert backlog.next_unfiltered(state) == (cid, epsilon_text(state, cid))
+    assert epsilon_text(state, cid).startswith("+")
     version = state.population.pool.version
     step = state.late_admission(cid, near(cid), 9.0)
     (filtered,) = of_type(step, CandidateFiltered)

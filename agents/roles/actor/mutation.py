@@ -513,8 +513,10 @@ def crossover(source_a: str, source_b: str, *, rng: random.Random) -> MutationRe
 
     The child keeps ``source_a``'s text and takes, position by position, some of ``source_b``'s
     values — at least one, and not all. Only sites inside ``source_a``'s EVOLVE-BLOCKs count when
-    it has markers. Parents of different shapes, or differing at fewer than two such sites (the
-    child would copy a parent), fall back to mutating ``source_a``, and the rationale says so.
+    it has markers. Parents of different shapes, or differing at fewer than three such sites,
+    fall back to mutating ``source_a``, and the rationale says so: at one site the child would
+    copy a parent, and at two — two siblings, each one change away from their parent — half the
+    crossovers rebuild that parent, an exact duplicate the campaign refuses.
 
     Raises:
         UnparseableParentError: ``source_a`` is not valid Python.
@@ -537,7 +539,7 @@ def crossover(source_a: str, source_b: str, *, rng: random.Random) -> MutationRe
         for i, (a, b) in enumerate(zip(sites_a, sites_b, strict=True))
         if _site_value(a) != _site_value(b) and layout.editable(*_site_lines(a))
     ]
-    if len(differing) < 2:  # nothing to mix: the child would copy one of the parents
+    if len(differing) < 3:  # nothing to mix that is not a parent or, likely, their parent
         lead = f"the parents differ at {len(differing)} site(s), so the first was mutated: "
         return _mutation(source_a, rng, 1.0, "none", lead)
     taken = [i for i in differing if rng.random() < 0.5]

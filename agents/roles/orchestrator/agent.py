@@ -91,6 +91,15 @@ def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: fl
     return step
 
 
+def _deterministic(declared: bool | None, task: object) -> bool | None:
+    """Whether the campaign's scores are deterministic: its ``[task] deterministic``, else the
+    task's own ``deterministic`` (None: neither says; the campaign observes, reuse.py)."""
+    if declared is not None:
+        return declared
+    said = getattr(task, "deterministic", None)
+    return said if isinstance(said, bool) else None
+
+
 def workspace_recovered(campaign: str, workspace: CampaignWorkspace, now: float) -> StoreRecovered:
     """The ``store_recovered`` event of what opening the workspace put right."""
     recovery = workspace.recovery
@@ -138,6 +147,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             failure_score=task.failure_score,
             best_possible=getattr(task, "best_possible", None),
             seed=campaign_seed(task, record.spec.task, record.seed_source),
+            deterministic=_deterministic(record.spec.task.deterministic, task),
         )
         # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
         leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.steps import Chain, SkillRegistration, SkillUse, Step
 from evobus.schemas.events import SkillLearned
 
@@ -149,7 +150,7 @@ def next_unfiltered(state: CampaignState) -> tuple[str, str] | None:
     while queue:
         cid = queue[0]
         if alive(state, cid):
-            return cid, state.candidates.by_id[cid].artifact.source
+            return cid, epsilon_text(state, cid)
         del queue[0]
     return None
 

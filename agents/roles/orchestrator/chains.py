@@ -28,6 +28,8 @@ from evobus.agents.evolution.pool import noise_scale, sample_minibatch
 from evobus.agents.evolution.reordering import reorder
 from evobus.agents.evolution.speculative import speculative_prefix
 from evobus.agents.roles.orchestrator import flight
+from evobus.agents.roles.orchestrator.novelty import duplicate_of, epsilon_text
+from evobus.agents.roles.orchestrator.reuse import known_evaluation
 from evobus.agents.roles.orchestrator.speculation import derive
 from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
@@ -135,7 +137,8 @@ def _choose_operator(state: CampaignState) -> tuple[Operator, bool]:
 def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     """Start one step: its operator, its parent(s) and its minibatch, and the parents'
     evaluations on that minibatch (POLCA Algorithm 1, lines 3-6: the explored programs are
-    scored before anything is proposed from them)."""
+    scored before anything is proposed from them) — on a deterministic campaign only those
+    not scored there already (``waiting`` counts the evaluations sent)."""
     selection, pool = state.selection, state.population.pool
     operator, forced = _choose_operator(state)
     if operator == "x_div" and len(pool) < 2:
@@ -172,10 +175,14 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     state.trace.open_step(chain, rule=state.strategy.selection)
     derive(state, chain)
     for parent in dict.fromkeys(chain.parent_ids):
-        chain.waiting += 1
         # REFLEX Algorithm 1, line 8: the parent an m_diag step diagnoses is rendered as
         # behavioral evidence on this minibatch, when the critic model can look at it.
         evidence = operator == "m_diag" and parent == chain.parent_ids[0] and _critic_sees(state)
+        known = None if evidence else known_evaluation(state, parent, chain.minibatch)
+        if known is not None:  # deterministic: scored on these instances already (reuse.py)
+            chain.evaluations[parent] = known
+            continue
+        chain.waiting += 1
         flight.evaluate(
             state,
             step,
@@ -278,7 +285,8 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
 def on_proposal(
     state: CampaignState, step: Step, chain: Chain, proposal: Proposal, now: float
 ) -> None:
-    """The actor's child becomes a candidate, bound for the ε-net (when on) or evaluation."""
+    """The actor's child becomes a candidate, bound for the ε-net (when on, or to be refused
+    as an exact duplicate: novelty.py) or evaluation."""
     candidate = Candidate(
         id=f"c{state.next_serial('candidate'):04d}",
         artifact=proposal.artifact,
@@ -304,12 +312,15 @@ def on_proposal(
             operator=candidate.operator,
             rationale=proposal.rationale,
             tokens=(proposal.usage + diagnosis_usage).total_tokens,
+            answer_tokens=proposal.usage.completion_tokens,
         ),
     )
-    if state.strategy.epsilon > 0:
+    duplicate = duplicate_of(state, candidate)
+    if state.strategy.epsilon > 0 or duplicate:
         chain.move("admitting")
         flight.to_epsilon_net(state, chain)
-        step.admissions.append(AdmissionRequest(candidate.id, candidate.artifact.source))
+        text = epsilon_text(state, candidate.id)
+        step.admissions.append(AdmissionRequest(candidate.id, text, duplicate_of=duplicate))
     else:
         chain.move("ready")  # refill hands it an evaluate slot
 

@@ -25,6 +25,7 @@ from evobus.agents.roles.orchestrator.chains import (
     reward,
     roll_back_to,
 )
+from evobus.agents.roles.orchestrator.reuse import known_evaluation
 from evobus.agents.roles.orchestrator.speculation import record_passes, settle_speculative
 from evobus.agents.roles.orchestrator.steps import (
     ANALYSIS_WINDOW,
@@ -172,7 +173,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     if count_outcome(state, improved=improved_best):
         _announce_patience_burst(state, step, now)
     _seed_skills(state)
-    _validate_best(state, step)
+    _validate_best(state, step, now)
     _watch_stagnation(state, step, now)
     _summarize(state, step)
     islands.on_decided(state, step, now)
@@ -250,8 +251,9 @@ def _seed_skills(state: CampaignState) -> None:
             )
 
 
-def _validate_best(state: CampaignState, step: Step) -> None:
-    """Score the best by train mean on the validation instances, once, one at a time."""
+def _validate_best(state: CampaignState, step: Step, now: float) -> None:
+    """Score the best by train mean on the validation instances, once, one at a time — or
+    confirm it at once when a deterministic campaign scored it there already (reuse.py)."""
     pool = state.population.pool
     best = pool.best(min_evaluations=state.strategy.min_evaluations)
     if (
@@ -260,6 +262,10 @@ def _validate_best(state: CampaignState, step: Step) -> None:
         or pool.stats(best).count < state.strategy.min_evaluations
         or any(p.kind == "validate" for p in state.flight.pending.values())
     ):
+        return
+    known = known_evaluation(state, best, state.plan.validation)
+    if known is not None:
+        confirm(state, step, best, known.score, now)
         return
     candidate = state.candidates.by_id[best]
     # Validation runs also draw the behavioral evidence the critic reads (REFLEX §3.2).

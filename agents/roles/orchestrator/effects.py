@@ -22,6 +22,7 @@ import anyio
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.admission import protected
 from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Outgoing, Send
+from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.roles.registry.client import RegistryClient
@@ -33,7 +34,7 @@ from evobus.infra.errors import WorkspaceError
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.events import CampaignFinished
-from evobus.schemas.registry import ParamValue
+from evobus.schemas.registry import ParamValue, Rejection
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -178,13 +179,25 @@ class Effects:
         if not step.admissions:
             return []
         state = self.state
-        proposals = [(a.candidate_id, a.text) for a in step.admissions]
+        now = time.time()
+        duplicates = [a for a in step.admissions if a.duplicate_of]
+        steps = [  # exact duplicates: refused without asking (novelty.py), at distance 0
+            state.on_admission(
+                a.candidate_id,
+                Rejection(candidate_id=a.candidate_id, nearest_id=a.duplicate_of, distance=0.0),
+                now,
+            )
+            for a in duplicates
+        ]
+        proposals = [(a.candidate_id, a.text) for a in step.admissions if not a.duplicate_of]
+        if not proposals:
+            return steps
         if state.backlog.unfiltered:
             reason = (
                 f"{len(state.backlog.unfiltered)} earlier proposals wait for the registry "
                 f"({self._away or 'it did not answer'})"
             )
-            return self._unfiltered(proposals, reason)
+            return steps + self._unfiltered(proposals, reason)
         try:
             with state.trace.filtering([c for c, _ in proposals], state.strategy.epsilon) as span:
                 admission = await self._ask(
@@ -199,9 +212,9 @@ class Effects:
         except RegistryError as exc:
             if isinstance(exc, RegistryUnavailable):
                 self._wait_for_registry(exc)
-            return self._unfiltered(proposals, str(exc), first=True)
+            return steps + self._unfiltered(proposals, str(exc), first=True)
         rejected = {r.candidate_id: r for r in admission.rejected}
-        return [state.on_admission(cid, rejected.get(cid), time.time()) for cid, _ in proposals]
+        return steps + [state.on_admission(cid, rejected.get(cid), now) for cid, _ in proposals]
 
     def _unfiltered(
         self, proposals: list[tuple[str, str]], reason: str, *, first: bool = False
@@ -394,7 +407,7 @@ class Effects:
         """
         state = self.state
         for cid in list(state.backlog.joins):
-            text = state.candidates.by_id[cid].artifact.source
+            text = epsilon_text(state, cid)
             try:
                 await self._ask(
                     self.registry.admit(

@@ -23,9 +23,15 @@ from evobus.agents.roles.orchestrator.chains import (
     on_proposal,
     zero_shot,
 )
-from evobus.agents.roles.orchestrator.decide import confirm, decide
+from evobus.agents.roles.orchestrator.decide import confirm, decide, note
 from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_failure
 from evobus.agents.roles.orchestrator.pipeline import explored, on_repaired, passed, refill
+from evobus.agents.roles.orchestrator.reuse import (
+    REPEATS_TO_TRUST,
+    is_deterministic,
+    known_evaluation,
+    repeat_outcome,
+)
 from evobus.agents.roles.orchestrator.speculation import on_partial
 from evobus.agents.roles.orchestrator.steps import (
     ANALYSIS_WINDOW,
@@ -88,6 +94,8 @@ class Observed(msgspec.Struct, kw_only=True):
         seed_score: the seed's validation score (None before it is in).
         tools: the task's registered tools, by name.
         run_summary: POLCA's c_history, from the summarizer ("" before the first).
+        repeats_equal, repeats_differ: evaluations of a program scored before that gave its
+            earlier scores again exactly, or not (``reuse.is_deterministic``).
     """
 
     last_evaluation: dict[str, Evaluation] = msgspec.field(default_factory=dict)
@@ -95,6 +103,8 @@ class Observed(msgspec.Struct, kw_only=True):
     seed_score: float | None = None
     tools: dict[str, ToolRef] = msgspec.field(default_factory=dict)
     run_summary: str = ""
+    repeats_equal: int = 0
+    repeats_differ: int = 0
 
 
 def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
@@ -191,7 +201,8 @@ def _simulated(engine: str) -> str:
 
 
 def evaluate_seed(state: CampaignState, step: Step) -> None:
-    """The seed is scored on validation (its reported score) and on one train minibatch."""
+    """The seed is scored on validation (its reported score) and on one train minibatch —
+    only on validation when a deterministic campaign's minibatch is among those instances."""
     state.enter("seed")
     seed = Candidate(
         id=SEED_ID,
@@ -208,6 +219,8 @@ def evaluate_seed(state: CampaignState, step: Step) -> None:
         evidence=True,
     )
     minibatch = draw_minibatch(state)
+    if is_deterministic(state) and set(minibatch) <= set(state.plan.validation):
+        return  # its validation scores are these train scores: scored once (_on_validation)
     flight.evaluate(state, step, seed, minibatch, Pending("seed", candidate_id=SEED_ID))
 
 
@@ -298,6 +311,7 @@ def _record_evaluation(
     and the id of the agent that evaluated it."""
     state.tally.evaluations += 1
     observed = state.observed
+    _observe_repeat(state, observed.last_evaluation.get(cid), ev)
     observed.last_evaluation[cid] = ev
     if train:
         observed.recent.append(ev)
@@ -320,6 +334,26 @@ def _record_evaluation(
         ),
         chain,  # a parent re-evaluated for a step belongs to that step's trace
     )
+
+
+def _observe_repeat(state: CampaignState, previous: Evaluation | None, ev: Evaluation) -> None:
+    """Count a program scored again as a repeat that gave the same scores or other ones; say
+    when the campaign is found deterministic (its task did not say)."""
+    same = repeat_outcome(previous, ev)
+    if same is None:
+        return
+    was = is_deterministic(state)
+    observed = state.observed
+    if same:
+        observed.repeats_equal += 1
+    else:
+        observed.repeats_differ += 1
+    if not was and is_deterministic(state):
+        note(
+            state,
+            f"{REPEATS_TO_TRUST} programs scored again gave their scores exactly: the "
+            "evaluation is deterministic, known scores are reused from now on",
+        )
 
 
 def _on_evaluation(
@@ -374,6 +408,14 @@ def _seed_ready(state: CampaignState, step: Step, now: float) -> None:
 def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, now: float) -> None:
     if cid == SEED_ID and state.observed.seed_score is None:  # a failed seed stopped it before
         state.observed.seed_score = ev.score
+        seed_train = not any(p.kind == "seed" for p in state.flight.pending.values())
+        if seed_train and not state.population.pool.stats(SEED_ID).count:
+            # Not scored on train (evaluate_seed): its scores on the train instances it was
+            # scored on here are its train scores.
+            shared = tuple(i for i in state.plan.validation if i in set(state.plan.train))
+            known = known_evaluation(state, SEED_ID, shared)
+            if known is not None:
+                population.record_scores(state, SEED_ID, known)
         confirm(state, step, cid, ev.score, now)
         _seed_ready(state, step, now)
         return

@@ -76,6 +76,9 @@ class TaskPlan:
     failure_score: float
     best_possible: float | None = None
     seed: Artifact = _PROGRAM  # the task's seed: its kind, language and entrypoint
+    # Whether a program scores the same on an instance every time (None: not said, observed;
+    # reuse.py): the campaign's ``[task] deterministic``, else the task's own word.
+    deterministic: bool | None = None
 
     @property
     def entrypoint(self) -> str:
@@ -191,10 +194,12 @@ class Commit:
 
 @dataclass(frozen=True)
 class AdmissionRequest:
-    """A side effect for the shell: ask the registry's ε-net about a proposal."""
+    """A side effect for the shell: ask the registry's ε-net about a proposal — unless it is
+    an exact duplicate of ``duplicate_of``, refused without asking (novelty.py)."""
 
     candidate_id: str
     text: str
+    duplicate_of: str = ""
 
 
 class SkillUse(msgspec.Struct, frozen=True, kw_only=True):

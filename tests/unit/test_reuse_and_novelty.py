@@ -1,0 +1,155 @@
+"""A deterministic campaign scores each program once (reuse.py); the ε-net measures what a
+child changed and refuses exact duplicates (novelty.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import msgspec
+
+from evobus.agents.roles.orchestrator.novelty import change_text, epsilon_text, source_digest
+from evobus.agents.roles.orchestrator.reuse import (
+    REPEATS_TO_TRUST,
+    is_deterministic,
+    known_evaluation,
+    repeat_outcome,
+)
+from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.steps import SEED_ID
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.events import BestConfirmed, CandidateAccepted, CandidateFiltered
+from evobus.schemas.registry import Rejection
+from evobus.schemas.results import Evaluation, InstanceScore, Proposal
+from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
+from tests.samples import SOURCE
+from tests.unit.test_orchestrator_state import (
+    EVALUATOR,
+    ME,
+    diagnosis,
+    evaluation,
+    make_state,
+    of_type,
+)
+
+
+def one_instance_state(**strategy: object) -> CampaignState:
+    """A deterministic campaign whose train and validation instances are one ("0"), as an
+    evaluator file's are."""
+    state = make_state(
+        deterministic=True, tools=False, minibatch=1, min_evaluations=1, proposals=2, **strategy
+    )
+    plan = dataclasses.replace(state.plan, train=("0",), validation=("0",))
+    return CampaignState(state.record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
+
+
+def child(work: ProposeWork, source: str) -> Proposal:
+    return Proposal(
+        work_id=work.work_id,
+        campaign="cid",
+        operator=work.operator,
+        parent_ids=(work.parent.id,),
+        artifact=Artifact(source=source),
+    )
+
+
+def test_a_deterministic_campaign_scores_each_program_once() -> None:
+    state = one_instance_state()
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)  # validation only: train is the same
+    scored: Counter[str] = Counter([seed_work.candidate.id])
+    step = state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0)
+    assert state.best.candidate_id == SEED_ID and state.population.pool.stats(SEED_ID).count == 1
+    # The first step's parent (the seed) is known: no evaluation, straight to the critic.
+    assert not of_type(step, EvaluateWork)
+    (diag,) = of_type(step, DiagnoseWork)
+    assert diag.evaluation.score == -10.0 and diag.evaluation.instances[0].instance == "0"
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    step = state.apply(child(prop, SOURCE + "GAIN = 2.0\n"), None, 3.0)
+    (child_work,) = of_type(step, EvaluateWork)
+    scored[child_work.candidate.id] += 1
+    step = state.apply(evaluation(child_work, -5.0), EVALUATOR, 4.0)
+    assert of_type(step, CandidateAccepted)
+    # The better child is confirmed on validation from its one evaluation there.
+    confirmed = [b for b in of_type(step, BestConfirmed) if b.candidate_id == "c0001"]
+    assert confirmed and confirmed[0].is_best and confirmed[0].validation_score == -5.0
+    assert state.best.candidate_id == "c0001"
+    for work in of_type(step, EvaluateWork):  # the next step's parents are known too
+        scored[work.candidate.id] += 1
+    assert set(scored.values()) == {1}, scored
+
+
+def test_a_noisy_campaign_scores_its_parents_again() -> None:
+    state = make_state(deterministic=False, tools=False)
+    validation, train = of_type(state.start(0.0), EvaluateWork)
+    state.apply(evaluation(train, -10.0), EVALUATOR, 1.0)
+    step = state.apply(evaluation(validation, -10.0), EVALUATOR, 1.0)
+    (again,) = of_type(step, EvaluateWork)
+    assert again.candidate.id == SEED_ID
+
+
+def test_identical_repeats_make_an_undeclared_campaign_deterministic() -> None:
+    state = make_state(deterministic=None)
+    assert not is_deterministic(state)
+    first = Evaluation(
+        work_id="w1",
+        campaign="cid",
+        candidate_id=SEED_ID,
+        score=1.0,
+        instances=(InstanceScore(instance="a", score=1.0), InstanceScore(instance="b", score=1.0)),
+        isolation="bwrap",
+    )
+    same = msgspec.structs.replace(first, work_id="w2")
+    other = Evaluation(
+        work_id="w3",
+        campaign="cid",
+        candidate_id=SEED_ID,
+        score=2.0,
+        instances=(InstanceScore(instance="a", score=2.0),),
+        isolation="bwrap",
+    )
+    unrelated = Evaluation(
+        work_id="w4",
+        campaign="cid",
+        candidate_id=SEED_ID,
+        score=2.0,
+        instances=(InstanceScore(instance="z", score=2.0),),
+        isolation="bwrap",
+    )
+    assert repeat_outcome(first, same) is True
+    assert repeat_outcome(first, other) is False
+    assert repeat_outcome(first, unrelated) is None and repeat_outcome(None, first) is None
+    state.observed.repeats_equal = REPEATS_TO_TRUST
+    assert is_deterministic(state)
+    state.observed.last_evaluation[SEED_ID] = first
+    known = known_evaluation(state, SEED_ID, ("b", "a", "b"))
+    assert known is not None and [s.instance for s in known.instances] == ["b", "a", "b"]
+    assert known_evaluation(state, SEED_ID, ("a", "c")) is None
+    state.observed.repeats_differ = 1  # one repeat that differed: noisy after all
+    assert not is_deterministic(state) and known_evaluation(state, SEED_ID, ("a",)) is None
+
+
+def test_the_epsilon_net_measures_what_a_child_changed() -> None:
+    parent = "def f(x):\n    a = 0.5\n    return a * x\n"
+    kid = "def f(x):\n    a = 0.7\n    return a * x\n"
+    assert change_text(parent, kid) == "-    a = 0.5\n+    a = 0.7"
+    assert change_text(parent, parent) == ""
+    # Comments and layout do not make another program; a changed number does.
+    same = Artifact(source="def f(x):  # scale\n\n    a = 0.5\n    return a*x\n")
+    assert source_digest(same) == source_digest(Artifact(source=parent))
+    assert source_digest(Artifact(source=kid)) != source_digest(Artifact(source=parent))
+
+
+def test_an_exact_duplicate_is_refused_whatever_epsilon_is() -> None:
+    state = one_instance_state(epsilon=0.0)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    step = state.apply(child(prop, SOURCE + "# only a comment\n"), None, 3.0)
+    assert not of_type(step, EvaluateWork)
+    (request,) = step.admissions
+    assert request.duplicate_of == SEED_ID
+    assert epsilon_text(state, request.candidate_id) == "+# only a comment"
+    rejection = Rejection(candidate_id=request.candidate_id, nearest_id=SEED_ID, distance=0.0)
+    filtered = of_type(state.on_admission(request.candidate_id, rejection, 4.0), CandidateFiltered)
+    assert filtered and filtered[0].distance == 0.0 and filtered[0].nearest_id == SEED_ID
+    assert epsilon_text(state, SEED_ID) == ""
