@@ -4,9 +4,13 @@ The simulator is not a model. When it is asked for one of evobus's structured ou
 the prompt to this module, which reads the parts every built-in prompt lays out under ``## …``
 headings (agents/prompts/templates.py) and answers with the offline engine: the rule-based critic
 for a ``CriticVerdict``, the AST (or prompt-sentence) mutation for an ``ActorDraft``, the diff
-extractor for a ``SkillDraft``. Every answer says it came from the offline engine through the
-simulator. Anything else (tool synthesis, free text) returns None: the simulator's generic
-answer or a test's scripted one is used instead.
+extractor for a ``SkillDraft``. An actor prompt whose last ``Answer format:`` line asks for
+SEARCH/REPLACE gets the engine's child as SEARCH/REPLACE blocks of the changed lines only, so
+that its answers are as short as a model's diff; otherwise the whole child. Every answer says it
+came from the offline engine through the simulator. An OpenEvolve prompt in free text gets its
+child from the same engine, as a SEARCH/REPLACE diff or a whole program (sim_peer_answers.py).
+Anything else (tool synthesis, other free text) returns None: the simulator's generic answer or
+a test's scripted one is used.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ import zlib
 
 import msgspec
 
+from evobus.agents.console.sim_peer_answers import openevolve_answer
 from evobus.agents.evolution.skills import skill_from_diff
+from evobus.agents.roles.actor.blocks import parse, source_lines
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
+from evobus.agents.roles.actor.search_replace import Edit, diff_edits, format_edits
 from evobus.agents.roles.critic.rules import diagnose
 from evobus.infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
 from evobus.schemas.artifacts import Artifact, Operator
@@ -110,6 +117,13 @@ def critic_verdict(prompt: str) -> CriticVerdict | None:
     )
 
 
+def asks_for_diff(prompt: str) -> bool:
+    """Whether the prompt's last ``Answer format:`` line asks for SEARCH/REPLACE blocks (a
+    request to answer again with the whole file comes after the first one)."""
+    formats = re.findall(r"^Answer format: *(.*)$", prompt, re.MULTILINE)
+    return bool(formats) and formats[-1].strip().startswith("SEARCH/REPLACE")
+
+
 def _diagnosis(prompt: str) -> Diagnosis | None:
     raw = block(prompt, "Critic's diagnosis")
     if not raw:
@@ -132,7 +146,7 @@ def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
     if parent_code is None:
         return None
     kind = field(prompt, "Artifact kind") or "program"
-    entry = re.search(r"defining `(\w+)`", prompt)
+    entry = re.search(r"\bdefin(?:ing|e) `(\w+)`", prompt)  # the whole file's or the blocks'
     parent = Artifact(
         source=parent_code,
         kind="prompt" if kind == "prompt" else "program",
@@ -160,8 +174,33 @@ def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
             intensity=intensity,
         )
     except ProposalError as exc:
-        return ActorDraft(rationale=f"no edit possible ({exc}) [{NOTE}]", code=parent_code)
-    return ActorDraft(rationale=f"{child.rationale} [{NOTE}]", code=child.artifact.source)
+        rationale, code = f"no edit possible ({exc})", parent_code
+    else:
+        rationale, code = child.rationale, child.artifact.source
+    if parent.kind == "program" and asks_for_diff(prompt):
+        code = as_blocks(parent_code, code)
+    return ActorDraft(rationale=f"{rationale} [{NOTE}]", code=code)
+
+
+def as_blocks(parent: str, child: str) -> str:
+    """``child`` as SEARCH/REPLACE blocks of its changed lines against ``parent`` (as the prompt
+    shows it). No change is one block that keeps a line as it is, as the whole-file answer is
+    the parent unchanged; a change the blocks cannot carry (one outside the EVOLVE-BLOCKs)
+    stays the whole file, and the actor asks again for it."""
+    edits = diff_edits(parent, child)
+    if edits is None and child == parent:
+        edits = _unchanged(parent)
+    return format_edits(edits) if edits else child
+
+
+def _unchanged(source: str) -> tuple[Edit, ...] | None:
+    """One block that replaces a line of ``source`` that may change, found once, by itself."""
+    texts = [line.rstrip("\r\n") for line in source_lines(source)]
+    layout = parse(source)
+    for number, text in enumerate(texts, start=1):
+        if text.strip() and texts.count(text) == 1 and layout.editable(number, number):
+            return (Edit((text,), (text,)),)
+    return None
 
 
 def skill_draft(prompt: str) -> SkillDraft | None:
@@ -217,4 +256,12 @@ class OfflineAnswerer:
             answered = [t for t in texts if t is not None]
             if len(answered) == len(texts):
                 return answered
+        elif request.response_type == "text":
+            # A peer's free-text prompt (OpenEvolve's), answered by the same engine: see
+            # sim_peer_answers.py. Seeded like offline_answer: by the prompt and the request.
+            salt = zlib.crc32(request.prompt.encode())
+            draws = [random.Random(salt ^ request.rng.randrange(2**31)) for _ in range(request.n)]
+            peer = [openevolve_answer(request.prompt, draw) for draw in draws]
+            if all(text is not None for text in peer):
+                return [text for text in peer if text is not None]
         return self.fallback.answer(request)

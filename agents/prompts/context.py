@@ -6,7 +6,9 @@ much a harness printed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Literal
 
 import msgspec
 
@@ -26,13 +28,19 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more chars]"
 
 
-def task_values(task_name: str, artifact: Artifact) -> dict[str, object]:
-    """The task's description and signature, the artifact's kind, language and entrypoint."""
+def task_values(task_name: str, artifact: Artifact, statement: str = "") -> dict[str, object]:
+    """The task's description and signature, the artifact's kind, language and entrypoint.
+
+    ``statement`` is the campaign's ``[task] statement`` (the problem in the user's words, a
+    peer's ``prompt.system_message``): it leads the task's description, which says how evobus
+    scores the task, in every prompt that shows the task."""
     try:
         task = get_task(task_name)
         description, signature = task.description, task.signature
     except TaskError:
         description, signature = f"(task {task_name!r} is not installed here)", ""
+    if statement.strip():
+        description = f"{below_headings(statement.strip())}\n\n{description}"
     return {
         "task_name": task_name,
         "task_description": description,
@@ -43,14 +51,25 @@ def task_values(task_name: str, artifact: Artifact) -> dict[str, object]:
     }
 
 
-def evolve_blocks(artifact: Artifact) -> str:
+def below_headings(text: str) -> str:
+    """``text`` with its Markdown headings of level 1 and 2 made level 3: a user's text inside
+    a prompt must not open a ``## …`` part of its own (the prompt's parts are found by those
+    headings, by a model and by the simulator's offline answerer)."""
+    return _TOP_HEADING.sub("### ", text)
+
+
+_TOP_HEADING = re.compile(r"^#{1,2} (?=\S)", re.MULTILINE)
+
+
+def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
     """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
-    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds).
+    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
+    worded for the answer asked for (the whole file, or SEARCH/REPLACE blocks).
 
     Raises:
         BlockMarkerError: the program's markers do not pair up.
     """
-    rule = block_rule(artifact.source) if artifact.kind == "program" else ""
+    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
     return f"{rule}\n" if rule else ""
 
 

@@ -51,15 +51,43 @@ $tools
 """
 
 # $evolve_blocks is empty unless the parent has EVOLVE-BLOCK markers (agents/roles/actor/blocks.py):
-# then it says which code may change. The whole file is still asked for, markers kept.
-_OUTPUT_ACTOR = """$evolve_blocks
-Output STRICTLY one JSON object with the keys:
-- "rationale": one or two sentences on what you changed and why;
-- "code": the complete new $artifact_kind (the whole file, defining `$entrypoint`);
+# then it says which code may change, worded for the answer format. The "Answer format:" line
+# names the format for readers of the prompt (and for the simulator's offline answerer).
+_TOOL_REQUESTS = """\
 - "tool_requests": a list (usually empty) of tools you need that are not listed above, each
   {"name": module name, "need": what it must do, "tests": Python asserts that check it}; the
   code may then `from tools.<name> import ...`.
 """
+
+_OUTPUT_ACTOR = (
+    """$evolve_blocks
+Answer format: whole file
+Output STRICTLY one JSON object with the keys:
+- "rationale": one or two sentences on what you changed and why;
+- "code": the complete new $artifact_kind (the whole file, defining `$entrypoint`);
+"""
+    + _TOOL_REQUESTS
+)
+
+# OpenEvolve's diff format (agents/roles/actor/search_replace.py reads it): the answer carries
+# only the changed lines, so it costs a fraction of the whole file's tokens.
+_OUTPUT_ACTOR_DIFF = (
+    """$evolve_blocks
+Answer format: SEARCH/REPLACE
+Output STRICTLY one JSON object with the keys:
+- "rationale": one or two sentences on what you changed and why;
+- "code": the change as one or more SEARCH/REPLACE blocks against the parent program, NOT the
+  whole file (the child must still define `$entrypoint`). Each block is:
+  <<<<<<< SEARCH
+  lines copied exactly from the parent program (whole lines, indentation included)
+  =======
+  the new lines that replace them
+  >>>>>>> REPLACE
+  A SEARCH must match exactly one place in the parent: copy the lines you change and, if they
+  occur more than once, a line or two around them. Blocks apply in order, top to bottom.
+"""
+    + _TOOL_REQUESTS
+)
 
 CRITIC = Template(
     name="critic",
@@ -101,7 +129,9 @@ _ACTOR_SYSTEM = (
 )
 
 
-def _actor(name: str, description: str, instruction: str, extra: str = "") -> Template:
+def _actor(
+    name: str, description: str, instruction: str, extra: str = "", output: str = _OUTPUT_ACTOR
+) -> Template:
     return Template(
         name=name,
         description=description,
@@ -126,40 +156,29 @@ scope): 0.50 minimal, the parent is among the best, make small, local edits; 1.0
 focused change; 2.00 comprehensive, the parent is far from good, you may restructure.
 
 """
-        + _OUTPUT_ACTOR,
+        + output,
     )
 
 
-ACTOR_M_DIAG = _actor(
-    "actor.m_diag",
-    "REFLEX m_diag: repair the parent following the critic's diagnosis and retrieved skills",
-    """Write a new, improved child.
+_M_DIAG_STEPS = """Write a new, improved child.
 1. Read the critic's diagnosis carefully to understand the failure mode and the suggested fix.
 2. Review the retrieved skills. If a skill is relevant to the suggested fix, adapt and
    integrate it.
-3. Write the complete, executable new $artifact_kind.""",
-    extra="""
+"""
+_DIAGNOSIS = """
 ## Critic's diagnosis
 ```json
 $diagnosis_json
 ```
 
-""",
-)
-
-ACTOR_M_TEXT = _actor(
-    "actor.m_text",
-    "REFLEX m_text: a focused textual mutation of the parent without a diagnosis",
-    """Make one focused change to the parent that you expect to raise its score: tune a
-threshold or gain, fix an edge case, or simplify a branch. Keep everything that works.""",
-)
-
-ACTOR_X_DIV = _actor(
-    "actor.x_div",
-    "REFLEX x_div: cross two parents into a child that keeps the strengths of both",
-    """Combine the two parents: keep the structure of the parent program and take from the second
-parent the parts that make it score well. The child must be one coherent $artifact_kind.""",
-    extra="""
+"""
+_M_TEXT_STEPS = """\
+Make one focused change to the parent that you expect to raise its score: tune a
+threshold or gain, fix an edge case, or simplify a branch. Keep everything that works."""
+_X_DIV_STEPS = """\
+Combine the two parents: keep the structure of the parent program and take from the second
+parent the parts that make it score well. The child must be one coherent $artifact_kind."""
+_SECOND_PARENT = """
 ## Second parent program
 ```$language
 $co_parent_code
@@ -167,7 +186,53 @@ $co_parent_code
 
 Second parent's fitness score: $co_fitness_score
 
-""",
+"""
+
+ACTOR_M_DIAG = _actor(
+    "actor.m_diag",
+    "REFLEX m_diag: repair the parent following the critic's diagnosis and retrieved skills",
+    _M_DIAG_STEPS + "3. Write the complete, executable new $artifact_kind.",
+    extra=_DIAGNOSIS,
+)
+
+ACTOR_M_TEXT = _actor(
+    "actor.m_text",
+    "REFLEX m_text: a focused textual mutation of the parent without a diagnosis",
+    _M_TEXT_STEPS,
+)
+
+ACTOR_X_DIV = _actor(
+    "actor.x_div",
+    "REFLEX x_div: cross two parents into a child that keeps the strengths of both",
+    _X_DIV_STEPS,
+    extra=_SECOND_PARENT,
+)
+
+# The same operators answered with SEARCH/REPLACE blocks (``[llm] answer_format = "diff"``, for
+# programs). A crossover's blocks edit the first parent. i1 has no diff form: a fresh start
+# rewrites the program, and a SEARCH would repeat all of it.
+ACTOR_M_DIAG_DIFF = _actor(
+    "actor.m_diag.diff",
+    "REFLEX m_diag as SEARCH/REPLACE blocks: repair the parent following the diagnosis",
+    _M_DIAG_STEPS + "3. Write the change as SEARCH/REPLACE blocks that make the parent a "
+    "complete,\n   executable new $artifact_kind.",
+    extra=_DIAGNOSIS,
+    output=_OUTPUT_ACTOR_DIFF,
+)
+
+ACTOR_M_TEXT_DIFF = _actor(
+    "actor.m_text.diff",
+    "REFLEX m_text as SEARCH/REPLACE blocks: a focused mutation of the parent",
+    _M_TEXT_STEPS,
+    output=_OUTPUT_ACTOR_DIFF,
+)
+
+ACTOR_X_DIV_DIFF = _actor(
+    "actor.x_div.diff",
+    "REFLEX x_div as SEARCH/REPLACE blocks on the first parent: cross two parents",
+    _X_DIV_STEPS + "\nWrite the blocks against the parent program, not the second parent.",
+    extra=_SECOND_PARENT,
+    output=_OUTPUT_ACTOR_DIFF,
 )
 
 ACTOR_I1 = _actor(
@@ -323,6 +388,9 @@ BUILT_IN: dict[str, Template] = {
         ACTOR_M_TEXT,
         ACTOR_X_DIV,
         ACTOR_I1,
+        ACTOR_M_DIAG_DIFF,
+        ACTOR_M_TEXT_DIFF,
+        ACTOR_X_DIV_DIFF,
         SKILL_EXTRACTOR,
         SUMMARIZER,
         STALE_REPAIR,

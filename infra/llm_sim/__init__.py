@@ -10,10 +10,12 @@ It is a simulator, never a language model, and says so in every response: the
 - ``answers``: the ``Answerer`` protocol, ``ChatRequest`` and ``GenericAnswerer``.
 - ``script``: scripted rules checked before the answerer.
 - ``server``: the HTTP server (``serve_sim``, ``serve_sim_in_thread``).
+- ``request_log``: one JSON line per answered chat completion (``read_request_log``).
 """
 
 from evobus.infra.llm_sim.answers import Answerer, ChatMessage, ChatRequest, GenericAnswerer
 from evobus.infra.llm_sim.profiles import Profile, get_profile, list_profiles
+from evobus.infra.llm_sim.request_log import RequestLogLine, read_request_log
 from evobus.infra.llm_sim.script import Rule, Script, ScriptError, load_rules, parse_rules
 from evobus.infra.llm_sim.server import RunningSim, SimSettings, serve_sim, serve_sim_in_thread
 
@@ -23,6 +25,7 @@ __all__ = [
     "ChatRequest",
     "GenericAnswerer",
     "Profile",
+    "RequestLogLine",
     "Rule",
     "RunningSim",
     "Script",
@@ -32,6 +35,7 @@ __all__ = [
     "list_profiles",
     "load_rules",
     "parse_rules",
+    "read_request_log",
     "serve_sim",
     "serve_sim_in_thread",
 ]

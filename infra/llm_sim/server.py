@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,6 +43,7 @@ from evobus.infra.llm_sim.answers import (
 )
 from evobus.infra.llm_sim.engine import CHARS_PER_TOKEN, Completed, Engine, Faults, count_tokens
 from evobus.infra.llm_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
+from evobus.infra.llm_sim.request_log import RequestLog
 from evobus.infra.llm_sim.script import Rule, Script, ScriptError, parse_rules
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class SimSettings:
         time_scale: multiplies every simulated duration.
         faults: errors and latency spikes injected into requests.
         seed: seeds output lengths, faults and the answerers' ``rng``.
+        request_log: a file that gets one JSON line per answered chat completion (request_log.py).
     """
 
     profile: Profile
@@ -74,6 +77,7 @@ class SimSettings:
     time_scale: float = 1.0
     faults: Faults = field(default_factory=Faults)
     seed: int = 0
+    request_log: Path | None = None
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -138,6 +142,7 @@ async def serve_sim(
     spike_seconds: float = 0.0,
     seed: int = 0,
     models: Sequence[str] = (),
+    request_log: Path | str | None = None,
 ) -> AsyncIterator[RunningSim]:
     """Run a simulator server for the duration of the ``async with`` block.
 
@@ -150,6 +155,7 @@ async def serve_sim(
         error_rate, spike_rate, spike_seconds: faults to inject (see ``Faults``).
         seed: seeds every random draw.
         models: served model names instead of the profile's (vLLM ``--served-model-name``).
+        request_log: a file to append a JSON line to for every answered chat completion.
 
     Raises:
         ValueError: an unknown profile or an out-of-range setting.
@@ -160,7 +166,13 @@ async def serve_sim(
         chosen = replace(chosen, models=tuple(models))
     faults = Faults(error_rate=error_rate, spike_rate=spike_rate, spike_seconds=spike_seconds)
     settings = SimSettings(
-        profile=chosen, host=host, port=port, time_scale=time_scale, faults=faults, seed=seed
+        profile=chosen,
+        host=host,
+        port=port,
+        time_scale=time_scale,
+        faults=faults,
+        seed=seed,
+        request_log=Path(request_log) if request_log else None,
     )
     try:
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
@@ -281,6 +293,7 @@ class _App:
             )
         )
         self.created = int(time.time())
+        self.log = RequestLog(settings.request_log) if settings.request_log else None
         self.requests = 0
         self.failed = 0
         self._routes: dict[str, dict[str, Callable[[_HttpRequest], Awaitable[_HttpResponse]]]] = {
@@ -369,15 +382,18 @@ class _App:
         texts = self.script.answer(request) or self.answerer.answer(request)
         if len(texts) != request.n:
             raise RuntimeError(f"the answerer gave {len(texts)} texts for n = {request.n}")
-        choices, targets = [], []
+        choices, targets, sent = [], [], []
         for index, text in enumerate(texts):
             content_tokens = count_tokens(text)
             targets.append(engine.draw_output_tokens(content_tokens, max_tokens))
             finish = "stop"
             if content_tokens > max_tokens:
                 text, finish = text[: max_tokens * CHARS_PER_TOKEN], "length"
+            sent.append(text)
             answer = {"role": "assistant", "content": text}
             choices.append({"index": index, "message": answer, "finish_reason": finish})
+        if self.log is not None:
+            self.log.record(number, request, sent, prompt_tokens, targets)
         await anyio.sleep(profile.request_overhead_s * self.settings.time_scale)
         await self.driver.complete(prompt_tokens, targets)
         if fault.delay_s:

@@ -65,8 +65,16 @@ def example_files() -> list[Path]:
     return sorted(EXAMPLES.glob("*.toml")) + sorted(EXAMPLES.glob("*/campaign.toml"))
 
 
-def variant(path: Path, url: str, proposals: int, tokens: int, wall_seconds: int) -> str:
-    """The campaign at ``path`` as a short run through the model at ``url``, its paths absolute."""
+def variant(
+    path: Path,
+    url: str,
+    proposals: int,
+    tokens: int,
+    wall_seconds: int,
+    answer_format: str = "diff",
+) -> str:
+    """The campaign at ``path`` as a short run through the model at ``url``, its paths absolute,
+    the actor answering in ``answer_format`` (SEARCH/REPLACE blocks or the whole file)."""
     data = tomllib.loads(path.read_text())
     for table, key in PATH_KEYS:
         value = data.get(table, {}).get(key)
@@ -92,6 +100,7 @@ def variant(path: Path, url: str, proposals: int, tokens: int, wall_seconds: int
         "max_retries": 1,
         "concurrency": 2,
         "tool_refine_rounds": 1,
+        "answer_format": answer_format,
     }
     return dump_toml(data)
 
@@ -193,12 +202,17 @@ def wait_for_model(url: str, server: subprocess.Popen[bytes] | None, log: Path |
     raise SystemExit(f"no model {MODEL} at {url}/models within 300 s")
 
 
-def run_campaign(path: Path, url: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_campaign(
+    path: Path, url: str, work: Path, args: argparse.Namespace, answer_format: str = "diff"
+) -> dict[str, Any]:
     """One example as a short campaign through the model; its figures."""
     name = path.parent.name if path.name == "campaign.toml" else path.stem
+    name = f"{name}-{answer_format}"
     campaign_file = work / f"{name}.toml"
     budget = args.tokens
-    campaign_file.write_text(variant(path, url, args.proposals, budget, args.wall_seconds))
+    campaign_file.write_text(
+        variant(path, url, args.proposals, budget, args.wall_seconds, answer_format)
+    )
     calls_file = work / f"{name}.calls.jsonl"
     campaign_id = f"llmcheck-{name}-{int(time.time())}"
     env = os.environ | {CALL_LOG_ENV: str(calls_file)}
@@ -212,6 +226,7 @@ def run_campaign(path: Path, url: str, work: Path, args: argparse.Namespace) -> 
     calls = read_calls(calls_file)
     row: dict[str, Any] = {
         "example": path.relative_to(ROOT).as_posix(),
+        "answer_format": answer_format,
         "campaign": campaign_id,
         "exit_code": out.returncode,
         "wall_seconds": round(wall, 1),
@@ -243,9 +258,11 @@ def read_calls(path: Path) -> list[dict[str, Any]]:
 
 
 def event_figures(path: Path) -> dict[str, Any]:
-    """Proposals, those whose evaluation ran without error, and the work that was abandoned."""
+    """Proposals, those whose evaluation ran without error, their answer tokens, and the work
+    that was abandoned."""
     events = read_events(path)
-    proposed = {e.candidate_id for e in events if isinstance(e, CandidateProposed)}
+    proposals = [e for e in events if isinstance(e, CandidateProposed)]
+    proposed = {e.candidate_id for e in proposals}
     ran = {
         e.candidate_id
         for e in events
@@ -257,6 +274,9 @@ def event_figures(path: Path) -> dict[str, Any]:
     return {
         "proposals": len(proposed),
         "proposals_that_ran": len(ran),
+        "answer_tokens_per_proposal": round(
+            statistics.mean(e.answer_tokens for e in proposals) if proposals else 0.0, 1
+        ),
         "abandoned": dict(abandoned),
     }
 
@@ -329,13 +349,14 @@ def print_report(report: dict[str, Any]) -> None:
             f"{fixed:>5} {row['errors']:>3} {row['truncated']:>5} {tokens:>18} {latency:>18}"
         )
     print(
-        f"\n{'example':<32} {'proposed':>8} {'ran':>4} {'seed':>10} {'best':>10} "
-        f"{'tokens (server)':>15} {'summary':>8} {'budget':>7}  stop"
+        f"\n{'example':<32} {'format':<6} {'proposed':>8} {'ran':>4} {'answer':>6} {'seed':>10} "
+        f"{'best':>10} {'tokens (server)':>15} {'summary':>8} {'budget':>7}  stop"
     )
     for row in report["campaigns"]:
         print(
-            f"{row['example']:<32} {row.get('proposals', '-'):>8} "
-            f"{row.get('proposals_that_ran', '-'):>4} {_score(row.get('seed_score')):>10} "
+            f"{row['example']:<32} {row['answer_format']:<6} {row.get('proposals', '-'):>8} "
+            f"{row.get('proposals_that_ran', '-'):>4} "
+            f"{row.get('answer_tokens_per_proposal', '-'):>6} {_score(row.get('seed_score')):>10} "
             f"{_score(row.get('best_score')):>10} {row['server_tokens']:>15} "
             f"{row.get('summary_tokens', '-'):>8} {row.get('budget_tokens', '-'):>7}  "
             f"{row.get('stop_reason', row.get('error', '')[-200:])}"
@@ -350,20 +371,26 @@ def _score(value: float | None) -> str:
 
 def check(args: argparse.Namespace, command: str) -> dict[str, Any]:
     examples = [Path(p).resolve() for p in args.examples] if args.examples else example_files()
+    formats = args.answer_format or ["diff"]
     with tempfile.TemporaryDirectory(prefix="llm-check-") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         if args.base_url:
             wait_for_model(args.base_url, None, None)
             server = args.base_url
-            campaigns = [run_campaign(p, args.base_url, work, args) for p in examples]
+            campaigns = [
+                run_campaign(p, args.base_url, work, args, answer)
+                for p in examples
+                for answer in formats
+            ]
         else:
             with llama_server(args.server_python, work / "server.log", args.threads) as url:
                 server = "llama-cpp-python " + server_version(args.server_python)
                 campaigns = []
                 for path in examples:
-                    print(f"running {path.relative_to(ROOT)} …", flush=True)
-                    campaigns.append(run_campaign(path, url, work, args))
+                    for answer in formats:
+                        print(f"running {path.relative_to(ROOT)} ({answer}) …", flush=True)
+                        campaigns.append(run_campaign(path, url, work, args, answer))
     calls = [call for row in campaigns for call in row["calls"]]
     for row in campaigns:
         row["server_tokens"] = sum(
@@ -383,6 +410,7 @@ def check(args: argparse.Namespace, command: str) -> dict[str, Any]:
             "wall_seconds": args.wall_seconds,
             "max_tokens": 1024,
             "in_flight": 2,
+            "answer_formats": formats,
         },
         "roles": role_table(calls, N_CTX),
         "campaigns": campaigns,
@@ -404,6 +432,13 @@ def main() -> None:
     parser.add_argument("--wall-seconds", type=int, default=300, help="per campaign")
     parser.add_argument("--threads", type=int, default=2, help="the server's CPU threads")
     parser.add_argument("--keep", help="keep the campaign files, call logs and runs here")
+    parser.add_argument(
+        "--answer-format",
+        action="append",
+        choices=("diff", "file"),
+        help="[llm] answer_format of the campaigns; repeat it to run each example in each "
+        "(default: diff)",
+    )
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("examples", nargs="*", help="campaign files (default: every example)")
     args = parser.parse_args()

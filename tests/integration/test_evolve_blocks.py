@@ -113,15 +113,24 @@ class ActorHandlers:
 
 @pytest.fixture
 async def actor(
-    sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
+    sim: RunningSim,
+    nats_session: NatsServer,
+    tmp_path: Path,
+    campaign_id: str,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[ActorHandlers]:
-    """The actor's handlers, for a campaign whose [llm] is the simulator."""
+    """The actor's handlers, for a campaign whose [llm] is the simulator; its models answer with
+    the whole file unless the test asks for ``diff`` (indirect parametrisation)."""
     nc = await connect(nats_session.url, name="test-evolve-blocks")
     try:
         js = nc.jetstream()
         await ensure_streams(js)
         llm = LLMSection(
-            provider="openai", base_urls=(sim.base_url,), actor_model=ACTOR, critic_model=ACTOR
+            provider="openai",
+            base_urls=(sim.base_url,),
+            actor_model=ACTOR,
+            critic_model=ACTOR,
+            answer_format=getattr(request, "param", "file"),
         )
         record = CampaignRecord(
             campaign=campaign_id,
@@ -243,3 +252,57 @@ async def test_a_stale_repair_that_edits_outside_the_block_cannot_change_it(
     assert isinstance(result, Repaired) and result.artifact is not None, result
     assert result.rationale == "patched against the new best"
     assert outside_equal(result.artifact.source, stale) and "-7.5 *" in result.artifact.source
+
+
+def diff(search: str, replace: str) -> str:
+    return f"<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("actor", ["diff"], indirect=True)
+async def test_a_diff_outside_the_block_falls_back_to_the_whole_file_once(
+    sim: RunningSim, actor: ActorHandlers
+) -> None:
+    outside = diff("LIMIT = 2.0  # fixed: outside the block", "LIMIT = 50.0")
+    missing = diff("    return clamp(-9.0 * math.atan2(s, c))", "    return 0.0")
+    script(
+        sim,
+        [
+            # The whole file, only when asked for it after blocks outside the block.
+            {
+                "schema": "ActorDraft",
+                "pattern": r"(?s)Operator: m_diag.*outside its EVOLVE-BLOCKs.*"
+                r"Answer format: whole file",
+                "response": draft(OUTSIDE_TOO, "the whole file after all"),
+            },
+            {
+                "schema": "ActorDraft",
+                "pattern": r"(?s)Operator: m_diag.*Answer format: SEARCH/REPLACE",
+                "response": draft(outside, "raised the limit"),
+            },
+            # x_div: a SEARCH not in the parent, then a whole file without the block.
+            {
+                "schema": "ActorDraft",
+                "pattern": r"(?s)Operator: x_div.*Answer format: whole file",
+                "response": draft(BLOCK_ONLY, "only the function"),
+            },
+            {"schema": "ActorDraft", "pattern": "Operator: x_div", "response": draft(missing, "")},
+        ],
+    )
+    proposal = await actor("propose", propose_work(actor.campaign, 1, "m_diag"))
+    assert isinstance(proposal, Proposal), proposal
+    assert proposal.rationale == "the whole file after all" and proposal.usage.calls == 2
+    assert outside_equal(proposal.artifact.source, PARENT) and "-7.5 *" in proposal.artifact.source
+
+    failed = await actor("propose", propose_work(actor.campaign, 2, "x_div"))
+    assert isinstance(failed, WorkFailed), failed
+    assert failed.error_type == "InvalidModelOutput"
+    assert "the SEARCH of block 1 (1 lines, starting 'return clamp(-9.0" in failed.error
+    assert "asked for the whole file: the code has 0 EVOLVE-BLOCK(s)" in failed.error
+
+    # Unscripted, the simulator answers with blocks of the engine's change: one call.
+    script(sim, [])
+    offline = await actor("propose", propose_work(actor.campaign, 3, "m_text"))
+    assert isinstance(offline, Proposal) and "simulator" in offline.engine, offline
+    assert "actor.m_text.diff@built-in" in offline.engine and offline.usage.calls == 1
+    assert offline.artifact.source != PARENT and outside_equal(offline.artifact.source, PARENT)

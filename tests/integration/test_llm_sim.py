@@ -17,6 +17,7 @@ import pytest
 
 from evobus.agents.console.cli import EXIT_CONFIG, main
 from evobus.infra.llm_sim import RunningSim, load_rules, serve_sim, serve_sim_in_thread
+from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.schemas.llm import ActorDraft, CriticVerdict
 from tests.conftest import wait_until
 from tests.processes import start_evobus
@@ -237,8 +238,10 @@ def test_a_simulator_in_a_thread_serves_synchronous_clients() -> None:
 
 
 def test_the_command_prints_a_simulator_banner_and_stops_on_sigterm(tmp_path: Path) -> None:
-    log = tmp_path / "llm-sim.log"
-    process = start_evobus("llm-sim", "--port", "0", "--profile", "tiny", log=log)
+    log, requests = tmp_path / "llm-sim.log", tmp_path / "requests.jsonl"
+    process = start_evobus(
+        "llm-sim", "--port", "0", "--profile", "tiny", "--request-log", str(requests), log=log
+    )
     try:
         wait_until(lambda: "serving http://" in log.read_text(), timeout=30)
         banner = log.read_text()
@@ -246,7 +249,16 @@ def test_the_command_prints_a_simulator_banner_and_stops_on_sigterm(tmp_path: Pa
         match = re.search(r"serving (http://127\.0\.0\.1:(\d+)/v1)", banner)
         assert match is not None and int(match.group(2)) > 0
         models = httpx.get(f"{match.group(1)}/models")
-        assert models.json()["data"][0]["owned_by"].startswith("evobus-llm-sim")
+        model = models.json()["data"][0]
+        assert model["owned_by"].startswith("evobus-llm-sim")
+        # Each answered chat completion is a line of the request log.
+        body = {"model": model["id"], "messages": [{"role": "user", "content": "Hello?"}]}
+        answer = httpx.post(f"{match.group(1)}/chat/completions", json=body, timeout=30).json()
+        (line,) = read_request_log(requests)
+        assert line.messages == [{"role": "user", "text": "Hello?", "images": 0}]
+        assert line.answers == [answer["choices"][0]["message"]["content"]]
+        assert line.completion_tokens == [answer["usage"]["completion_tokens"]]
+        assert line.schema == "text" and "not a language model" in line.simulator
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
     finally:

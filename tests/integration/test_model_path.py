@@ -65,6 +65,17 @@ def policy(obs: list[float]) -> float:
     c, s, w = obs
     return clamp(-0.8 * w * (0.5 * w * w + 8.0 * (c - 1.0)) / 4.0)
 """
+TOOL_ANSWER = {
+    "rationale": "bound the pump torque with a tool",
+    "code": TOOL_CODE,
+    "tool_requests": [
+        {
+            "name": "clamp_torque",
+            "need": "clamp a torque to [-2, 2]",
+            "tests": "assert clamp(5.0) == 2.0\nassert clamp(-3) == -2.0",
+        }
+    ],
+}
 TOOL_DRAFT = {
     "name": "clamp_torque",
     "description": "clamp a torque to the pendulum's limits [-2, 2]",
@@ -190,22 +201,20 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
                 "times": 1,
                 "response": "I think the pendulum is fine.",
             },
-            # One proposal imports a tool it asks the tool generator for.
+            # One proposal imports a tool it asks the tool generator for. Asked for
+            # SEARCH/REPLACE blocks (the default answer format), it writes the whole file: the
+            # actor asks once more for the whole file, and takes the same answer then.
+            {
+                "schema": "ActorDraft",
+                "pattern": r"(?s)bound the pump torque.*Answer format: whole file",
+                "times": 1,
+                "response": TOOL_ANSWER,
+            },
             {
                 "schema": "ActorDraft",
                 "pattern": r"Operator: m_(diag|text)",
                 "times": 1,
-                "response": {
-                    "rationale": "bound the pump torque with a tool",
-                    "code": TOOL_CODE,
-                    "tool_requests": [
-                        {
-                            "name": "clamp_torque",
-                            "need": "clamp a torque to [-2, 2]",
-                            "tests": "assert clamp(5.0) == 2.0\nassert clamp(-3) == -2.0",
-                        }
-                    ],
-                },
+                "response": TOOL_ANSWER,
             },
             {"schema": "ToolDraft", "pattern": "Tool name: clamp_torque", "response": TOOL_DRAFT},
         ],
@@ -230,6 +239,7 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
 
     with_tool = [r for r in results if isinstance(r, Proposal) and r.tools]
     assert [t.name for t in with_tool[0].tools] == ["clamp_torque"], with_tool
+    assert ".diff@v1" in with_tool[0].engine and with_tool[0].usage.calls >= 2  # asked again
     child = next(
         e.candidate_id
         for e in events

@@ -63,6 +63,9 @@ VALUES: dict[str, dict[str, object]] = {
     "actor.m_text": ACTOR_VALUES | {"operator": "m_text"},
     "actor.x_div": ACTOR_VALUES | {"operator": "x_div"},
     "actor.i1": ACTOR_VALUES | {"operator": "i1"},
+    "actor.m_diag.diff": ACTOR_VALUES,
+    "actor.m_text.diff": ACTOR_VALUES | {"operator": "m_text"},
+    "actor.x_div.diff": ACTOR_VALUES | {"operator": "x_div"},
     "skill_extractor": task_values("pendulum", PENDULUM)
     | {
         "parent_code": SOURCE,

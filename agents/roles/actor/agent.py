@@ -11,6 +11,12 @@ agents/roles/actor/mutation.py, prompts: agents/roles/actor/prompt_mutation.py).
 A program with EVOLVE-BLOCK markers changes only inside its blocks: every child, from the offline
 engine or a model, is spliced into its parent's fixed text before it is used
 (agents/roles/actor/blocks.py), and a model's answer that lost a block is not a usable child.
+
+With ``[llm] answer_format = "diff"`` (the default) the model writes a program's change as
+OpenEvolve's SEARCH/REPLACE blocks (the ``actor.<operator>.diff`` prompts), applied to the parent
+(agents/roles/actor/search_replace.py); blocks that do not apply, or make no usable child, are
+answered by asking once more for the whole file. Prompt artifacts, i1's fresh start and stale
+repairs are always answered with the whole text.
 """
 
 from __future__ import annotations
@@ -32,10 +38,11 @@ from evobus.agents.prompts.context import (
     task_values,
     tools_md,
 )
-from evobus.agents.roles.actor.blocks import splice
+from evobus.agents.roles.actor.blocks import block_rule, splice
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import Offspring, propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
+from evobus.agents.roles.actor.search_replace import AnswerFormat, apply_diff
 from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
 from evobus.agents.roles.registry.client import RegistryClient
@@ -98,6 +105,40 @@ def kept_outside(parent: Artifact, code: str) -> str:
         BlockMismatchError: the code has another number of blocks than the parent.
     """
     return splice(parent.source, code) if parent.kind == "program" else code
+
+
+def answer_format(asked: AnswerFormat, work: ProposeWork) -> AnswerFormat:
+    """How the model answers this work item: SEARCH/REPLACE blocks when the campaign asks for
+    them and the child is a program edited from its parent; the whole text for a prompt
+    artifact, and for i1, whose fresh start a SEARCH would have to repeat in full."""
+    if asked == "diff" and work.parent.artifact.kind == "program" and work.operator != "i1":
+        return "diff"
+    return "file"
+
+
+def actor_prompt(operator: str, answer: AnswerFormat) -> str:
+    """The name of the actor's prompt for ``operator`` and answer format."""
+    return f"actor.{operator}.diff" if answer == "diff" else f"actor.{operator}"
+
+
+def ask_again(parent: Artifact, problem: str, answer: AnswerFormat) -> str:
+    """The message that asks once more after an unusable answer: for blocks that did not
+    apply (or made no usable child), the whole file instead.
+
+    Raises:
+        BlockMarkerError: the parent's markers do not pair up.
+    """
+    if answer == "file":
+        return (
+            f"That child is not usable: {problem}. Answer again with the same JSON keys and a "
+            f"complete, valid {parent.kind}."
+        )
+    rule = block_rule(parent.source, answer="file")
+    return (
+        f"That answer is not usable: {problem}. Answer again with the same JSON keys, and as "
+        f'"code" the whole file this time: the complete, valid new {parent.kind}, not '
+        f"SEARCH/REPLACE blocks.{' ' + rule if rule else ''}\n\nAnswer format: whole file"
+    )
 
 
 def skills_in_blocks(
@@ -213,19 +254,21 @@ class Actor:
         self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
     ) -> Proposal:
         """The actor model's child: one structured call with ``samples`` choices, the first
-        usable one taken; one repair round when none is usable. Each answer is spliced into the
-        parent's text outside its EVOLVE-BLOCKs before it is judged.
+        usable one taken; one repair round when none is usable, which asks for the whole file
+        when SEARCH/REPLACE blocks were asked for. Each answer (blocks applied to the parent)
+        is spliced into the parent's text outside its EVOLVE-BLOCKs before it is judged.
 
         Raises:
             LLMError: the model did not answer, or never gave a usable child.
             BlockMarkerError: the parent's EVOLVE-BLOCK markers do not pair up.
         """
         section = models.section
-        prompt = await models.prompts.get(f"actor.{work.operator}")
+        answer = answer_format(section.answer_format, work)
+        prompt = await models.prompts.get(actor_prompt(work.operator, answer))
         parent = work.parent.artifact
         query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
         co = work.co_parent
-        values = task_values(work.task, parent) | {
+        values = task_values(work.task, parent, models.statement) | {
             "parent_code": parent.source,
             "fitness_score": f"{work.parent_evaluation.score:.4f}",
             "diagnosis_json": msgspec.json.format(
@@ -240,7 +283,7 @@ class Actor:
             "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
             "operator": work.operator,
             "intensity": f"{work.intensity:.2f}",
-            "evolve_blocks": evolve_blocks(parent),
+            "evolve_blocks": evolve_blocks(parent, answer=answer),
         }
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
@@ -254,16 +297,14 @@ class Actor:
             label=prompt.name,
         )
         usage = out.usage
-        draft, problem = _first_usable(parent, out.values)
+        draft, problem = _first_usable(parent, out.values, answer)
         if draft is None:
-            # One repair round for code that is valid JSON but not a usable child.
+            # One repair round for an answer that is valid JSON but not a usable child; after
+            # SEARCH/REPLACE blocks, the whole file is asked for (one fallback, then rejection).
             bad = out.values[0]
             messages += [
                 text_message("assistant", msgspec.json.encode(bad).decode()),
-                user_message(
-                    f"That child is not usable: {problem}. Answer again with the same JSON keys "
-                    f"and a complete, valid {parent.kind}."
-                ),
+                user_message(ask_again(parent, problem, answer)),
             ]
             again = await models.actor.structured(
                 section.actor_model,
@@ -274,14 +315,17 @@ class Actor:
                 label=f"{prompt.name}.unusable",
             )
             usage = usage + again.usage
-            draft, problem = _first_usable(parent, again.values)
+            first_problem = problem
+            draft, problem = _first_usable(parent, again.values, "file")
             if draft is None:
+                if answer == "diff":
+                    problem = f"{first_problem}; then, asked for the whole file: {problem}"
                 raise InvalidModelOutput("ActorDraft", f"no usable child: {problem}", "", usage)
         timeout = section.timeout_seconds * (section.tool_refine_rounds + 2)
         tools = await request_tools(
             self.proc.js, self.proc.publisher, work, draft.tool_requests, wait_seconds=timeout
         )
-        code = draft.code  # unfenced and spliced by _first_usable
+        code = draft.code  # applied or unfenced, and spliced, by _first_usable
         requested = {ref.name for ref in tools.refs}
         imported = imported_tools(code)
         tools.refs += [
@@ -357,7 +401,7 @@ class Actor:
             LLMError: the model did not answer.
             BlockMarkerError: the proposal's EVOLVE-BLOCK markers do not pair up.
         """
-        values = task_values(work.task, work.artifact) | {
+        values = task_values(work.task, work.artifact, models.statement) | {
             "old_version": work.stale_version,
             "new_version": work.pool_version,
             "proposal_code": work.artifact.source,
@@ -367,8 +411,10 @@ class Actor:
             "tools": "",
             "evolve_blocks": evolve_blocks(work.artifact),
         }
+        # Always the whole file: "covered" is answered with the best's code, which SEARCH/REPLACE
+        # blocks against the proposal could only spell out in full.
         out, prompt = await models.ask("actor", "stale_repair", values, ActorDraft)
-        draft, problem = _first_usable(work.artifact, out.values)
+        draft, problem = _first_usable(work.artifact, out.values, "file")
         code = draft.code if draft else ""
         covered = draft is None or code.strip() == work.best.artifact.source.strip()
         return Repaired(
@@ -432,7 +478,7 @@ class Actor:
         self, models: CampaignModels, work: ExtractWork
     ) -> tuple[SkillDraft, Usage]:
         """The actor model's skill for an improving change (the ``skill_extractor`` prompt)."""
-        values = task_values(work.task, work.parent.artifact) | {
+        values = task_values(work.task, work.parent.artifact, models.statement) | {
             "parent_code": work.parent.artifact.source,
             "child_code": work.child.artifact.source,
             "delta": f"{work.delta:.4f}",
@@ -446,14 +492,18 @@ def parent_ids(work: ProposeWork) -> tuple[str, ...]:
     return (work.parent.id,) + ((work.co_parent.id,) if work.co_parent else ())
 
 
-def _first_usable(parent: Artifact, drafts: Sequence[ActorDraft]) -> tuple[ActorDraft | None, str]:
-    """The first draft that makes a usable child, its code unfenced and spliced into the
-    parent's fixed text; else None and why the last one did not."""
+def _first_usable(
+    parent: Artifact, drafts: Sequence[ActorDraft], answer: AnswerFormat = "file"
+) -> tuple[ActorDraft | None, str]:
+    """The first draft that makes a usable child, its code the whole child (SEARCH/REPLACE
+    blocks applied to the parent, or the file unfenced) spliced into the parent's fixed text;
+    else None and why the last one did not."""
     problem = "no answer"
     for draft in drafts:
         try:
-            code = kept_outside(parent, unfenced(draft.code))
-        except ProposalError as exc:  # a block lost, or markers that do not pair up
+            whole = apply_diff(parent.source, draft.code) if answer == "diff" else draft.code
+            code = kept_outside(parent, unfenced(whole) if answer == "file" else whole)
+        except ProposalError as exc:  # blocks that do not apply, a block lost, broken markers
             problem = exc.reason
             continue
         problem = child_problem(parent, code)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from evobus.agents.roles.actor.errors import BlockMarkerError, BlockMismatchError
 
@@ -19,6 +20,12 @@ END_MARKER = "# EVOLVE-BLOCK-END"
 # Line ends as Python's tokenizer counts them (so line numbers agree with the AST's); not
 # str.splitlines, which also breaks at form feeds and Unicode separators.
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def source_lines(source: str) -> list[str]:
+    """``source``'s lines, each with its line end (the last may have none), numbered as the
+    AST numbers them: ``"".join(source_lines(s)) == s``."""
+    return _LINE.findall(source)
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ def parse(source: str, *, what: str = "the source") -> Layout:
     block_lines: list[tuple[int, int]] = []
     current: list[str] = []
     opened = 0  # the line of the open block's START, 0 when outside a block
-    for number, line in enumerate(_LINE.findall(source), start=1):
+    for number, line in enumerate(source_lines(source), start=1):
         text = line.strip()
         if text.startswith(START_MARKER):
             if opened:
@@ -122,8 +129,9 @@ def outside_equal(a: str, b: str) -> bool:
     return parse(a).fixed == parse(b).fixed
 
 
-def block_rule(source: str) -> str:
-    """What a model must be told about ``source``'s blocks, in words ("" when it has none).
+def block_rule(source: str, *, answer: Literal["diff", "file"] = "file") -> str:
+    """What a model must be told about ``source``'s blocks, in words ("" when it has none), for
+    an answer that is the whole file (``file``) or SEARCH/REPLACE blocks (``diff``).
 
     Raises:
         BlockMarkerError: its markers do not pair up.
@@ -132,9 +140,17 @@ def block_rule(source: str) -> str:
     if not count:
         return ""
     blocks = "one block" if count == 1 else f"{count} blocks"
-    return (
+    rule = (
         f"Only the code between the `{START_MARKER}` and `{END_MARKER}` lines may change (the "
-        f"parent has {blocks}). Code outside the EVOLVE-BLOCK markers is fixed and must be "
-        "returned unchanged: answer with the whole file, every marker line kept where it is; "
-        "whatever you write outside the blocks is replaced by the parent's code."
+        f"parent has {blocks}). "
+    )
+    if answer == "diff":
+        return rule + (
+            "Code outside the EVOLVE-BLOCK markers is fixed: every SEARCH must lie between two "
+            "markers, the marker lines themselves excluded."
+        )
+    return rule + (
+        "Code outside the EVOLVE-BLOCK markers is fixed and must be returned unchanged: answer "
+        "with the whole file, every marker line kept where it is; whatever you write outside "
+        "the blocks is replaced by the parent's code."
     )

@@ -93,3 +93,16 @@ class BlockMismatchError(ProposalError):
             f"the code has {found} EVOLVE-BLOCK(s) but the parent has {expected}: keep every "
             "`# EVOLVE-BLOCK-START` and `# EVOLVE-BLOCK-END` line of the parent"
         )
+
+
+class DiffError(ProposalError):
+    """SEARCH/REPLACE blocks that cannot be applied to their parent: none in the answer, one
+    malformed, a SEARCH not found, found more than once or outside the EVOLVE-BLOCKs.
+
+    Attributes:
+        block: the 1-based number of the block at fault, 0 when the answer as a whole is.
+    """
+
+    def __init__(self, block: int, problem: str) -> None:
+        self.block = block
+        super().__init__(problem)
