@@ -12,7 +12,7 @@ import msgspec.inspect
 
 from evobus.schemas.agents import Role
 from evobus.schemas.errors import CampaignConfigError
-from evobus.schemas.limits import SourceText, source_problem
+from evobus.schemas.limits import ProseText, SourceText, source_problem
 from evobus.schemas.registry import EmbedderSpec
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -89,6 +89,16 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``validation_episodes`` (1 by default there) counts repetitions of a noisy evaluator.
     ``evaluator_source`` is not a key of a campaign file: evobus fills it with the text of
     ``campaign.evaluator`` when the campaign is submitted, so that the file travels with it.
+
+    ``statement`` is the problem statement in the user's words (what the problem is, what the
+    metrics mean): it leads the task description in every model prompt of the campaign.
+    ``deterministic`` says whether a program's score on an instance is the same every time it
+    is evaluated; None takes the task's own answer (an evaluator file: yes). A deterministic
+    campaign scores each program on each instance once and reuses that score.
+
+    ``evaluator_folder`` is not a key of a campaign file either: when ``campaign.evaluator``
+    names a folder (SkyDiscover's ``evaluate.sh`` protocol), evobus fills it with the folder's
+    absolute path, and ``evaluator_source`` with the text of its scripts.
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
@@ -100,6 +110,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     cascade_thresholds: Annotated[tuple[float, ...], msgspec.Meta(max_length=9)] = ()
     params: dict[str, int | float | str | bool] = {}
     evaluator_source: SourceText = ""
+    statement: ProseText = ""
+    deterministic: bool | None = None
+    evaluator_folder: str = ""
 
 
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
@@ -159,6 +172,10 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         migrants: how many of an island's best (by train mean) go at each migration.
         migration_topology: where they go: ``ring`` (island k to k + 1) or ``random`` (another
             island, drawn afresh at each migration).
+        adaptive_in_flight: async mode: raise the steps in flight while proposals per minute
+            rise and staleness stays within its policy, lower them when they do not
+            (FlashEvolve §3.4 applied to the whole pipeline); ``in_flight`` is where it starts.
+        in_flight_min, in_flight_max: the bounds of ``adaptive_in_flight``.
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -191,6 +208,9 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     migration_interval: Annotated[int, msgspec.Meta(ge=1)] = 10
     migrants: Annotated[int, msgspec.Meta(ge=1, le=16)] = 2
     migration_topology: Literal["ring", "random"] = "ring"
+    adaptive_in_flight: bool = True
+    in_flight_min: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    in_flight_max: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -242,6 +262,9 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         concurrency: requests in flight per endpoint, per agent process.
         tool_refine_rounds: how often the tool generator asks the model to fix a failing tool
             (AGS §5.2) before it synthesises a new one or gives up.
+        answer_format: how the actor's model answers with a program: ``diff``, SEARCH/REPLACE
+            blocks applied to the parent's EVOLVE-BLOCKs (OpenEvolve's format; the whole file
+            is asked for when a diff does not apply), or ``file``, the whole file.
     """
 
     provider: Literal["offline", "openai"] = "offline"
@@ -261,6 +284,7 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
     tool_refine_rounds: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    answer_format: Literal["diff", "file"] = "diff"
 
 
 class CampaignSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -312,6 +336,38 @@ class Splits(msgspec.Struct, frozen=True, kw_only=True):
     held_out: bool
 
 
+class ErrorCount(msgspec.Struct, frozen=True, kw_only=True):
+    """One kind of failure and how many children failed with it (its first line)."""
+
+    error: str
+    count: int
+
+
+class ChildOutcomes(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of a campaign's children (the seed and migrants left out), each counted
+    once, by its first outcome (agents/console/outcomes.py reads them from the events).
+
+    ``evaluated``: scored without an error; ``filtered``: refused by the ε-net as a
+    near-duplicate (``candidate_filtered``); ``failed``: their evaluation failed on every
+    instance, other than by the timeout (``top_errors``: the three most frequent errors'
+    first lines, most frequent first); ``timed_out``: stopped by ``[sandbox]
+    timeout_seconds``; ``stale``: discarded by the staleness policy before evaluation;
+    ``unfinished``: proposed, not yet decided when the campaign stopped. ``abandoned`` counts
+    work items given up (``work_abandoned``: a proposal the model could not make, a diagnosis
+    that failed…), which never became a child.
+    """
+
+    proposed: int = 0
+    evaluated: int = 0
+    filtered: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    stale: int = 0
+    unfinished: int = 0
+    abandoned: int = 0
+    top_errors: tuple[ErrorCount, ...] = ()
+
+
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
@@ -340,6 +396,9 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     model_calls: int = 0
     outages: tuple[RoleOutage, ...] = ()
     splits: Splits | None = None  # None: a campaign run before the splits were recorded
+    # What became of the children, added by ``evobus run`` from the run's events; None in the
+    # orchestrator's own summary and in a campaign run before it was recorded.
+    outcomes: ChildOutcomes | None = None
 
 
 def _key_of(message: str) -> tuple[str, str]:
@@ -508,6 +567,7 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
         raise CampaignConfigError(path, key, reason)
     _check_pareto(spec.strategy, path)
     _check_islands(spec, path)
+    _check_in_flight(spec.strategy, path)
     return spec
 
 
@@ -542,6 +602,33 @@ def _check_pareto(strategy: StrategySection, path: str) -> None:
         )
 
 
+def _check_in_flight(strategy: StrategySection, path: str) -> None:
+    """``in_flight_min <= in_flight_max``, and, where the target adapts (async mode with
+    ``adaptive_in_flight``), ``in_flight`` between them: it is where the target starts.
+
+    Raises:
+        CampaignConfigError: naming the key out of order.
+    """
+    low, start, high = strategy.in_flight_min, strategy.in_flight, strategy.in_flight_max
+    if low > high:
+        raise CampaignConfigError(
+            path,
+            "strategy.in_flight_min",
+            f"{low} is above strategy.in_flight_max {high}: the bounds of adaptive_in_flight "
+            "need in_flight_min <= in_flight_max",
+        )
+    if not (strategy.adaptive_in_flight and strategy.mode == "async") or low <= start <= high:
+        return
+    side, bound = ("below", "in_flight_min") if start < low else ("above", "in_flight_max")
+    raise CampaignConfigError(
+        path,
+        "strategy.in_flight",
+        f"{start} is {side} strategy.{bound} {getattr(strategy, bound)}: adaptive_in_flight "
+        f"starts at in_flight and keeps it within [{low}, {high}]; change {bound}, or set "
+        "adaptive_in_flight = false for a fixed in_flight",
+    )
+
+
 def _check_islands(spec: CampaignSpec, path: str) -> None:
     """The islands split the proposal, evaluation and token budgets: each island gets at least
     one of each that is limited.
@@ -573,12 +660,13 @@ def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]
         CampaignConfigError: ``task.evaluator_source`` is set (evobus fills it from the file).
     """
     task_table = raw.get("task")
-    if isinstance(task_table, dict) and "evaluator_source" in task_table:
-        raise CampaignConfigError(
-            path,
-            "task.evaluator_source",
-            "is filled in by evobus from the evaluator file: name the file in campaign.evaluator",
-        )
+    for filled in ("evaluator_source", "evaluator_folder"):
+        if isinstance(task_table, dict) and filled in task_table:
+            raise CampaignConfigError(
+                path,
+                f"task.{filled}",
+                "is filled in by evobus from the evaluator: name it in campaign.evaluator",
+            )
     campaign = raw.get("campaign")
     if not isinstance(campaign, dict):
         return raw
@@ -651,6 +739,16 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
             spec, campaign=msgspec.structs.replace(section, program=program)
         )
     evaluator = (base / section.evaluator).resolve()
+    if evaluator.is_dir():  # SkyDiscover's evaluator folder (agents/tasks/evaluator_folder.py)
+        return msgspec.structs.replace(
+            spec,
+            campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
+            task=msgspec.structs.replace(
+                spec.task,
+                evaluator_folder=str(evaluator),
+                evaluator_source=_folder_text(evaluator),
+            ),
+        )
     try:
         source = evaluator.read_text(encoding="utf-8")
     except OSError as exc:
@@ -666,8 +764,28 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
-        task=msgspec.structs.replace(spec.task, evaluator_source=source),
+        task=msgspec.structs.replace(spec.task, evaluator_source=source, evaluator_folder=""),
     )
+
+
+def _folder_text(folder: Path) -> str:
+    """The text of an evaluator folder's scripts and Python files (``evaluate.sh`` first),
+    each under a ``# ---- name ----`` line, for as many as fit in an artifact: what tells
+    which of the program's functions the evaluator calls."""
+    names = sorted(
+        (p for p in folder.iterdir() if p.is_file() and p.suffix in (".sh", ".py")),
+        key=lambda p: (p.name != "evaluate.sh", p.name),
+    )
+    text = ""
+    for path in names:
+        try:
+            part = f"# ---- {path.name} ----\n{path.read_text(encoding='utf-8')}\n"
+        except (OSError, UnicodeDecodeError):
+            continue
+        if source_problem(text + part):
+            break
+        text += part
+    return text
 
 
 def validate_campaign_id(cid: str) -> str:

@@ -48,6 +48,10 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     # Prompt + completion tokens (the server's usage) of the model calls that made the child:
     # the proposal, its repair rounds and the diagnosis it followed. 0 for the offline engine.
     tokens: int = 0
+    # Completion tokens of the proposal's calls alone (its repair round included, and a tool it
+    # had generated): what the models wrote for this child, the whole file or SEARCH/REPLACE
+    # blocks; the diagnosis is not counted.
+    answer_tokens: int = 0
 
 
 class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
@@ -439,6 +443,25 @@ class IslandReseeded(msgspec.Struct, frozen=True, kw_only=True, tag="island_rese
     reason: str
 
 
+class InFlightChanged(msgspec.Struct, frozen=True, kw_only=True, tag="in_flight_changed"):
+    """The pipeline's in-flight target moved (async mode, ``adaptive_in_flight``: FlashEvolve
+    §3.4 applied to the whole pipeline): ``old`` → ``new`` steps, because of the window that
+    closed: its proposals per minute (``per_minute``; the window's before it:
+    ``last_per_minute``) and the mean version gap of its proposals at evaluation (``gap``).
+    ``targets``: the stages' targets after the move (the stages the campaign did not pin follow
+    the total)."""
+
+    campaign: str
+    at: float
+    old: int
+    new: int
+    per_minute: float
+    last_per_minute: float
+    gap: float
+    targets: dict[str, int]
+    reason: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -468,6 +491,7 @@ Event = (
     | ParetoFrontChanged
     | CandidateMigrated
     | IslandReseeded
+    | InFlightChanged
 )
 
 

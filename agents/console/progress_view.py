@@ -2,7 +2,8 @@
 
 Both views read the campaign's events. The one-off events a person wants to know about (the
 start, the seed's score, a new best, a tool, a dead letter, abandoned work, a rollback, a
-burst, a stage's workers moving, a stale proposal not kept) become one line each; the
+burst, a stage's workers moving, a stale proposal not kept, a kind of failure that repeats)
+become one line each; the
 ``progress`` event (every couple of seconds) becomes a compact line at most every
 ``PLAIN_EVERY_SECONDS`` of campaign time in the plain view, and the stage table and header of
 the live one (rich).
@@ -20,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from evobus.agents.console.outcomes import OutcomeTally
 from evobus.agents.runtime.events import describe, score
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -33,6 +35,7 @@ from evobus.schemas.events import (
     CandidateEvaluated,
     DeadLettered,
     Event,
+    InFlightChanged,
     RolledBack,
     StaleDecided,
     StoreRecovered,
@@ -92,6 +95,7 @@ class _Narrator:
         self.budget_proposals: int | None = None
         self.campaign: str = ""
         self.seed_shown = False
+        self.outcomes = OutcomeTally()
 
     def head(self, at: float) -> str:
         elapsed = at - (self.started_at or at)
@@ -99,6 +103,10 @@ class _Narrator:
 
     def note(self, event: Event) -> str | None:
         """The line ``event`` deserves, or None."""
+        failed = self.outcomes.add(event)
+        if failed:  # a child's failure: said when its kind repeats, not child by child
+            repeated = self.outcomes.repeated(failed)
+            return f"{self.head(event.at)}  {repeated}" if repeated else None
         match event:
             case CampaignStarted():
                 self.started_at = event.at
@@ -133,6 +141,7 @@ class _Narrator:
                 | BurstStarted()
                 | StaleDecided()
                 | WorkersChanged()
+                | InFlightChanged()
             ):
                 return f"{self.head(event.at)}  {describe(event).split(' ', 2)[2]}"
             case _:

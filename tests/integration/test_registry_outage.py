@@ -21,6 +21,7 @@ from nats.js import JetStreamContext
 
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.bus import codec, subjects
@@ -39,11 +40,11 @@ from evobus.schemas.events import (
     SkillLearned,
     WorkAbandoned,
 )
-from evobus.schemas.results import Result, SkillExtracted, ToolResult
+from evobus.schemas.results import Proposal, Result, SkillExtracted, ToolResult
 from evobus.schemas.work import DiagnoseWork, ProposeWork, ToolWork
 from tests.integration.test_registry import registry_service
 from tests.processes import start_evobus
-from tests.samples import TOOL_SPEC
+from tests.samples import SOURCE, TOOL_SPEC
 from tests.unit.test_orchestrator_state import (
     diagnosis,
     explore,
@@ -72,7 +73,7 @@ train_instances = 6
 in_flight = 4
 minibatch = 2
 min_evaluations = 2
-epsilon = 0.02
+epsilon = 0.1
 skills = 3
 rng_seed = 3
 """
@@ -107,13 +108,28 @@ async def following(
         await sub.unsubscribe()
 
 
+# A long change that two children make alike but for one number: what the ε-net embeds
+# (novelty.py) lies 0.0004 apart, well within the test's ε.
+SHARED_CHANGE = "".join(
+    f"def helper_{i}(x):\n    return x * {i} + {i * 3}\n\n\n" for i in range(12)
+)
+
+
+def near_copy(proposal: Proposal, index: int) -> Proposal:
+    """``proposal`` with the shared change, told apart by ``index`` alone."""
+    source = SOURCE + SHARED_CHANGE + f"TAG = {index}\n"
+    return msgspec.structs.replace(
+        proposal, artifact=msgspec.structs.replace(proposal.artifact, source=source)
+    )
+
+
 @pytest.mark.timeout(60)
 async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    # Two steps propose the same text while no registry runs: both go on unfiltered. Once
-    # the registry is up, the first joins the ε-net pool and the second, its duplicate, is
-    # refused late; the skill queued meanwhile is registered and learned.
+    # Two steps propose nearly the same change while no registry runs: both go on unfiltered.
+    # Once the registry is up, the first joins the ε-net pool and the second, its near
+    # duplicate, is refused late; the skill queued meanwhile is registered and learned.
     state = make_state(mode="sync", in_flight=2, epsilon=0.05, proposals=2)
     diagnoses = of_type(explore(state, seeded(state)), DiagnoseWork)
     proposes = [
@@ -137,8 +153,8 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             out, _ = await effects.run(step)
             published.extend(o.message for o in out)
 
-        for work in proposes:
-            await run(state.apply(proposal(work), None, 4.0))
+        for index, work in enumerate(proposes):
+            await run(state.apply(near_copy(proposal(work), index), None, 4.0))
         unfiltered = [e for e in published if isinstance(e, AdmittedUnfiltered)]
         assert [e.candidate_id for e in unfiltered] == ["c0001", "c0002"]
         assert state.backlog.unfiltered == ["c0001", "c0002"]
@@ -163,8 +179,7 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             assert registered.version == learned.version == 1
             assert registered.metadata["from"] == "c0001"
             # c0001 is in the registry's pool now: a fresh copy of it is refused at once.
-            source = state.candidates.by_id["c0001"].artifact.source
-            again = await registry.admit("cid", [("c0099", source)], 0.05)
+            again = await registry.admit("cid", [("c0099", epsilon_text(state, "c0001"))], 0.05)
             assert [r.nearest_id for r in again.rejected] == ["c0001"]
     finally:
         workspace.close()

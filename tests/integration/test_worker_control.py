@@ -13,6 +13,7 @@ import pytest
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
+from evobus.agents.console.cli import default_max_concurrency
 from evobus.bus import codec, subjects
 from evobus.bus.consumer import Handler, PullConsumer
 from evobus.bus.control import send_workers_target
@@ -69,7 +70,8 @@ async def test_an_evaluator_process_follows_its_workers_target(
             await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=1))
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
             await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=10_000))
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 256)  # the cap
+            cap = default_max_concurrency("evaluator")  # twice the cores, at least 4
+            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == cap)
             await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=0))
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)  # the floor
 

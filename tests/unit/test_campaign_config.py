@@ -75,6 +75,21 @@ def test_a_target_score_is_read() -> None:
             "strategy.pareto_metrics[0]",
             "'-' is no metric",
         ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nin_flight = 80\n',
+            "strategy.in_flight",
+            "80 is above strategy.in_flight_max 64",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nin_flight = 2\nin_flight_min = 3\n',
+            "strategy.in_flight",
+            "2 is below strategy.in_flight_min 3",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\nin_flight_min = 9\nin_flight_max = 8\n',
+            "strategy.in_flight_min",
+            "need in_flight_min <= in_flight_max",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:
@@ -83,6 +98,15 @@ def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:
     assert info.value.key == key
     assert reason in info.value.reason
     assert f"key '{key}'" in str(info.value) and "c.toml" in str(info.value)
+
+
+def test_in_flight_is_checked_against_its_bounds_only_where_it_adapts() -> None:
+    fixed = '[campaign]\ntask = "p"\n[strategy]\nin_flight = 80\nadaptive_in_flight = false\n'
+    assert parse_campaign(fixed).strategy.in_flight == 80
+    sync = '[campaign]\ntask = "p"\n[strategy]\nin_flight = 80\nmode = "sync"\n'
+    assert parse_campaign(sync).strategy.in_flight == 80
+    wide = '[campaign]\ntask = "p"\n[strategy]\nin_flight = 80\nin_flight_max = 128\n'
+    assert parse_campaign(wide).strategy.in_flight_max == 128
 
 
 def test_invalid_toml_says_where() -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from evobus.agents.console.cli import EXIT_CONFIG, main
+from evobus.agents.console.cli import EXIT_CONFIG, build_parser, default_max_concurrency, main
 
 
 def test_a_bad_campaign_key_exits_2_naming_it(
@@ -55,3 +56,11 @@ def test_an_agent_without_a_bus_says_so(
     monkeypatch.delenv("NATS_URL", raising=False)
     assert main(["agent", "critic"]) == 1
     assert "needs --nats URL or NATS_URL" in capsys.readouterr().err
+
+
+def test_an_evaluator_takes_at_most_twice_its_cores_unless_told() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert default_max_concurrency("evaluator") == max(4, 2 * cores)
+    assert default_max_concurrency("critic") == 256
+    args = build_parser().parse_args(["agent", "evaluator"])
+    assert args.max_concurrency is None  # resolved for the role when the agent starts

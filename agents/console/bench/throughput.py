@@ -127,7 +127,9 @@ def campaign_toml(options: ThroughputOptions, plan: RunPlan, base_url: str) -> s
     """The campaign file of one run: the same in every run but for ``mode`` and ``staleness``.
 
     No proposal budget to speak of unless ``--proposals`` gives one: the wall-clock budget ends
-    every run. ``adaptive_workers`` is the same in every run (only async mode acts on it). Each
+    every run. ``adaptive_workers`` is the same in every run (only async mode acts on it); the
+    in-flight target stays fixed (``adaptive_in_flight = false``): the runs compare modes at
+    the same K (tests/bench/in_flight.py measures the adaptive target). Each
     agent process
     may have every request of its stages in flight at the endpoint (the actor serves propose
     and repair), so the client's concurrency is never what limits a stage.
@@ -154,6 +156,7 @@ in_flight = {k}
 workers = {{ diagnose = {k}, propose = {k}, evaluate = {e} }}
 staleness = "{plan.policy}"
 adaptive_workers = {adaptive}
+adaptive_in_flight = false
 epsilon = 0.0
 rng_seed = 1
 
@@ -173,9 +176,10 @@ def _run_campaign_here(options: RunOptions, echo: Callable[[str], None]) -> Camp
 
 
 async def run_once(
-    sim: RunningSim, plan: RunPlan, options: ThroughputOptions, root: Path
+    sim: RunningSim, plan: RunPlan, options: ThroughputOptions, root: Path, text: str = ""
 ) -> tuple[ThroughputRun, str]:
     """One campaign on its own embedded nats-server; its measurements and the server version.
+    ``text``: the campaign file (else ``campaign_toml``'s for ``plan``).
 
     Raises:
         BenchError: the campaign failed or could not be observed.
@@ -183,7 +187,7 @@ async def run_once(
     run_dir = root / plan.label
     run_dir.mkdir(parents=True, exist_ok=True)
     campaign_file = run_dir / "campaign.toml"
-    campaign_file.write_text(campaign_toml(options, plan, sim.base_url))
+    campaign_file.write_text(text or campaign_toml(options, plan, sim.base_url))
     campaign = f"tp-{plan.label}-{uuid.uuid4().hex[:8]}"
     server = NatsServer(run_dir / "nats").start()
     run_options = RunOptions(

@@ -2,7 +2,9 @@
 
 Asynchronous mode keeps each stage's target K in flight (FlashEvolve §3.1), applies the
 staleness policy when a proposal's turn to be evaluated comes (§3.2) and rebalances the stages'
-targets by queue pressure and production rates (§3.4); the synchronous baseline moves a
+targets by queue pressure and production rates (§3.4), and moves the in-flight target the
+unpinned stages follow by proposals per minute and version gap (§3.4 applied to the whole
+pipeline: ``adaptive_in_flight``); the synchronous baseline moves a
 generation through each stage together. A step's stages: explore (its parents scored on its
 minibatch) → [diagnose] → propose → [ε-net] → [repair] → evaluate (its child) → decide. The
 stages' targets and the rates they pass steps at (``Workers``) are this module's to change.
@@ -14,6 +16,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from evobus.agents.evolution.in_flight import (
+    InFlight,
+    InFlightBounds,
+    adjust,
+    budget_ceiling,
+    follow,
+    staleness_bound,
+)
 from evobus.agents.evolution.staleness import StaleAction, decide_staleness
 from evobus.agents.evolution.workers import (
     RateMeter,
@@ -41,7 +51,7 @@ from evobus.agents.roles.orchestrator.steps import (
     Step,
 )
 from evobus.schemas.agents import WorkersTarget
-from evobus.schemas.events import StaleDecided, WorkersChanged
+from evobus.schemas.events import InFlightChanged, StaleDecided, WorkersChanged
 from evobus.schemas.results import Repaired
 from evobus.schemas.work import RepairWork
 
@@ -55,17 +65,22 @@ class Workers(msgspec.Struct, kw_only=True):
     Attributes:
         targets: each stage's target K (the agents' concurrency follows it).
         rates: the steps each stage passed, over ``RATE_WINDOW_SECONDS`` (``passed``).
+        in_flight: the pipeline's adaptive in-flight target and its window (``adaptive_in_flight``;
+            None until the first proposal, and in a campaign where it does not adapt).
     """
 
     targets: dict[str, int]
     rates: RateMeter = msgspec.field(
         default_factory=lambda: RateMeter(window_seconds=RATE_WINDOW_SECONDS)
     )
+    in_flight: InFlight | None = None
 
 
 def passed(state: CampaignState, stage: str, now: float) -> None:
     """A step passed ``stage`` at ``now`` (its rate counts steps, not work items)."""
     state.workers.rates.record(stage, now)
+    if stage == "propose" and _adaptive(state):
+        state.workers.in_flight = _in_flight(state).proposed(now)
 
 
 def explored(state: CampaignState, chain: Chain, now: float) -> None:
@@ -86,6 +101,7 @@ def refill(state: CampaignState, step: Step, now: float) -> None:
     if state.strategy.mode == "sync":
         _refill_sync(state, step, now)
     else:
+        _adapt_in_flight(state, step, now)
         _refill_async(state, step, now)
     idle = not (state.flight.pending or state.flight.admitting or state.flight.live)
     if state.run.phase == "evolving" and idle:
@@ -140,6 +156,7 @@ def _refill_async(state: CampaignState, step: Step, now: float) -> None:
     # Every started step will need an evaluate slot: count them all against the queue, so
     # that proposals cannot pile up (and go stale) faster than they are evaluated.
     queue = state.strategy.queue or targets["propose"] + targets["evaluate"]
+    advanced = False
     while (
         _can_start(state)
         and _count(state, *EVALUATING) < targets["evaluate"]
@@ -147,7 +164,19 @@ def _refill_async(state: CampaignState, step: Step, now: float) -> None:
         and _count(state, "diagnosed", "propose") < targets["propose"]
         and _count(state, *BEFORE_EVALUATION) < queue
     ):
-        start_chain(state, step, now)
+        if _start(state, step, now).stage != "explore":
+            advanced = True
+    if advanced:  # steps whose parents' scores were known: on to the critic or the actor now
+        _refill_async(state, step, now)
+
+
+def _start(state: CampaignState, step: Step, now: float) -> Chain:
+    """Start a step; one whose parents' scores are all known already (a deterministic
+    campaign, reuse.py) is explored at once, with no evaluation in flight."""
+    chain = start_chain(state, step, now)
+    if chain.waiting == 0:
+        explored(state, chain, now)
+    return chain
 
 
 # The stages of a step with evaluations in flight: what the evaluate stage's K bounds.
@@ -173,7 +202,7 @@ def _refill_sync(state: CampaignState, step: Step, now: float) -> None:
         budget = state.spec.campaign.budget
         for _ in range(min(state.strategy.in_flight, budget.proposals - state.flight.proposals)):
             if _can_start(state):
-                start_chain(state, step, now)
+                _start(state, step, now)
     if not _count(state, "explore"):
         for chain in _waiting(state, "explored"):
             diagnose(state, step, chain)
@@ -220,6 +249,8 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
                 reason=reason,
             ),
         )
+    if _adaptive(state):
+        state.workers.in_flight = _in_flight(state).evaluated(decision.delta)
     match action:
         case "keep":
             _evaluate_chain(state, step, chain)
@@ -352,3 +383,62 @@ def rebalance(state: CampaignState, step: Step, now: float) -> None:
         )
         targets[change.stage] = change.new
     refill(state, step, now)
+
+
+def _adaptive(state: CampaignState) -> bool:
+    """Whether the in-flight target adapts: async mode with ``adaptive_in_flight``, and a stage
+    whose target can follow it (diagnose, propose or evaluate not pinned by ``workers``)."""
+    strategy = state.strategy
+    return (
+        strategy.mode == "async"
+        and strategy.adaptive_in_flight
+        and any(stage not in strategy.workers for stage in REBALANCED)
+    )
+
+
+def _in_flight(state: CampaignState) -> InFlight:
+    """The in-flight control, starting at ``in_flight`` (a snapshot taken before it had one
+    starts there too)."""
+    return state.workers.in_flight or InFlight(target=state.strategy.in_flight)
+
+
+def _adapt_in_flight(state: CampaignState, step: Step, now: float) -> None:
+    """FlashEvolve §3.4 applied to the whole pipeline (agents/evolution/in_flight.py): once a
+    window of proposals is complete, the in-flight target climbs while proposals per minute
+    rise and the version gap stays within the bound, and backs off when they do not. The
+    stages the campaign did not pin follow it in proportion (their agents by
+    ``evo.control.<stage>``); the ``queue``, unless pinned, follows them."""
+    control = state.workers.in_flight
+    if control is None or not control.due or not _adaptive(state):
+        return
+    strategy = state.strategy
+    gap = staleness_bound(strategy.staleness, strategy.max_staleness)
+    ceiling = max(
+        strategy.in_flight_min,
+        budget_ceiling(
+            strategy.in_flight_max, strategy.in_flight, state.spec.campaign.budget.proposals
+        ),
+    )
+    bounds = InFlightBounds(strategy.in_flight_min, ceiling, gap)
+    control, change = adjust(control, bounds, now)
+    state.workers.in_flight = control
+    if change is None:
+        return
+    targets = state.workers.targets
+    for stage, k in follow(targets, strategy.workers, change, bounds).items():
+        targets[stage] = k
+        step.controls.append(WorkersTarget(stage=stage, concurrency=k, campaign=state.cid, at=now))
+    state.emit(
+        step,
+        InFlightChanged(
+            campaign=state.cid,
+            at=now,
+            old=change.old,
+            new=change.new,
+            per_minute=change.per_minute,
+            last_per_minute=change.last_per_minute,
+            gap=change.gap,
+            targets=dict(targets),
+            reason=change.reason,
+        ),
+    )

@@ -36,6 +36,7 @@ CAMPAIGN_KINDS = frozenset(
         "rolled_back",
         "burst_started",
         "workers_changed",
+        "in_flight_changed",
         "tool_registered",
     }
 )
