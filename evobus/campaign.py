@@ -17,6 +17,8 @@ from typing import TypedDict, TypeVar, Unpack
 import anyio
 import msgspec
 
+from evobus.agents.console.peer_config import given_keys
+from evobus.agents.console.peer_files import read_beside
 from evobus.agents.console.supervisor import (
     PYTHON_ORIGIN,
     WORKER_ROLES,
@@ -112,6 +114,7 @@ class Campaign:
         self._spec = spec
         self._origin = origin  # the campaign file: its relative paths are relative to it
         self._evaluator_text = evaluator_text  # from_function's file, written at start
+        self._notes: tuple[str, ...] = ()  # said when the campaign starts (from_files)
 
     @classmethod
     def from_spec(cls, spec: CampaignSpec) -> Campaign:
@@ -146,15 +149,29 @@ class Campaign:
     ) -> Campaign:
         """A campaign that evolves ``program`` scored by ``evaluator``, an evaluator file in
         OpenEvolve's form (``evaluate(program_path) -> dict`` with ``combined_score``), run in
-        the sandbox. The task's own settings (``params``, ``cascade_thresholds``) go in
-        ``task_settings``.
+        the sandbox, or a folder with an executable ``evaluate.sh`` (SkyDiscover's protocol,
+        docs/evaluator-files.md). The task's own settings (``params``,
+        ``cascade_thresholds``, ``statement``) go in ``task_settings``.
+
+        As ``evobus run --program --evaluator`` does, it reads the peer's ``config.yaml``
+        beside the evaluator (its problem statement, timeout, diff mode, iterations: the
+        keywords given here win) and checks the ``requirements.txt`` there; what it found is
+        said through ``echo`` when the campaign starts (``notes``).
+
+        Raises:
+            CampaignConfigError: a bad setting, or a ``config.yaml`` that is no YAML mapping
+                or has a bad value (naming its key and line).
 
         Example:
             >>> campaign = evobus.Campaign.from_files(
             ...     program="initial_program.py", evaluator="evaluator.py", proposals=50
             ... )
         """
-        return cls(FILES_TASK, program=program, evaluator=evaluator, **settings)
+        campaign = cls(FILES_TASK, program=program, evaluator=evaluator, **settings)
+        given = given_keys(_tables(FILES_TASK, {}, settings), "a keyword of from_files")
+        campaign._spec, notes = read_beside(campaign._spec, given)
+        campaign._notes = tuple(notes)
+        return campaign
 
     @classmethod
     def from_function(
@@ -188,6 +205,13 @@ class Campaign:
     def spec(self) -> CampaignSpec:
         """The validated campaign, as a campaign file would hold it."""
         return self._spec
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What evobus says when the campaign starts about the peer's files beside the
+        evaluator (``from_files``): the ``config.yaml`` keys it uses and those it does not,
+        the packages of ``requirements.txt`` the sandbox's interpreter lacks."""
+        return self._notes
 
     def __repr__(self) -> str:
         section = self._spec.campaign
@@ -285,6 +309,8 @@ class Campaign:
             workers=_workers(workers),
             spec=self._spec_for(campaign_dir(out_dir, cid)),
         )
+        for note in self._notes:
+            (echo or _silent)(note)
         async with start_run(options, cid, echo or _silent) as run:
             yield run
 

@@ -46,6 +46,20 @@ class SandboxUnavailable(SandboxError):
         )
 
 
+class SandboxMountUnavailable(SandboxUnavailable):
+    """A host folder a run must see at another path (an evaluator folder at ``/benchmark``)
+    cannot be shown to it here: no mount point can be made, or no mount namespace works.
+
+    Attributes:
+        target: the path the run would see the folder at.
+    """
+
+    def __init__(self, target: str, reason: str) -> None:
+        self.target = target
+        self.isolation = "none"
+        SandboxError.__init__(self, f"a run must see a folder at {target}: {reason}")
+
+
 class ZygoteError(SandboxError):
     """A warm sandbox's zygote (infra/zygote.py) did not start, or a run it forked failed
     before the run's own code ran.

@@ -32,15 +32,18 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import PurePosixPath
+from types import MappingProxyType
 
 import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from evobus.infra.errors import SandboxUnavailable
+from evobus.infra.errors import SandboxMountUnavailable, SandboxUnavailable
 from evobus.infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
+from evobus.infra.sandbox_memory import Cage, open_cage
+from evobus.infra.sandbox_memory import rlimits as memory_rlimits
 from evobus.infra.sandbox_slots import RunSlot, claim_slot, make_workdir, remove_workdir
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.results import Isolation
@@ -80,7 +83,9 @@ ENVIRONMENT = {
     "PYTHONHASHSEED": "0",
     **{f"{lib}_NUM_THREADS": "1" for lib in ("OPENBLAS", "OMP", "MKL", "NUMEXPR", "BLIS")},
 }
-_SIGNAL_HINTS = {"SIGKILL": " (memory or CPU limit?)", "SIGXCPU": " (CPU limit)"}
+# How many of the last lines of a failed run's stderr its failure quotes (a native crash,
+# a C++ abort, the harness's own last words about its evaluator).
+STDERR_LINES = 8
 
 
 class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +99,9 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     (sandbox_slots.py; "nobody" where our uid map lacks their range). None without root: it
     ran as "root" of a user namespace of its own, mapped to our uid (or, unisolated, as us).
     ``warm``: a child of a warm sandbox's zygote ran it (infra/zygote.py), not a fresh sandbox.
+    ``memory_exceeded``: the kernel killed a process of the run for holding more than
+    ``[sandbox] memory_mb`` (its memory cgroup's OOM kills; infra/sandbox_memory.py).
+    ``limits``: the limits it ran under, which ``failure()`` names.
     """
 
     returncode: int | None
@@ -108,22 +116,54 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     files_skipped: dict[str, str] = {}
     uid: int | None = None
     warm: bool = False
+    memory_exceeded: bool = False
+    limits: SandboxSection | None = None
 
     def failure(self) -> str:
-        """A short human reason why the run failed, or "" when it succeeded."""
+        """A short human reason why the run failed, or "" when it succeeded: the limit it hit
+        named by its campaign key, and for a run killed by a signal the end of its stderr."""
+        limits = self.limits or SandboxSection()
+        if self.memory_exceeded:  # whatever the signal: the kernel's OOM killer sent it
+            why = (
+                f"out of memory: the run held more than [sandbox] memory_mb = "
+                f"{limits.memory_mb} MiB and the kernel killed it"
+            )
+            return why + self._stderr_tail()
         if self.over_limit:
             return self.over_limit
         if self.timed_out or self.returncode is None:
-            return f"timed out after {self.duration_seconds:.1f} s"
+            return (
+                f"timed out after {self.duration_seconds:.1f} s "
+                f"([sandbox] timeout_seconds = {limits.timeout_seconds:g})"
+            )
         if self.returncode == 0:
             return ""
         if self.returncode < 0:
             number = -self.returncode
             name = next((s.name for s in signal.Signals if s == number), str(number))
-            return f"killed by signal {name}{_SIGNAL_HINTS.get(name, '')}"
+            return f"killed by signal {name}{_signal_hint(name, limits)}{self._stderr_tail()}"
         lines = self.stderr.decode(errors="replace").strip().splitlines()
         last = f": {lines[-1][:300]}" if lines else ""
         return f"exit code {self.returncode}{last}"
+
+    def _stderr_tail(self) -> str:
+        lines = [ln.rstrip()[:300] for ln in self.stderr.decode(errors="replace").splitlines()]
+        kept = [ln for ln in lines if ln.strip()][-STDERR_LINES:]
+        return "; its stderr ends:\n" + "\n".join(kept) if kept else "; it wrote no stderr"
+
+
+def _signal_hint(name: str, limits: SandboxSection) -> str:
+    """What a signal says of the limit the run hit, named by its campaign key."""
+    if name == "SIGXCPU":
+        return f" (over its CPU time, [sandbox] cpu_seconds = {limits.cpu_seconds})"
+    if name == "SIGKILL":  # the CPU limit's hard kill, or a memory limit no cgroup counted
+        return (
+            f" (memory or CPU limit? [sandbox] memory_mb = {limits.memory_mb}, "
+            f"cpu_seconds = {limits.cpu_seconds})"
+        )
+    if name in ("SIGABRT", "SIGSEGV", "SIGBUS"):  # how native code fails on an allocation
+        return f" (a native crash: an allocation over [sandbox] memory_mb = {limits.memory_mb}?)"
+    return ""
 
 
 def available_isolation(prefer: Isolation | None = None) -> Isolation:
@@ -145,6 +185,7 @@ async def run_sandboxed(
     collect: Sequence[str] = (),
     collect_max_bytes: int = COLLECT_MAX_BYTES,
     stdin: bytes = b"",
+    mounts: Mapping[str, str] = MappingProxyType({}),
 ) -> SandboxRun:
     """Write ``files`` into a fresh directory and run ``[python, "-I", *argv]`` there.
 
@@ -164,10 +205,15 @@ async def run_sandboxed(
         collect_max_bytes: the cap on each collected file.
         stdin: what the run reads on its standard input, which is closed after it (without
             it, the input is /dev/null). Unlike the files, it is never in the directory.
+        mounts: host directories the run sees read-only at other paths, by the path it sees
+            them at (an evaluator folder at ``/benchmark``); ``read_only_mount_point`` makes
+            that path's mount point on the host when it is missing.
 
     Raises:
         SandboxUnavailable: that isolation does not work here, or none does and
             ``limits.allow_unisolated`` is false.
+        SandboxMountUnavailable: ``mounts`` cannot be shown: no namespace works here, or a
+            mount point is missing and cannot be made.
         SandboxError: no run slot could be had (sandbox_slots.py).
         ValueError: a file or collect path is absolute or leaves the directory.
     """
@@ -177,16 +223,28 @@ async def run_sandboxed(
         raise SandboxUnavailable(isolation)
     if chosen == "none" and not limits.allow_unisolated:
         raise SandboxUnavailable("none")
+    if chosen == "none" and mounts:
+        raise SandboxMountUnavailable(
+            next(iter(mounts)), "unisolated runs have no mount namespace: install bubblewrap"
+        )
+    for target in mounts:
+        await anyio.to_thread.run_sync(read_only_mount_point, target)
     slot = await anyio.to_thread.run_sync(claim_slot)
     try:
         workdir = await anyio.to_thread.run_sync(make_workdir, slot)
         try:
             interpreter = python or sys.executable
-            prepare = functools.partial(_prepare, chosen, interpreter, argv, limits, workdir)
-            with _lifeline() as lifeline:
-                command, uid = await anyio.to_thread.run_sync(prepare, files, slot, lifeline)
-                run = await _execute(command, workdir, limits, chosen, stdin, lifeline)
-            run = msgspec.structs.replace(run, uid=uid)
+            prepare = functools.partial(
+                _prepare, chosen, interpreter, argv, limits, workdir, extra=mounts
+            )
+            async with caged(limits) as cage:
+                with _lifeline() as lifeline:
+                    command, uid = await anyio.to_thread.run_sync(
+                        functools.partial(prepare, cage=cage), files, slot, lifeline
+                    )
+                    run = await _execute(command, workdir, limits, chosen, stdin, lifeline, cage)
+                exceeded = cage is not None and cage.oom_kills() > 0
+            run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded, limits=limits)
             if not collect:
                 return run
             read = functools.partial(collect_files, workdir, collect, collect_max_bytes)
@@ -197,6 +255,19 @@ async def run_sandboxed(
                 await anyio.to_thread.run_sync(remove_soon, workdir)
     finally:
         slot.release()  # after the workdir went: until then its name tells the run lives
+
+
+@contextlib.asynccontextmanager
+async def caged(limits: SandboxSection) -> AsyncIterator[Cage | None]:
+    """A memory cgroup of the run's own for the block (infra/sandbox_memory.py), removed after
+    it, or None where the host gives none (the rlimits then bound memory)."""
+    cage = await anyio.to_thread.run_sync(open_cage, limits.memory_mb * _MIB)
+    try:
+        yield cage
+    finally:
+        if cage is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(cage.close)
 
 
 def check_paths(names: Iterable[str]) -> None:
@@ -220,10 +291,15 @@ def _prepare(
     files: Mapping[str, str | bytes],
     slot: RunSlot,
     lifeline: int,
+    *,
+    extra: Mapping[str, str] = MappingProxyType({}),
+    cage: Cage | None = None,
 ) -> tuple[list[str], int | None]:
     """Write the files and build the command line (wrapper, then the bootstrap that execs);
     with the uid the run will have, if it drops to one. ``lifeline``: the descriptor the run
-    inherits, the read end of the pipe whose end tells it that we are gone."""
+    inherits, the read end of the pipe whose end tells it that we are gone. ``extra``: host
+    directories bound read-only at other paths (target → source), after everything else.
+    ``cage``: the run's memory cgroup, which the bootstrap joins first."""
     python = os.path.abspath(python)
     hidden = interpreter_hidden(python, workdir)
     # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the
@@ -236,16 +312,24 @@ def _prepare(
     mounts = isolation == "unshare"  # bwrap mounts by itself; "none" cannot
     config = {
         "covers": outer if mounts else [],
-        "binds": [[p, True] for p in read_only] + [[workdir, False]] if mounts else [],
+        "binds": [
+            *([p, True] for p in read_only),
+            [workdir, False],
+            *([source, True, target] for target, source in extra.items()),
+        ]
+        if mounts
+        else [],
         "workdir": workdir,
         "uid": uid,
-        "rlimits": rlimits(limits, processes=drop or isolation != "none"),
+        "rlimits": rlimits(limits, processes=drop or isolation != "none", caged=cage is not None),
+        "cgroup": cage.procs if cage is not None else None,
+        "uncaged": uncaged_rlimits(limits) if cage is not None else [],
         "argv": [python, "-I", *argv],
         "lifeline": lifeline,
         "deadline_seconds": limits.timeout_seconds + INIT_GRACE_SECONDS,
     }
     if isolation == "bwrap":
-        prefix = _bwrap_argv(outer, read_only, workdir)
+        prefix = _bwrap_argv(outer, read_only, workdir, extra)
     else:
         prefix = _unshare_argv() if mounts else []
     return [*prefix, python, "-I", "-c", BOOTSTRAP_SOURCE, json.dumps(config)], uid
@@ -281,13 +365,16 @@ def mount_plan(
     return outer, [p for p in interpreter if any(is_under(p, c[0]) for c in outer)]
 
 
-def rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, int]]:
+def rlimits(
+    limits: SandboxSection, *, processes: bool, caged: bool = False
+) -> list[tuple[int, int, int]]:
     """The rlimits of a run as (resource, soft, hard); with the process limit when
-    ``processes`` (counted per uid: a run's own uid, or a user namespace of its own)."""
-    memory, file_bytes = limits.memory_mb * _MIB, limits.max_file_bytes
+    ``processes`` (counted per uid: a run's own uid, or a user namespace of its own). Memory:
+    none when the run has a memory cgroup (``caged``), else infra/sandbox_memory.py's fallback."""
+    file_bytes = limits.max_file_bytes
     rlimits = [
         (resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1),
-        (resource.RLIMIT_AS, memory, memory),
+        *memory_rlimits(limits.memory_mb * _MIB, caged=caged),
         (resource.RLIMIT_FSIZE, file_bytes, file_bytes),
         (resource.RLIMIT_NOFILE, limits.max_open_files, limits.max_open_files),
         (resource.RLIMIT_CORE, 0, 0),
@@ -297,10 +384,19 @@ def rlimits(limits: SandboxSection, *, processes: bool) -> list[tuple[int, int, 
     return rlimits
 
 
+def uncaged_rlimits(limits: SandboxSection) -> list[tuple[int, int, int]]:
+    """The memory rlimits a run takes instead when it could not join its cgroup."""
+    return memory_rlimits(limits.memory_mb * _MIB, caged=False)
+
+
 def _bwrap_argv(
-    covers: list[tuple[str, int, int]], read_only: list[str], workdir: str | None
+    covers: list[tuple[str, int, int]],
+    read_only: list[str],
+    workdir: str | None,
+    mounts: Mapping[str, str] = MappingProxyType({}),
 ) -> list[str]:
-    """bwrap's command line; ``covers`` are private tmpfs as (path, mode, size in bytes)."""
+    """bwrap's command line; ``covers`` are private tmpfs as (path, mode, size in bytes),
+    ``mounts`` host directories bound read-only at other paths (target → source)."""
     if os.geteuid() == 0:
         # --unshare-all would add a user namespace mapping the sandbox to real root; as root a
         # real drop to the run's uid (by the bootstrap, hence CAP_SETUID/SETGID) is stronger.
@@ -326,7 +422,31 @@ def _bwrap_argv(
         argv += ["--ro-bind", path, path]
     if workdir is not None:
         argv += ["--bind", workdir, workdir]  # the bootstrap enters it, as the run's uid
+    for target, source in mounts.items():
+        argv += ["--ro-bind", source, target]
     return [*argv, "--"]
+
+
+def read_only_mount_point(target: str) -> None:
+    """Make sure ``target``, where a run sees a host directory (``run_sandboxed``'s
+    ``mounts``), exists on the host as a directory: a mount needs a mount point, and both
+    backends see the host's own root, read-only (bwrap) or shared (unshare), so it cannot be
+    made inside the run. Made once, empty, as Docker makes ``/benchmark`` in an image.
+
+    Raises:
+        SandboxMountUnavailable: it is not a directory and cannot be made one (not root: make
+            it once).
+    """
+    if os.path.isdir(target):
+        return
+    try:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise SandboxMountUnavailable(
+            target,
+            f"this host lacks it and evobus cannot make it ({exc.strerror}): make it once, "
+            f"empty (sudo mkdir {target})",
+        ) from None
 
 
 def _unshare_argv() -> list[str]:
@@ -496,6 +616,7 @@ async def _execute(
     isolation: Isolation,
     stdin: bytes,
     lifeline: int,
+    cage: Cage | None = None,
 ) -> SandboxRun:
     stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
     started = time.monotonic()
@@ -505,7 +626,7 @@ async def _execute(
         cwd=workdir,
         env={**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
-        pass_fds=(lifeline,),
+        pass_fds=(lifeline,) if cage is None else (lifeline, cage.procs),
     )
     assert process.stdout is not None and process.stderr is not None
     over_limit: list[str] = []

@@ -30,14 +30,18 @@ _HEADER = (
 def mount_tree(covers: Sequence[Sequence[object]], binds: Sequence[Sequence[object]]) -> None:
     """In a mount namespace of our own: ``covers`` are private tmpfs as [path, mode, size],
     ``binds`` host directories as [path, read_only], bound back at their own paths (after the
-    covers, which may hide them)."""
+    covers, which may hide them), or as [path, read_only, target], bound at ``target``."""
     mount_opened(covers, open_binds(binds))
 
 
 def open_binds(binds: Sequence[Sequence[object]]) -> list[tuple[int, str, bool]]:
     """The sources of ``binds``, opened (``O_PATH``) before a tmpfs covers them (or before we
     become a uid that cannot reach them): /proc/self/fd/N reaches them afterwards."""
-    return [(os.open(str(p), os.O_PATH | os.O_DIRECTORY), str(p), bool(ro)) for p, ro in binds]
+    opened = []
+    for bind in binds:
+        target = str(bind[2] if len(bind) > 2 else bind[0])
+        opened.append((os.open(str(bind[0]), os.O_PATH | os.O_DIRECTORY), target, bool(bind[1])))
+    return opened
 
 
 def mount_opened(
@@ -135,6 +139,22 @@ def confine(rlimits: Sequence[Sequence[int]], uid: int | None) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+def join_cgroup(procs: int | None) -> bool:
+    """Join the run's memory cgroup (infra/sandbox_memory.py) through ``procs``, its
+    ``cgroup.procs`` opened by the evaluator, before any of the run's code is loaded; every
+    process the run starts is then in it too. False when there is none or the kernel refuses
+    (a cgroup namespace that does not reach it): the run then takes the fallback rlimits."""
+    if procs is None:
+        return False
+    try:
+        os.write(procs, b"0")  # 0: the writer
+    except OSError:
+        return False
+    finally:
+        os.close(procs)
+    return True
+
+
 def bootstrap(config_json: str) -> None:
     """Run inside the sandbox, as root where we are root: mounts, limits, uid drop, exec.
 
@@ -143,6 +163,7 @@ def bootstrap(config_json: str) -> None:
     it does when the evaluator is gone (the ``lifeline`` pipe ends) or its deadline passes.
     """
     config = json.loads(config_json)
+    caged = join_cgroup(config.get("cgroup"))
     libc = ctypes.CDLL(None, use_errno=True)
     mount_tree(config["covers"], config["binds"])
     lifeline = config["lifeline"]  # its end: the evaluator is gone, whichever way it went
@@ -155,7 +176,7 @@ def bootstrap(config_json: str) -> None:
         child = os.fork()
         if child:
             serve_as_init(child, lifeline, config["deadline_seconds"])
-    confine(config["rlimits"], config["uid"])
+    confine(config["rlimits"] + ([] if caged else config.get("uncaged", [])), config["uid"])
     if not in_namespace:
         # Unisolated, no init to end the run: the candidate itself at least dies with the
         # evaluator, its parent. Armed after the uid drop, which would clear it; then the
@@ -172,7 +193,15 @@ BOOTSTRAP_SOURCE = (
     _HEADER
     + "\n\n".join(
         inspect.getsource(f)
-        for f in (mount_tree, open_binds, mount_opened, serve_as_init, confine, bootstrap)
+        for f in (
+            mount_tree,
+            open_binds,
+            mount_opened,
+            serve_as_init,
+            confine,
+            join_cgroup,
+            bootstrap,
+        )
     )
     + "\nbootstrap(sys.argv[1])\n"
 )

@@ -20,10 +20,12 @@ cold run has, run by run:
   evaluator ended the run or died), and the zygote, init of the namespace every run is nested
   in, ends everything when its own lifeline ends.
 
-Accounting is by uid, not cgroup: this host's cgroup v2 hierarchy has neither the pids nor the
-memory controller (cgroup v1 holds them), while the slot uids already give each run a process
-count of its own; memory stays the address-space rlimit, as in cold runs. The zygote runs in a
-user namespace whose map holds the slot uids alone (its own as the namespace's root): it can
+Processes are counted by uid, not cgroup (the slot uids give each run a process count of its
+own, on hosts whose cgroup v2 hierarchy has no pids controller too). Memory is limited as in
+cold runs: each run joins a memory cgroup of its own where the host has one
+(infra/sandbox_memory.py; the evaluator opens it, the run's harness joins it through the
+descriptor sent with the request), else the fallback rlimits. The zygote runs in a user
+namespace whose map holds the slot uids alone (its own as the namespace's root): it can
 become a run's uid and nothing else, the host's root least of all.
 
 Warm runs need root, to map the slot uids. Without it, or where our uid map lacks their range
@@ -65,6 +67,7 @@ from evobus.infra.sandbox import (
     watch_workdir,
     write_files,
 )
+from evobus.infra.sandbox_memory import Cage
 from evobus.infra.sandbox_slots import RunSlot, claim_slot, own_uids_mapped
 from evobus.infra.zygote_process import REAP_GRACE_SECONDS, Zygote, start_zygote
 from evobus.schemas.campaign import SandboxSection
@@ -137,7 +140,10 @@ class Zygotes:
         slot, workdir = await anyio.to_thread.run_sync(prepare)
         ran: list[SandboxRun] = []
         try:
-            ran.append(await _execute(zygote, workdir, slot, argv, limits))
+            async with sandbox.caged(limits) as cage:
+                run = await _execute(zygote, workdir, slot, argv, limits, cage)
+                exceeded = cage is not None and cage.oom_kills() > 0
+            ran.append(msgspec.structs.replace(run, memory_exceeded=exceeded, limits=limits))
         finally:
             finish = functools.partial(
                 _finish_run, slot, workdir, collect if ran else (), collect_max_bytes
@@ -229,13 +235,19 @@ def _run_mounts(
 
 
 async def _execute(
-    zygote: Zygote, workdir: str, slot: RunSlot, argv: Sequence[str], limits: SandboxSection
+    zygote: Zygote,
+    workdir: str,
+    slot: RunSlot,
+    argv: Sequence[str],
+    limits: SandboxSection,
+    cage: Cage | None = None,
 ) -> SandboxRun:
     covers, binds = _run_mounts(zygote, workdir, limits)
     request = {
         "workdir": workdir,
         "uid": slot.uid,
-        "rlimits": rlimits(limits, processes=True),
+        "rlimits": rlimits(limits, processes=True, caged=cage is not None),
+        "uncaged": sandbox.uncaged_rlimits(limits) if cage is not None else [],
         "argv": list(argv),
         "environment": {**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         "covers": covers,
@@ -257,9 +269,8 @@ async def _execute(
     started = time.monotonic()
     try:
         try:
-            zygote.send(
-                json.dumps(request).encode(), [out_write, err_write, life_read, status_write]
-            )
+            fds = [out_write, err_write, life_read, status_write]
+            zygote.send(json.dumps(request).encode(), fds + ([cage.procs] if cage else []))
         finally:
             for fd in (out_write, err_write, life_read, status_write):
                 os.close(fd)

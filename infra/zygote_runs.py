@@ -239,6 +239,7 @@ def run_harness(request: Record, out: int, err: int, status: int, warm: Warm) ->
     folder and environment of the run, nothing of the zygote's descriptors; then the script,
     as ``python -I`` would run it."""
     try:
+        caged = sandbox_bootstrap.join_cgroup(request.get("cgroup_fd"))
         os.setsid()
         check(libc.unshare(RUN_NAMESPACES), "unshare")
         sandbox_bootstrap.mount_tree(request["covers"], request["binds"])
@@ -246,7 +247,8 @@ def run_harness(request: Record, out: int, err: int, status: int, warm: Warm) ->
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
-        sandbox_bootstrap.confine(request["rlimits"], request["uid"])
+        uncaged = [] if caged else request.get("uncaged", [])
+        sandbox_bootstrap.confine(request["rlimits"] + uncaged, request["uid"])
         os.chdir(request["workdir"])
         os.environ.clear()
         os.environ.update(request["environment"])

@@ -76,7 +76,8 @@ else:  # zygote_server.py in the zygote's folder, run by `python -I`: shipped be
 
 MS_REC_PRIVATE = 16384 | (1 << 18)
 # The descriptors of one request, in this order: the run's stdout and stderr (write ends), its
-# lifeline (read end: the evaluator closing the other ends the run) and its status (write end).
+# lifeline (read end: the evaluator closing the other ends the run) and its status (write end);
+# then, where the run has a memory cgroup (infra/sandbox_memory.py), its cgroup.procs.
 RUN_FDS = 4
 MAX_REQUEST_BYTES = 1 << 16
 READY = b"ready"
@@ -173,19 +174,21 @@ class Zygote:
     def receive(self) -> None:
         """Start the run a request asks for, or say on its status why it did not start."""
         try:
-            message, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST_BYTES, RUN_FDS)
+            message, fds, _, _ = socket.recv_fds(self.control, MAX_REQUEST_BYTES, RUN_FDS + 1)
         except OSError:
             os._exit(0)
         if not message:
             os._exit(0)  # the evaluator closed the socket
-        if len(fds) != RUN_FDS:
+        if len(fds) not in (RUN_FDS, RUN_FDS + 1):
             for fd in fds:
                 os.close(fd)
             return
-        out, err, lifeline, status = fds
+        out, err, lifeline, status = fds[:RUN_FDS]
+        cgroup = fds[RUN_FDS] if len(fds) > RUN_FDS else -1
         init, namespace = -1, -1
         try:
             request = json.loads(message)
+            request["cgroup_fd"] = cgroup if cgroup >= 0 else None  # the harness joins it
             namespace, init = self.factory.new_init(lifeline, request["deadline_seconds"])
             os.close(lifeline)
             lifeline = -1
@@ -200,7 +203,7 @@ class Zygote:
                 os.close(init)
             return
         finally:
-            for fd in (out, err, lifeline, namespace):
+            for fd in (out, err, lifeline, namespace, cgroup):
                 if fd >= 0:
                     os.close(fd)
         self.runs[harness] = Run(pid, init, status)

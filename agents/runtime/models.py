@@ -60,12 +60,14 @@ def engine_name(model: str, *, simulator: bool, prompt: str = "") -> str:
 
 @dataclass(frozen=True)
 class CampaignModels:
-    """A campaign's model settings with the clients of its actor and critic endpoints."""
+    """A campaign's model settings with the clients of its actor and critic endpoints, and
+    its problem statement (it travels in the campaign's record, not in files on this host)."""
 
     section: LLMSection
     actor: LLMClient
     critic: LLMClient
     prompts: PromptBook
+    statement: str = ""  # the campaign's [task] statement, for every prompt showing the task
 
     async def ask(
         self,
@@ -126,7 +128,8 @@ class ModelAccess:
 
     async def for_campaign(self, campaign: str) -> CampaignModels | None:
         """The campaign's models, or None when it runs the offline engine."""
-        section = (await self.record(campaign)).spec.llm
+        spec = (await self.record(campaign)).spec
+        section = spec.llm
         if section.provider == "offline":
             return None
         critic_urls = section.critic_base_urls or section.base_urls
@@ -135,6 +138,7 @@ class ModelAccess:
             actor=self._client(section, section.base_urls),
             critic=self._client(section, critic_urls),
             prompts=self.prompts,
+            statement=spec.task.statement,
         )
 
     def _client(self, section: LLMSection, urls: Sequence[str]) -> LLMClient:

@@ -64,7 +64,22 @@ def describe_error(exc: BaseException) -> str:
     in_candidate = [f for f in frames if Path(f.filename).name == CANDIDATE_FILE]
     if in_candidate:
         text += f" (line {in_candidate[-1].lineno} of {CANDIDATE_FILE})"
-    return text[:500]
+    return with_remedy(text, exc, 500)
+
+
+def with_remedy(text: str, exc: BaseException, limit: int) -> str:
+    """``text`` (cut to fit ``limit``) with what fixes ``exc`` when the sandbox caused it: a
+    module missing from the interpreter the sandbox runs (this one), or its memory limit."""
+    remedy = ""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        package = exc.name.split(".")[0]
+        remedy = (
+            f"; install it into the interpreter the sandbox runs: "
+            f"{sys.executable} -m pip install {package}"
+        )
+    elif isinstance(exc, MemoryError):
+        remedy = " (out of memory: over the sandbox's limit, [sandbox] memory_mb?)"
+    return text[: max(0, limit - len(remedy))] + remedy
 
 
 def load_entrypoint(path: Path, entrypoint: str) -> Callable[..., object]:

@@ -7,11 +7,16 @@ campaign is submitted) and from there in every ``EvaluateWork.task_params``, lik
 dataset: an evaluator agent on another host needs no file, and a file edited during the campaign
 does not change how its candidates are scored. ``evaluator_harness.py`` runs it in the sandbox,
 with the interpreter and packages evobus runs with, and scores its metrics by OpenEvolve's rule.
+An evaluator that is a folder (SkyDiscover's ``evaluate.sh`` protocol) travels as its path and
+runs by ``evaluator_folder.py`` and ``folder_harness.py`` instead.
 
-Instances are repetitions of one evaluation, ``"0"``, ``"1"``, …: ``validation_episodes`` of them
-(1 by default for this task, since most evaluators are deterministic; more average a noisy
-one), ``train_instances`` more for the train split. Each instance in an evaluation is one call
-of the evaluator, a repeated one too.
+Instances are repetitions of one evaluation, ``"0"``, ``"1"``, …. An evaluator file is taken
+for deterministic (``deterministic``) unless the campaign says ``[task] deterministic = false``:
+then a repetition says nothing new, and both splits are the one instance ``"0"`` — each program
+is scored once (the orchestrator reuses that score, agents/roles/orchestrator/reuse.py). For a
+noisy evaluator there are ``validation_episodes`` repetitions for validation and
+``train_instances`` more for the train split; each instance in an evaluation is one call of
+the evaluator, a repeated one too.
 
 The failure score is -1e9, far below any score an evaluator gives in practice: a candidate that
 fails must never be taken for an improvement, whatever the scale of the metrics. Evaluations
@@ -36,6 +41,7 @@ from evobus.agents.tasks.base import (
     parse_result_line,
 )
 from evobus.agents.tasks.errors import InvalidInstanceError, TaskError
+from evobus.agents.tasks.evaluator_folder import FOLDER_PARAM, folder_sandbox_files
 from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE, SHIM_DIR, stage_name
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.campaign import FILES_TASK, TaskSection
@@ -122,8 +128,23 @@ def evaluator_problem(source: str, filename: str, *, cascade: bool) -> str:
     names = _top_level_names(tree.body)
     if None in names or "evaluate" in names or (cascade and stage_name(1) in names):
         return ""
+    if _shinka_main(tree.body):  # ShinkaEvolve's evaluate.py (evaluator_process.shinka_main)
+        return ""
     stages = " (or evaluate_stage1, with [task] cascade_thresholds)" if not cascade else ""
-    return f"{filename} defines no evaluate(program_path){stages}"
+    return (
+        f"{filename} defines no evaluate(program_path){stages}, nor ShinkaEvolve's "
+        "main(program_path, results_dir)"
+    )
+
+
+def _shinka_main(body: Sequence[ast.stmt]) -> bool:
+    """Whether a module body defines ``main`` with two positional parameters or more."""
+    return any(
+        isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name == "main"
+        and len(node.args.posonlyargs) + len(node.args.args) >= 2
+        for node in body
+    )
 
 
 def _top_level_names(body: Sequence[ast.stmt]) -> set[str | None]:
@@ -194,6 +215,9 @@ class EvaluatorFilesTask:
     signature = SIGNATURE
     failure_score = FAILURE_SCORE
     accepts_params = True  # ``[task.params]`` go to the evaluator
+    # An evaluator file scores a program the same way every time unless the campaign says
+    # otherwise (``[task] deterministic = false``): most are, and a repeat costs a whole run.
+    deterministic = True
 
     def seed_artifact(self) -> Artifact:
         """A placeholder: the campaign's ``program`` is the seed (``campaign_seed``)."""
@@ -207,8 +231,18 @@ class EvaluatorFilesTask:
     def instances(
         self, params: TaskSection, split: Literal["train", "validation"] = "validation"
     ) -> tuple[str, ...]:
-        """Validation: repetitions ``0`` … ``validation_episodes - 1``; train: the
-        ``train_instances`` repetitions after those (the validation ones when none)."""
+        """Deterministic (unless ``[task] deterministic = false``): ``0`` for both splits, a
+        repetition says nothing new. Otherwise validation: repetitions ``0`` …
+        ``validation_episodes - 1``; train: the ``train_instances`` repetitions after those
+        (the validation ones when none). An evaluator folder's train repetitions are always
+        the ones after validation's (as many, when none are set): its ``train`` and ``test``
+        modes may score a program differently, so no score of one split stands for the
+        other's."""
+        if params.evaluator_folder and split == "train":
+            count = 1 if params.deterministic is not False else params.validation_episodes
+            return tuple(str(count + i) for i in range(params.train_instances or count))
+        if params.deterministic is not False:
+            return ("0",)
         count = params.validation_episodes
         if split == "train" and params.train_instances:
             return tuple(str(count + i) for i in range(params.train_instances))
@@ -218,10 +252,15 @@ class EvaluatorFilesTask:
         """The evaluator's text, the cascade's thresholds and the evaluator's params (both as
         JSON), checked before they travel.
 
+        An evaluator folder (SkyDiscover's protocol, evaluator_folder.py) travels as its path
+        instead, checked at start (``folder_problem``) and on each evaluator's host.
+
         Raises:
             CampaignConfigError: no evaluator, or one that does not compile or defines no
                 ``evaluate`` (``evaluator_problem``).
         """
+        if params.evaluator_folder:
+            return {FOLDER_PARAM: params.evaluator_folder}
         if not params.evaluator_source:
             raise CampaignConfigError(
                 "<campaign>", "campaign.evaluator", "the files task needs an evaluator file"
@@ -248,6 +287,8 @@ class EvaluatorFilesTask:
         """
         for instance in instances:
             repetition(instance)
+        if params.get(FOLDER_PARAM):  # SkyDiscover's evaluator folder: evaluator_folder.py
+            return folder_sandbox_files(instances, params, self.failure_score)
         evaluator = params.get(EVALUATOR_PARAM)
         if not isinstance(evaluator, str) or not evaluator:
             raise TaskError("the files task's evaluation carries no evaluator")

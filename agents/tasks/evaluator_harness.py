@@ -22,7 +22,8 @@ rule is OpenEvolve's (0.4: ``Evaluator._cascade_evaluate`` and ``_passes_thresho
 - a stage after the first that fails leaves what the earlier stages measured.
 
 An evaluation (or a first stage) that raises, returns neither a dict nor an ``EvaluationResult``,
-has no numeric metric or no finite score, or reports an ``error`` text fails its instance: the
+has no numeric metric or no finite score, or has an ``error`` key that is not a number (a text,
+even an empty one, or None: ``evaluator_process.reported_error``) fails its instance: the
 failure score, with that error. Every other result — non-numeric metrics, artifacts, the end of
 what the evaluator printed, the cascade's course — is the instance's feedback.
 """
@@ -70,6 +71,7 @@ class StageReply:
     problem: str = ""
     nonfinite: tuple[str, ...] = ()
     dropped: int = 0
+    reported: str = ""
 
 
 # Asks the evaluator's process for one function's result on a fresh copy of the program.
@@ -87,6 +89,7 @@ def reply_of(value: object) -> StageReply:
     metrics, notes, artifacts = (value.get(k) or {} for k in ("metrics", "notes", "artifacts"))
     nonfinite, dropped = value.get("nonfinite") or [], value.get("dropped") or 0
     output, problem = value.get("output") or "", value.get("problem") or ""
+    reported = value.get("reported") or ""
     if not (
         isinstance(metrics, dict)
         and all(_finite(v) for v in metrics.values())
@@ -97,6 +100,7 @@ def reply_of(value: object) -> StageReply:
         and isinstance(dropped, int)
         and isinstance(output, str)
         and isinstance(problem, str)
+        and isinstance(reported, str)
     ):
         raise candidate_process.CandidateFailure("the evaluator's process sent a malformed reply")
     return StageReply(
@@ -107,6 +111,7 @@ def reply_of(value: object) -> StageReply:
         problem=problem,
         nonfinite=tuple(nonfinite),
         dropped=dropped,
+        reported=reported,
     )
 
 
@@ -140,9 +145,11 @@ def stage_failure(name: str, reply: StageReply, *, first: bool) -> str:
     """Why ``reply`` is no result ("" when it is one); the first stage must also score."""
     if reply.problem:
         return reply.problem
-    reported = reply.notes.get("error", "").strip()
-    if reported:
-        return f"{name} reported an error: {reported}"
+    if reply.reported:  # an ``error`` key, even an empty one: never a score
+        said = f"{name} reported an error{reply.reported}"
+        if any(k in reply.reported for k in ("MemoryError", "bad_alloc", "out of memory")):
+            said += " (over the sandbox's memory limit, [sandbox] memory_mb?)"
+        return said
     if first:
         score, why = fitness(reply.metrics, reply.nonfinite)
         if score is None:

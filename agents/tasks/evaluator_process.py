@@ -5,12 +5,17 @@ Shipped into the sandbox next to ``harness.py``; it imports only the standard li
 ``candidate_process``, never evobus. The child imports ``evaluator.py`` (with the ``openevolve``
 stand-in on ``sys.path`` when OpenEvolve is not installed) and answers two kinds of request:
 ``{"function": "?"}``, the evaluation functions the file defines, and ``{"function": name,
-"program": path}``, one call of that function on the program, whose reply is a JSON object:
+"program": path}``, one call of that function on the program, whose reply is a JSON object (a
+ShinkaEvolve ``evaluate.py`` with ``main(program_path, results_dir)`` and no ``evaluate`` is
+called that way for ``evaluate``, and the ``metrics.json`` it writes read: ``shinka_evaluate``):
 
     metrics    the numeric metrics, name → finite float (bools are not numbers here)
     notes      every other metric as text (strings, bools, ``nan``…), name → text
     nonfinite  the names of the metrics that were numbers but not finite
     artifacts  the artifacts of an ``EvaluationResult``, as text
+    reported   how the metrics reported an error, "" when they have no ``error`` key (or a
+               number under it: a metric): ": <its text>", " (empty message)" for an empty or
+               blank text, " (error = None)" and the like for any other value
     output     the end of what the call printed (stdout and stderr, its subprocesses' too)
     problem    why the call gave no result: what it raised, or what it returned instead of a
                dict or an EvaluationResult ("" when it gave one)
@@ -24,15 +29,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import inspect
 import json
 import numbers
 import os
+import shutil
 import sys
+import tempfile
 import traceback
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +56,9 @@ SHIM_DIR = "evobus_shim"  # holds the ``openevolve`` stand-in; appended to sys.p
 OUTPUT_FILE = "evaluator-output.txt"
 LIST_FUNCTIONS = "?"
 DIRECT = "evaluate"
+SHINKA_MAIN = "main"  # ShinkaEvolve's evaluate.py: main(program_path, results_dir)
+SHINKA_METRICS = "metrics.json"
+SHINKA_CORRECT = "correct.json"
 MAX_STAGES = 9  # evaluate_stage1 … evaluate_stage9 (OpenEvolve has three)
 MAX_METRICS = 100
 MAX_NAME_CHARS = 100
@@ -164,9 +176,83 @@ def load_evaluator(path: Path) -> types.ModuleType:
 
 
 def defined_functions(module: types.ModuleType) -> list[str]:
-    """The evaluation functions ``module`` defines: ``evaluate`` and the cascade's stages."""
+    """The evaluation functions ``module`` defines: ``evaluate`` (ShinkaEvolve's ``main``
+    stands for it where there is none) and the cascade's stages."""
     names = [DIRECT, *(stage_name(k) for k in range(1, MAX_STAGES + 1))]
-    return [name for name in names if callable(getattr(module, name, None))]
+    found = [name for name in names if callable(getattr(module, name, None))]
+    if DIRECT not in found and shinka_main(module) is not None:
+        found.insert(0, DIRECT)
+    return found
+
+
+def function_of(module: types.ModuleType, name: str, workdir: Path) -> Callable[..., object]:
+    """The evaluation function ``name`` of ``module`` (one of ``defined_functions``)."""
+    function: object = getattr(module, name, None)
+    if callable(function):
+        return function
+    main = shinka_main(module)
+    assert name == DIRECT and main is not None
+    return functools.partial(shinka_evaluate, main, workdir)
+
+
+def shinka_main(module: types.ModuleType) -> Callable[..., object] | None:
+    """ShinkaEvolve's entry point, ``main(program_path, results_dir)``, where the file has
+    one (a function with two positional parameters or more), else None."""
+    main = getattr(module, SHINKA_MAIN, None)
+    if not callable(main):
+        return None
+    try:
+        parameters = inspect.signature(main).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return main if len(positional) >= 2 else None
+
+
+@dataclass
+class ShinkaResult:
+    """What ShinkaEvolve's ``main`` wrote, as an ``EvaluationResult`` has it."""
+
+    metrics: dict[str, object]
+    artifacts: dict[str, str]
+
+
+def shinka_evaluate(main: Callable[..., object], workdir: Path, program: str) -> ShinkaResult:
+    """One evaluation by ShinkaEvolve's convention: ``main(program_path, results_dir)`` with a
+    fresh results folder, then its ``metrics.json`` (``combined_score``, the ``public``
+    metrics, ``text_feedback``; ``private`` ones are kept from the model there, so evobus
+    drops them) and ``correct.json`` (``{"correct": false, "error": …}`` is a failure).
+
+    Raises:
+        InvalidResult: ``main`` wrote no ``metrics.json``, or one that holds no JSON object.
+    """
+    results = Path(tempfile.mkdtemp(prefix="results-", dir=workdir))
+    try:
+        main(program, str(results))
+        try:
+            data = json.loads((results / SHINKA_METRICS).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InvalidResult(
+                f"{SHINKA_MAIN}(program_path, results_dir) wrote no readable {SHINKA_METRICS} "
+                f"(ShinkaEvolve's layout): {type(exc).__name__}: {exc}"
+            ) from None
+        if not isinstance(data, dict):
+            raise InvalidResult(f"{SHINKA_METRICS} holds {type(data).__name__}, not an object")
+        public = data.get("public")
+        metrics: dict[str, object] = dict(public) if isinstance(public, dict) else {}
+        if "combined_score" in data:
+            metrics["combined_score"] = data["combined_score"]
+        try:
+            correct = json.loads((results / SHINKA_CORRECT).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            correct = {}
+        if isinstance(correct, dict) and correct.get("correct") is False:
+            metrics["error"] = str(correct.get("error") or f"{SHINKA_CORRECT}: not correct")
+        feedback = data.get("text_feedback")
+        artifacts = {"text_feedback": str(feedback)} if feedback else {}
+        return ShinkaResult(metrics=metrics, artifacts=artifacts)
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
 
 
 def answer(
@@ -178,7 +264,7 @@ def answer(
     name = str(request.get("function", ""))
     if name == LIST_FUNCTIONS:
         return {"functions": defined_functions(module)}
-    function = getattr(module, name, None) if name in defined_functions(module) else None
+    function = function_of(module, name, workdir) if name in defined_functions(module) else None
     if function is None:
         return fitted({"problem": f"{EVALUATOR_FILE} defines no {name}(program_path)"})
     program = str(request.get("program", ""))
@@ -260,6 +346,7 @@ def normalized(name: str, result: object) -> Reply:
     return {
         "metrics": numeric,
         "notes": notes,
+        "reported": reported_error(metrics),
         "nonfinite": nonfinite,
         "dropped": dropped,
         "artifacts": {
@@ -267,6 +354,24 @@ def normalized(name: str, result: object) -> Reply:
         },
         "problem": "",
     }
+
+
+def reported_error(metrics: Mapping[object, object]) -> str:
+    """How ``metrics`` report an error (the ``reported`` field of the module docstring).
+
+    OpenEvolve's evaluators catch an exception and return ``{"combined_score": 0.0, "error":
+    str(e)}``; ``str(e)`` is empty for many exceptions (``MemoryError()``), and such a result
+    scored 0.0 as if nothing had failed. Any ``error`` key that is not a number is a failure.
+    """
+    if "error" not in metrics:
+        return ""
+    value = metrics["error"]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return ""
+    if isinstance(value, str | bytes):
+        text = text_of(value, MAX_NOTE_CHARS).strip()
+        return f": {text}" if text else " (empty message)"
+    return f" (error = {text_of(value, MAX_NOTE_CHARS)})"
 
 
 def text_of(value: object, limit: int) -> str:
@@ -349,4 +454,4 @@ def describe_exception(exc: BaseException) -> str:
         line = (chosen.line or "").strip()
         text += f" (line {chosen.lineno} of {Path(chosen.filename).name}, in {chosen.name}"
         text += f": {line})" if line else ")"
-    return text[:500]
+    return candidate_process.with_remedy(text, exc, 500)

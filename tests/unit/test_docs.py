@@ -207,7 +207,9 @@ def check_files_read(args: argparse.Namespace, created: set[str], where: str) ->
     if args.command == "prompts":
         reads += [p for p in (args.file, args.system) if p is not None]
     for path in reads:
-        assert str(path) in created or (ROOT / path).is_file(), f"{where}: no file {path}"
+        # An evaluator may be a folder (SkyDiscover's protocol: agents/tasks/evaluator_folder.py).
+        folder = path == getattr(args, "evaluator", None) and (ROOT / path).is_dir()
+        assert str(path) in created or (ROOT / path).is_file() or folder, f"{where}: no file {path}"
     if args.command == "run" and getattr(args, "campaign", None) is not None:
         load_campaign(ROOT / args.campaign)
     if args.command in ("run", "resume"):

@@ -10,7 +10,13 @@ import pytest
 
 from evobus.agents.tasks import EvaluatorFilesTask, InvalidInstanceError, campaign_seed
 from evobus.agents.tasks.evaluator_files import entrypoint_of, evaluator_problem
-from evobus.agents.tasks.evaluator_harness import Ask, StageReply, fitness, score_instance
+from evobus.agents.tasks.evaluator_harness import (
+    Ask,
+    StageReply,
+    fitness,
+    reply_of,
+    score_instance,
+)
 from evobus.agents.tasks.evaluator_process import InvalidResult, normalized, wants_params
 from evobus.schemas.campaign import TaskSection
 from evobus.schemas.errors import CampaignConfigError
@@ -104,8 +110,17 @@ def test_the_cascade_follows_openevolve(
     [
         (StageReply(problem="evaluate raised KeyError: 'x'"), "evaluate raised KeyError: 'x'"),
         (
-            StageReply(metrics={"combined_score": 0.0}, notes={"error": "timed out"}),
+            reply_of(normalized("evaluate", {"combined_score": 0.0, "error": "timed out"})),
             "evaluate reported an error: timed out",
+        ),
+        # What ``str(MemoryError())`` gives: OpenEvolve's evaluators return it as the error.
+        (
+            reply_of(normalized("evaluate", {"combined_score": 0.0, "error": " "})),
+            "evaluate reported an error (empty message)",
+        ),
+        (
+            reply_of(normalized("evaluate", {"combined_score": 0.9, "error": None})),
+            "evaluate reported an error (error = None)",
         ),
         (StageReply(notes={"why": "no"}), "evaluate gave no score: it gave no numeric metric"),
     ],
@@ -152,8 +167,12 @@ def test_the_seed_entrypoint_is_the_function_the_evaluator_calls() -> None:
 
 def test_instances_are_repetitions_and_the_evaluator_travels_in_the_params() -> None:
     assert TASK.instances(TaskSection(validation_episodes=1)) == ("0",)
+    # A deterministic evaluator (an evaluator file's default): one repetition says all.
     section = TaskSection(validation_episodes=2, train_instances=3)
-    assert TASK.instances(section, "train") == ("2", "3", "4")
+    assert TASK.instances(section, "train") == TASK.instances(section) == ("0",)
+    noisy = TaskSection(validation_episodes=2, train_instances=3, deterministic=False)
+    assert TASK.instances(noisy, "train") == ("2", "3", "4")
+    assert TASK.instances(noisy) == ("0", "1")
     source = "def evaluate(path, params):\n    return {'n': params['n']}\n"
     params = TASK.task_params(
         TaskSection(evaluator_source=source, cascade_thresholds=(0.5,), params={"n": 3})

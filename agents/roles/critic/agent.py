@@ -98,7 +98,9 @@ class Critic:
         png = await self.image(work.evaluation.evidence) if section.critic_vision else None
         out = await models.critic.structured(
             section.critic_model,
-            critic_messages(prompt, work, vision=section.critic_vision, png=png),
+            critic_messages(
+                prompt, work, vision=section.critic_vision, png=png, statement=models.statement
+            ),
             CriticVerdict,
             max_tokens=section.max_tokens,
             temperature=section.temperature,
@@ -127,7 +129,7 @@ class Critic:
                 work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
             )
             return [result_outbound(summary, "summarize")]
-        values = task_values(work.task, SUMMARY_ARTIFACT) | {
+        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | {
             "context": clip(work.context, MAX_CONTEXT_CHARS)
         }
         try:
@@ -151,15 +153,21 @@ def prose(text: str) -> str:
 
 
 def critic_messages(
-    prompt: Prompt, work: DiagnoseWork, *, vision: bool, png: bytes | None
+    prompt: Prompt,
+    work: DiagnoseWork,
+    *,
+    vision: bool,
+    png: bytes | None,
+    statement: str = "",
 ) -> list[ChatMessage]:
     """The critic's chat: the rendered ``critic`` prompt, with the evidence image attached when
-    the model sees images and there is one, and a note saying which of the three it is."""
+    the model sees images and there is one, and a note saying which of the three it is;
+    ``statement`` is the campaign's problem statement."""
     note = EVIDENCE_ATTACHED if png else EVIDENCE_NONE
     if not vision:
         note = EVIDENCE_TEXT_ONLY
     artifact = work.candidate.artifact
-    values = task_values(work.task, artifact) | {
+    values = task_values(work.task, artifact, statement) | {
         "parent_code": artifact.source,
         "fitness_score": f"{work.evaluation.score:.4f}",
         "evaluation_json": evaluation_json(work.evaluation),

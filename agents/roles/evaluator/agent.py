@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import anyio
 import msgspec
@@ -45,6 +46,7 @@ from evobus.agents.tasks import (
 )
 from evobus.agents.tasks.base import CANDIDATE_PROCESS_FILE
 from evobus.agents.tasks.evaluator_files import EVALUATOR_PROCESS_FILE
+from evobus.agents.tasks.evaluator_folder import folder_mounts
 from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import Reject, Retry
 from evobus.bus.publisher import Outbound
@@ -84,18 +86,21 @@ async def run_harness(
     files: Mapping[str, str],
     limits: SandboxSection,
     collect: Sequence[str] = (),
+    mounts: Mapping[str, str] = MappingProxyType({}),
 ) -> SandboxRun:
     """Run ``python -I harness.py`` on ``files``: warm, in a fresh child of the harness's
     zygote, when ``limits.warm`` and this host allows it (infra/zygote.py); else cold, in a
     sandbox of its own, as every run was before. A warm run that could not be had (no zygote
     starts here, or it died during the run) runs cold instead: the same candidate scores the
-    same either way. The files collected are capped at ``MAX_EVIDENCE_BYTES`` each.
+    same either way. The files collected are capped at ``MAX_EVIDENCE_BYTES`` each. A run
+    that must see host folders (``mounts``: an evaluator folder at ``/benchmark``) runs cold:
+    a zygote's runs see only what the zygote was started with.
 
     Raises:
-        SandboxUnavailable: no isolation works here (cold).
+        SandboxUnavailable: no isolation works here (cold), or ``mounts`` cannot be shown.
         SandboxError: no run slot could be had.
     """
-    if limits.warm and zygotes is not None and warm_available():
+    if limits.warm and zygotes is not None and warm_available() and not mounts:
         preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
         try:
             return await zygotes.run(
@@ -110,7 +115,12 @@ async def run_harness(
             if exc.started:  # told once per zygote that failed to start, by infra/zygote.py
                 log.warning("a warm run failed, running it cold: %s", exc)
     return await run_sandboxed(
-        files, [HARNESS], limits, collect=collect, collect_max_bytes=MAX_EVIDENCE_BYTES
+        files,
+        [HARNESS],
+        limits,
+        collect=collect,
+        collect_max_bytes=MAX_EVIDENCE_BYTES,
+        mounts=mounts,
     )
 
 
@@ -432,7 +442,13 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         files = sandbox_files(task, work, await tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
         try:
-            run = await run_harness(zygotes, files, work.sandbox, (*collect, REPORT_FILE))
+            run = await run_harness(
+                zygotes,
+                files,
+                work.sandbox,
+                (*collect, REPORT_FILE),
+                folder_mounts(work.task_params),
+            )
         except SandboxUnavailable as exc:
             raise Reject(str(exc)) from None
         except SandboxError as exc:  # no run slot free (sandbox_slots.py): runs end, slots free

@@ -71,6 +71,8 @@ def evaluate(
     params = dict(state.plan.params)
     if evidence:
         params["evidence"] = True
+    if pending.kind == "validate":  # the split, for evaluators that score it differently
+        params["split"] = "validation"  # (an evaluator folder's `test` mode)
     send_work(
         state,
         step,
