@@ -270,3 +270,9 @@ def parse(subject: str) -> ParsedSubject | None:
     if len(parts) != 4 or parts[0] != PREFIX:
         return None
     return ParsedSubject(parts[1], parts[2], parts[3])
+
+
+def is_work(subject: str) -> bool:
+    """Whether ``subject`` is a work item's (``evo.<cid>.work.<stage>``, on EVO_WORK)."""
+    parsed = parse(subject)
+    return parsed is not None and parsed.family == "work"

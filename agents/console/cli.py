@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import logging
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -34,6 +38,7 @@ if TYPE_CHECKING:
 
 EXIT_CONFIG = 2  # the user's input: a bad campaign file, a seed that fails on every instance
 EXIT_FAILED = 1
+EXIT_TERMINATED = 128 + 15  # SIGTERM's, as a shell reports a process it ended
 
 DISTRIBUTION = "evobus"
 """The name this project is installed under (``[project] name`` in pyproject.toml)."""
@@ -95,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--evaluator",
         type=Path,
-        help="the evaluator file defining evaluate(program_path) (OpenEvolve's evaluator.py); "
-        "replaces campaign.evaluator",
+        help="the evaluator file defining evaluate(program_path) (OpenEvolve's evaluator.py), "
+        "or a folder with an executable evaluate.sh (SkyDiscover's protocol); replaces "
+        "campaign.evaluator",
     )
     run.add_argument(
         "--proposals",
@@ -138,9 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument(
         "--max-concurrency",
         type=int,
-        default=256,
+        default=None,
         help="the most handlers a campaign's workers target may raise --concurrency to (an "
-        "evaluator on a host that takes only so many evaluations at once)",
+        "evaluator on a host that takes only so many evaluations at once); default 256, and "
+        "for an evaluator twice the cores it may use (at least 4)",
     )
     agent.add_argument("--campaign", help="the campaign to run (orchestrator only)")
     agent.add_argument(
@@ -245,6 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--spike-seconds", type=float, default=0.0, help="how long a latency spike lasts"
     )
     llm_sim.add_argument("--seed", type=int, default=0, help="seed of every random draw")
+    llm_sim.add_argument(
+        "--request-log",
+        type=Path,
+        metavar="FILE",
+        help="append one JSON line per answered chat completion (messages, answers, tokens)",
+    )
     llm_sim.add_argument(
         "--served-model-name",
         action="append",
@@ -432,12 +445,24 @@ def _setup_for(role: Role) -> Setup:
     return evaluator
 
 
+def default_max_concurrency(role: str) -> int:
+    """The most handlers a role's process runs at once unless told: 256, but an evaluator
+    twice the cores it may use (at least 4). Sandboxed runs beyond that only wait for a core
+    while their wall-clock timeouts run out, and a campaign's adaptive in-flight target may ask
+    for 64 at once."""
+    if role != "evaluator":
+        return 256
+    return max(4, 2 * len(os.sched_getaffinity(0)))
+
+
 async def _agent(args: argparse.Namespace) -> int:
     url = url_from_env(args.nats)
     if url is None:
         raise AgentError("evobus agent needs --nats URL or NATS_URL")
     if args.concurrency < 1:
         raise AgentError(f"--concurrency must be at least 1, got {args.concurrency}")
+    if args.max_concurrency is None:
+        args.max_concurrency = max(args.concurrency, default_max_concurrency(args.role))
     if args.max_concurrency < args.concurrency:
         raise AgentError(
             f"--max-concurrency must be at least --concurrency ({args.concurrency}), "
@@ -563,6 +588,8 @@ def _first_evaluation(run_dir: Path) -> float | None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from evobus.agents.console.outcomes import outcome_lines
+    from evobus.agents.console.peer_files import on_command_line
     from evobus.agents.console.restarts import describe_outage
     from evobus.agents.console.supervisor import (
         COMMAND_LINE_ORIGIN,
@@ -577,6 +604,15 @@ async def _run(args: argparse.Namespace) -> int:
     spec, campaign_file = None, Path()
     if not resuming:  # --program, --evaluator, --proposals: in place of the file's keys
         spec = command_line_spec(args.campaign, args.program, args.evaluator, args.proposals)
+        # A peer's config.yaml and requirements.txt beside the evaluator (peer_files.py).
+        spec, notes = on_command_line(
+            spec,
+            args.campaign,
+            evaluator_given=args.evaluator is not None,
+            proposals=args.proposals,
+        )
+        for line in notes:
+            print(line, flush=True)
         # A campaign of the flags alone: errors name the command line as its file.
         campaign_file = args.campaign or Path(COMMAND_LINE_ORIGIN)
     options = RunOptions(
@@ -592,10 +628,17 @@ async def _run(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(line, flush=True)
 
-    if not resuming and args.ui:
-        summary = await _run_with_page(options, echo)
-    else:
-        summary = await (resume_campaign if resuming else run_campaign)(options, echo=echo)
+    terminated = _cancel_on_sigterm()
+    try:
+        if not resuming and args.ui:
+            summary = await _run_with_page(options, echo)
+        else:
+            summary = await (resume_campaign if resuming else run_campaign)(options, echo=echo)
+    except asyncio.CancelledError:
+        if not terminated.is_set():
+            raise  # Ctrl-C: asyncio makes it the KeyboardInterrupt main() reports
+        print("evobus: terminated", file=sys.stderr, flush=True)
+        return EXIT_TERMINATED
     first = _first_evaluation(args.out / summary.campaign)
     print(
         f"\nevobus: {summary.campaign} {summary.status} ({summary.stop_reason}) in "
@@ -611,6 +654,7 @@ async def _run(args: argparse.Namespace) -> int:
             else ""
         )
         + "\n"
+        + "".join(f"{line}\n" for line in outcome_lines(summary))
         + (
             f"  first evaluation {first - launched_at():.1f} s after `evobus {args.command}` "
             "started\n"
@@ -630,6 +674,26 @@ async def _run(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _cancel_on_sigterm() -> threading.Event:
+    """Have SIGTERM stop ``evobus run`` as Ctrl-C does: asyncio cancels the main task on SIGINT,
+    and the run stops its agents and says what resumes it; the event says SIGTERM came. A
+    second SIGTERM ends the process at once (its agents and bus die with it, by the kernel's
+    parent-death signal). Nothing changes off the main thread, where no handler can be set."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    came = threading.Event()
+
+    def terminate() -> None:
+        came.set()
+        loop.remove_signal_handler(signal.SIGTERM)  # the next one takes its default course
+        if task is not None:
+            task.cancel()
+
+    with contextlib.suppress(ValueError, RuntimeError):  # not the main thread
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    return came
 
 
 async def _run_with_page(options: RunOptions, echo: Callable[[str], None]) -> CampaignSummary:
@@ -724,6 +788,7 @@ async def _llm_sim(args: argparse.Namespace) -> int:
         spike_seconds=args.spike_seconds,
         seed=args.seed,
         models=args.served_model_name,
+        request_log=args.request_log,
     ) as sim:
         print(sim.banner, flush=True)
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -13,6 +13,15 @@ of that process. A forked agent sets up its own session, log file and environmen
 ``evobus agent`` as the command line would, under that command line as its process title
 (``ps`` shows ``evobus agent critic --nats …``). Commands that are not ``evobus`` agents (tests
 start sleepers) are executed as before.
+
+Every launched process ends with the process that launched it, however that one ends (killed
+-9 included): an executed one gets SIGKILL from the kernel when its launcher is gone (the
+parent-death signal, infra/lifetime.py); a forked agent when its parent, the fork server, is
+gone — and the fork server leaves as soon as its launcher does (multiprocessing's own rule: it
+exits when the pipe only its launcher holds ends). SIGKILL, not SIGTERM: with its supervisor
+gone nobody waits on an agent's drain, and nothing it holds outlives it (its locks are flocks,
+which the kernel drops; a git lock it leaves is recovered by the next writer, infra/gitstore.py;
+its work is redelivered).
 """
 
 from __future__ import annotations
@@ -24,10 +33,13 @@ import subprocess
 import sys
 import types
 from collections.abc import Mapping, Sequence
+from multiprocessing import forkserver
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import setproctitle
+
+from evobus.infra.lifetime import die_with_parent
 
 CLI_MODULE = "evobus.agents.console.cli"
 PRELOAD = (
@@ -98,8 +110,6 @@ def evobus_args(argv: Sequence[str]) -> list[str] | None:
 
 def warm_up() -> None:
     """Start the fork server now, so that its imports overlap what the caller does next."""
-    from multiprocessing import forkserver
-
     forkserver.ensure_running()
 
 
@@ -115,10 +125,13 @@ def launch(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> Launc
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches the supervisor only
+                preexec_fn=_die_with_launcher,
                 env=dict(env),
             )
     process = _context.Process(
-        target=_run_forked, args=(args, str(log_path), dict(env)), name=" ".join(args[:2])
+        target=_run_forked,
+        args=(args, str(log_path), dict(env), os.getpid()),
+        name=" ".join(args[:2]),
     )
     # multiprocessing would have the child run the caller's main module again (a user's
     # script, ``python -m evobus…``) as ``__mp_main__``; an agent needs none of it.
@@ -131,13 +144,46 @@ def launch(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> Launc
     return ForkedAgent(process, argv)
 
 
-def _run_forked(args: list[str], log_path: str, env: dict[str, str]) -> None:
-    """The forked child: what ``subprocess.Popen`` would have set up, then ``evobus``."""
+def _die_with_launcher() -> None:
+    """An executed child's ``preexec_fn``: killed when the thread that launched it ends."""
+    die_with_parent(signal.SIGKILL)
+
+
+def _let_go_of_fork_server() -> None:
+    """Close the fork server's "alive" pipe, which multiprocessing hands every child it forks
+    (so that the child could fork through the same server). The fork server leaves when every
+    holder of that pipe is gone: held by the agents too, it would outlive a launcher killed -9,
+    and so would the agents, which die with it (measured: kill -9 of `evobus run` left its fork
+    server and all six agents running)."""
+    server = forkserver._forkserver
+    alive: int | None = getattr(server, "_forkserver_alive_fd", None)  # CPython's, not typed
+    if alive is not None:
+        os.close(alive)
+        server._forkserver_alive_fd = None  # type: ignore[attr-defined]
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (from /proc), or None when it is gone or cannot be read."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _run_forked(args: list[str], log_path: str, env: dict[str, str], launcher: int) -> None:
+    """The forked child: what ``subprocess.Popen`` would have set up, then ``evobus``.
+    ``launcher`` is the pid of the process that launched it (its parent's parent)."""
+    _let_go_of_fork_server()
+    die_with_parent(signal.SIGKILL)  # when the fork server, our parent, is gone
     os.setsid()  # a terminal's Ctrl-C reaches the supervisor only
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    if Path("/proc/self").exists() and _parent_of(os.getppid()) != launcher:
+        # The fork server (or its launcher) went before the signal was asked for: none comes.
+        sys.exit(f"evobus: the process that launched {' '.join(args[:2])} is gone")
     sys.argv = ["evobus", *args]
     # What ps and top show: the command, not the fork server's (one word with spaces). Before
     # the environment changes: setproctitle finds its room next to the original one.

@@ -26,6 +26,9 @@ from evobus.schemas.campaign import RoleOutage
 from evobus.schemas.events import AgentExited, AgentRestarted
 
 STOP_TIMEOUT_SECONDS = 10.0
+# How long an agent may drain when the run is cut short (Ctrl-C, SIGTERM, its bus gone) before
+# it is killed: what it had in flight is redelivered to ``evobus resume``'s agents.
+INTERRUPTED_STOP_SECONDS = 1.5
 QUICK_EXIT_SECONDS = 30.0  # a process that exits sooner after its start is crashing, not ageing
 FIRST_DELAY_SECONDS = 0.5
 MAX_DELAY_SECONDS = 15.0
@@ -167,13 +170,13 @@ class AgentChild:
         self.started_at = time.monotonic()
         self.restart_at = None
 
-    def stop(self) -> None:
-        """SIGTERM (the agent finishes in-flight work), then SIGKILL after a timeout."""
+    def stop(self, timeout: float = STOP_TIMEOUT_SECONDS) -> None:
+        """SIGTERM (the agent finishes in-flight work), then SIGKILL after ``timeout`` s."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(STOP_TIMEOUT_SECONDS)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

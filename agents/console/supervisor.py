@@ -24,12 +24,20 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from evobus.agents.console import launcher
+from evobus.agents.console.embedded_bus import EmbeddedBus, resume_command
 from evobus.agents.console.follow import follow
 from evobus.agents.console.islands import combined_summary, follow_islands, island_records
-from evobus.agents.console.restarts import AgentChild, Restarts
+from evobus.agents.console.outcomes import merged, outcomes_of_run
+from evobus.agents.console.restarts import (
+    INTERRUPTED_STOP_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    AgentChild,
+    Restarts,
+)
+from evobus.agents.console.seed_markers import marker_problem
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.roles.registry.errors import RegistryUnavailable
-from evobus.agents.runtime.errors import AgentError, CampaignFailed
+from evobus.agents.runtime.errors import AgentError, BusLost, CampaignFailed
 from evobus.agents.runtime.events import campaign_dir, write_summary
 from evobus.agents.tasks import (
     BUILTIN_TASKS,
@@ -40,6 +48,7 @@ from evobus.agents.tasks import (
     get_task,
 )
 from evobus.agents.tasks.evaluator_files import evaluator_problem
+from evobus.agents.tasks.evaluator_folder import dockerfile_note, folder_problem
 from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE
 from evobus.bus import subjects
 from evobus.bus.connection import connect, redact_url
@@ -118,6 +127,8 @@ def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
         ) from None
     if too_big := source_problem(source):  # no work item could carry it
         raise CampaignConfigError(str(campaign_file), key, f"{path}: {too_big}")
+    if markers := marker_problem(source):  # every proposal would fail, or ignore the blocks
+        raise CampaignConfigError(str(campaign_file), key, f"{path}: {markers}")
     return source
 
 
@@ -144,6 +155,9 @@ def check_task_settings(task: Task, spec: CampaignSpec, campaign_file: Path) -> 
                 f"only an evaluator file has a cascade (task {FILES_TASK!r}), not {task.name}",
             )
         return
+    if spec.task.evaluator_folder:  # SkyDiscover's protocol: evaluate.sh, no Python hooks
+        _check_folder_settings(spec, origin)
+        return
     source = spec.task.evaluator_source
     if not source:
         raise CampaignConfigError(
@@ -152,6 +166,28 @@ def check_task_settings(task: Task, spec: CampaignSpec, campaign_file: Path) -> 
     name = spec.campaign.evaluator or EVALUATOR_FILE
     if problem := evaluator_problem(source, name, cascade=bool(spec.task.cascade_thresholds)):
         raise CampaignConfigError(origin, "campaign.evaluator", problem)
+
+
+def _check_folder_settings(spec: CampaignSpec, origin: str) -> None:
+    """An evaluator folder must have an executable ``evaluate.sh``; it has no cascade and
+    takes no params (``evaluate.sh <program> <mode>`` is all it is given).
+
+    Raises:
+        CampaignConfigError: naming the key.
+    """
+    if problem := folder_problem(Path(spec.task.evaluator_folder)):
+        raise CampaignConfigError(origin, "campaign.evaluator", problem)
+    for key, given in (
+        ("cascade_thresholds", spec.task.cascade_thresholds),
+        ("params", spec.task.params),
+    ):
+        if given:
+            raise CampaignConfigError(
+                origin,
+                f"task.{key}",
+                "an evaluator folder is called as `evaluate.sh <program> <mode>` alone: it has "
+                "no cascade and takes no params",
+            )
 
 
 # What errors name as the file of a campaign built from ``evobus run``'s flags alone.
@@ -345,6 +381,8 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     else:
         raise CampaignConfigError(PYTHON_ORIGIN, "", "give a campaign file or a CampaignSpec")
     seed = seed_source(spec, origin)
+    if spec.task.evaluator_folder:  # what of its Dockerfile the sandbox does not do
+        echo(f"evobus: {dockerfile_note(Path(spec.task.evaluator_folder))}")
     await probe_models(spec.llm, echo, path=str(origin))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
 
@@ -453,66 +491,96 @@ async def _supervise(
     """The bus (embedded unless given), the campaign record (``submit``), the registry and the
     agents; follow the campaign to its end. A campaign of ``islands`` (known once ``submit``
     has run) runs an orchestrator for each of them, and its summary is theirs together
-    (``islands.combined_summary``)."""
+    (``islands.combined_summary``).
+
+    Stopped from outside (Ctrl-C, SIGTERM, a cancelled scope), it stops the agents within
+    ``INTERRUPTED_STOP_SECONDS`` and says which ``evobus resume`` goes on; the same, should its
+    embedded nats-server exit under it, and it raises ``BusLost``.
+
+    Raises:
+        BusLost: the embedded nats-server exited before the campaign ended.
+    """
     run_dir = campaign_dir(options.out_dir, cid)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     launcher.warm_up()  # the agents' imports, once, while the bus and the record get ready
     server: NatsServer | None = None
     url = options.nats_url
     if url is None:
-        server = NatsServer(default_store_dir(options.out_dir)).start()
+        # Started from this thread, which runs the whole run: the kernel ends the server with
+        # the run, however it ends (infra/lifetime.py).
+        server = NatsServer(default_store_dir(options.out_dir), die_with_parent=True).start()
         url = server.url
         echo(f"evobus: embedded nats-server (JetStream) at {url}")
     else:
         echo(f"evobus: using NATS at {redact_url(url)}")
+    resume = resume_command(cid, options.out_dir, options.nats_url)
+    bus = EmbeddedBus(server)
     children: list[AgentChild] = []
+    stop_within: float | None = None  # set when the run is cut short: no drain to wait for
     try:
-        nc = await connect(
-            url, name=f"evobus-supervisor-{cid}", credentials=role_credentials(SUPERVISOR)
-        )
-        try:
-            js = nc.jetstream()
-            await ensure_streams(js)
-            await evidence_store(js)  # before the critics, who may only read it
-            spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
-
-            def spawn_agents() -> None:
-                orchestrators = list(islands) or [cid]
-                children.extend(_spawn(url, orchestrators, options.workers, run_dir / "logs"))
-
-            # The agents start beside the registry: they wait for it where they need it.
-            registry = await ensure_registry(
-                nc, url, options.out_dir / ".registry", run_dir / "logs", echo, spawn_agents
+        with bus.watching():  # cancelled, should the embedded server exit
+            nc = await connect(
+                url, name=f"evobus-supervisor-{cid}", credentials=role_credentials(SUPERVISOR)
             )
-            children[:0] = [registry] if registry else []
-            echo(
-                "evobus: agents "
-                + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
-            )
-            if islands:
-                ended = await follow_islands(
-                    nc, spec, cid, islands, children, echo, run_dir=run_dir
+            try:
+                js = nc.jetstream()
+                await ensure_streams(js)
+                await evidence_store(js)  # before the critics, who may only read it
+                spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
+
+                def spawn_agents() -> None:
+                    orchestrators = list(islands) or [cid]
+                    children.extend(_spawn(url, orchestrators, options.workers, run_dir / "logs"))
+
+                # The agents start beside the registry: they wait for it where they need it.
+                registry = await ensure_registry(
+                    nc, url, options.out_dir / ".registry", run_dir / "logs", echo, spawn_agents
                 )
-            else:
-                restarts = Restarts(cid, children)
-                finished = await follow(
-                    nc, spec, restarts, echo, live=options.live, summary=run_dir / "summary.json"
+                children[:0] = [registry] if registry else []
+                echo(
+                    "evobus: agents "
+                    + ", ".join(f"{c.role}[{c.proc.pid if c.proc else '?'}]" for c in children)
                 )
-                outages = restarts.outages(time.monotonic())  # a role still down: up to now
-                ended = [(finished, outages)]
-        finally:
-            with anyio.CancelScope(shield=True):
-                await nc.drain()
+                if islands:
+                    ended = await follow_islands(
+                        nc, spec, cid, islands, children, echo, run_dir=run_dir
+                    )
+                else:
+                    restarts = Restarts(cid, children)
+                    finished = await follow(
+                        nc,
+                        spec,
+                        restarts,
+                        echo,
+                        live=options.live,
+                        summary=run_dir / "summary.json",
+                    )
+                    outages = restarts.outages(time.monotonic())  # a role still down: up to now
+                    ended = [(finished, outages)]
+            finally:
+                with anyio.CancelScope(shield=True):
+                    # A lost bus has nothing to drain into; nats-py refuses to try.
+                    await (nc.close() if bus.lost else nc.drain())
+        if bus.lost:
+            stop_within = INTERRUPTED_STOP_SECONDS
+            raise BusLost(cid, bus.exit_status or 0, resume)
+    except anyio.get_cancelled_exc_class():
+        stop_within = INTERRUPTED_STOP_SECONDS
+        raise
     finally:
-        await _stop_children(children)
+        await _stop_children(children, stop_within)
         if server is not None:
             server.stop()
+        if stop_within is not None and not bus.lost:
+            echo(f"evobus: campaign {cid} stopped; `{resume}` goes on with it")
     if islands:
         summaries = [
             final_summary(campaign_dir(run_dir, island) / "summary.json", *end)
             for island, end in zip(islands, ended, strict=True)
         ]
         summary = combined_summary(cid, summaries)
+        found = [s.outcomes for s in summaries if s.outcomes is not None]
+        summary = msgspec.structs.replace(summary, outcomes=merged(found) if found else None)
         write_summary(run_dir / "summary.json", summary)
     else:
         summary = final_summary(run_dir / "summary.json", *ended[0])
@@ -567,13 +635,17 @@ async def ensure_registry(
     raise AgentError(f"the registry did not start; its log ends:\n{child.log_tail()}")
 
 
-async def _stop_children(children: list[AgentChild]) -> None:
+async def _stop_children(children: list[AgentChild], within: float | None = None) -> None:
     """Stop every child at once, each in a worker thread: the event loop goes on meanwhile
-    (a program that runs a campaign through ``evobus.Campaign`` has other work on it)."""
+    (a program that runs a campaign through ``evobus.Campaign`` has other work on it).
+    ``within``: seconds each may take to drain before it is killed (None: the default)."""
     with anyio.CancelScope(shield=True):
         async with anyio.create_task_group() as tg:
             for child in children:
-                tg.start_soon(anyio.to_thread.run_sync, child.stop)
+                tg.start_soon(
+                    anyio.to_thread.run_sync,
+                    partial(child.stop, STOP_TIMEOUT_SECONDS if within is None else within),
+                )
 
 
 def final_summary(
@@ -581,15 +653,17 @@ def final_summary(
 ) -> CampaignSummary:
     """A campaign's summary as its orchestrator wrote it to ``path`` as it stopped (else its
     ``campaign_finished`` event's), with the ``outages`` only the supervisor saw (the
-    orchestrator cannot count its own restarts), written back when they add to it."""
+    orchestrator cannot count its own restarts) and what became of the children, counted
+    from the run folder's events (agents/console/outcomes.py); written back."""
     summary = finished.summary
-    written = path.exists()
-    if written:
+    if path.exists():
         summary = msgspec.json.decode(path.read_bytes(), type=CampaignSummary)
     if outages:
         summary = msgspec.structs.replace(summary, outages=outages)
-    if outages or not written:
-        write_summary(path, summary)
+    outcomes = outcomes_of_run(path.parent)
+    if outcomes is not None:
+        summary = msgspec.structs.replace(summary, outcomes=outcomes)
+    write_summary(path, summary)
     return summary
 
 

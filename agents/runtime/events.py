@@ -36,6 +36,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     DeadLettered,
     Event,
+    InFlightChanged,
     IslandReseeded,
     ParetoFrontChanged,
     RolledBack,
@@ -277,6 +278,8 @@ def describe(event: Event) -> str:
         case WorkersChanged():
             rates = ", ".join(f"{k} {v:.2f}/s" for k, v in sorted(event.rates.items()))
             return f"{head} workers {event.stage} {event.old} -> {event.new} ({rates})"
+        case InFlightChanged():
+            return f"{head} in flight {event.old} -> {event.new}: {event.reason}"
         case CampaignProgress():
             stages = ", ".join(
                 f"{name} {load.in_flight}/{load.workers}"
@@ -318,10 +321,19 @@ def write_summary(path: Path, summary: CampaignSummary) -> None:
     tmp.replace(path)
 
 
+def event_lines(events: Iterable[Event]) -> bytes:
+    """``events`` as the lines of a JSON-lines event log."""
+    return b"".join(codec.to_json(event) + b"\n" for event in events)
+
+
 def append_events(path: Path, events: Iterable[Event]) -> None:
     """Append ``events`` to a JSON-lines event log (the run folder's ``events.jsonl``), in one
     write so that a reader never sees half a batch."""
-    data = b"".join(codec.to_json(event) + b"\n" for event in events)
+    append_lines(path, event_lines(events))
+
+
+def append_lines(path: Path, data: bytes) -> None:
+    """Append ``data`` (whole lines of ``event_lines``) to an event log in one write."""
     if not data:
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

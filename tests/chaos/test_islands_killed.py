@@ -26,7 +26,13 @@ from evobus.schemas.events import (
     CandidateMigrated,
     Event,
 )
-from tests.chaos.test_chaos import CAMPAIGN, ENV, assert_each_evaluation_counted_once
+from tests.chaos.test_chaos import (
+    CAMPAIGN,
+    ENV,
+    assert_each_evaluation_counted_once,
+    assert_event_log_follows_the_stream,
+    assert_no_work_left,
+)
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -86,6 +92,9 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
                 if all(any(isinstance(e, CampaignFinished) for e in e_) for e_ in events.values()):
                     break
         await anyio.to_thread.run_sync(run.wait, 60)
+        if run.returncode == 0:
+            for island in islands:
+                await assert_no_work_left(js, island)
     finally:
         if run.poll() is None:
             run.terminate()
@@ -107,6 +116,7 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     }
     for island in islands:
         assert_each_evaluation_counted_once(summaries[island], events[island])
+        assert_event_log_follows_the_stream(run_dir / island, summaries[island], events[island])
         assert summaries[island].proposals == PROPOSALS // 2
     # The campaign's summary is the islands' together.
     summary = msgspec.json.decode((run_dir / "summary.json").read_bytes(), type=CampaignSummary)
@@ -137,6 +147,10 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     assert {target for _, _, target in sent} == set(islands)
     assert arrived and set(arrived) <= sent
     assert max(Counter(arrived).values()) == 1, Counter(arrived).most_common(2)
+    # A candidate that stays among its island's best goes to the other island once: it never
+    # arrives there twice (in two migrations).
+    candidates = Counter((e.campaign, e.source, e.candidate_id) for e in holding_events(migrated))
+    assert max(candidates.values()) == 1, candidates.most_common(2)
     # Each arrival joined its island's pool under an id of its own.
     for event in (e for e in migrated if e.direction == "in"):
         assert event.local_id and event.source != event.campaign
@@ -156,3 +170,10 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     )
     assert resumed_summary.proposals == PROPOSALS
     assert resumed_summary.best_candidate == summary.best_candidate
+
+
+def holding_events(migrated: list[CandidateMigrated]) -> list[CandidateMigrated]:
+    """The arrivals that hold: the last ``in`` event under each island's pool id (see the
+    test: a killed orchestrator's successor may give an arrival another id)."""
+    last = {(e.campaign, e.local_id): e for e in migrated if e.direction == "in"}
+    return list(last.values())

@@ -30,7 +30,13 @@ from evobus.schemas.events import (
     SkillUtilityUpdated,
     StoreRecovered,
 )
-from tests.chaos.test_chaos import KILL_HOOK, agent_pids, assert_each_evaluation_counted_once
+from tests.chaos.test_chaos import (
+    KILL_HOOK,
+    agent_pids,
+    assert_each_evaluation_counted_once,
+    assert_event_log_follows_the_stream,
+    assert_no_work_left,
+)
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -110,6 +116,7 @@ async def run_campaign(
                     kills.pop(0)
         assert await anyio.to_thread.run_sync(run.wait, 60) == 0, (tmp / f"{cid}.log").read_text()
         assert not kills, f"the campaign ended before kills after {kills} skills"
+        await assert_no_work_left(js, cid)
         await sub.unsubscribe()
         while True:
             try:
@@ -123,6 +130,7 @@ async def run_campaign(
     summary = msgspec.json.decode(
         (tmp / "runs" / cid / "summary.json").read_bytes(), type=CampaignSummary
     )
+    assert_event_log_follows_the_stream(tmp / "runs" / cid, summary, events)
     return events, registry_events, summary
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.events import AgentExited, AgentRestarted, CampaignProgress, Event
+from evobus.schemas.events import AgentExited, AgentRestarted, CandidateEvaluated, Event
 from tests.chaos.test_chaos import agent_pids, assert_each_evaluation_counted_once, run_with_chaos
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -32,15 +32,16 @@ async def test_a_worker_killed_again_and_again_comes_back_with_backoff(
     killed: list[int] = []
 
     def chaos(events: list[Event]) -> None:
-        # Once the campaign runs, and then each time the last killed critic is replaced: a
-        # replacement is always killed well within 30 s of its start, so the backoff grows.
-        running = any(isinstance(e, CampaignProgress) for e in events)
+        # Once the campaign runs (its first evaluation: the offline campaign may be over by
+        # its first progress event), and then each time the last killed critic is replaced:
+        # a replacement is always killed well within 30 s of its start, so the backoff grows.
+        running = any(isinstance(e, CandidateEvaluated) for e in events)
         back = sum(isinstance(e, AgentRestarted) and e.role == ROLE for e in events)
         if not running or len(killed) >= KILLS or back < len(killed):
             return
-        (pid,) = agent_pids(nats_server.url, ROLE)
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
+        for pid in agent_pids(nats_server.url, ROLE):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
 
     summary, events, output = await run_with_chaos(nats_server, tmp_path, campaign_id, 12, chaos)
     assert len(killed) == KILLS, (killed, output)

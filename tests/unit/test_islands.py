@@ -9,6 +9,7 @@ from evobus.agents.console.islands import combined_summary, island_records, shar
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.islands import migration_target, on_decided
 from evobus.agents.roles.orchestrator.messages import Migrate
+from evobus.agents.roles.orchestrator.novelty import source_digest
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
 from evobus.schemas.campaign import (
@@ -225,3 +226,51 @@ def test_an_island_without_migrants_stagnates_as_a_campaign_does() -> None:
     decided = one_step(alone, seeded(alone), child=-990.0, parent=-1000.0)
     decided = one_step(alone, decided, child=-995.0, parent=-1000.0)
     assert not of_type(decided, IslandReseeded) and of_type(decided, BurstStarted)
+
+
+def test_a_member_that_stays_best_goes_to_an_island_once_unless_it_changed() -> None:
+    state = island(0)
+    (first,) = migrations(one_step(state, seeded(state), child=-900.0, parent=-1000.0))
+    (migrant,) = first.migrants
+    best = migrant.candidate.id
+    again = Step()
+    on_decided(state, again, 9.0)  # the next migration is due: the best is the same
+    assert not migrations(again) and not migrated_events(again)
+    assert state.islands.sent_to == {"g-i1": [source_digest(migrant.candidate.artifact)]}
+    # Its program changed (a repaired child keeps its id): the new content goes.
+    changed = msgspec.structs.replace(
+        migrant.candidate.artifact, source=migrant.candidate.artifact.source + "\nX = 1\n"
+    )
+    state.candidates.by_id[best] = msgspec.structs.replace(migrant.candidate, artifact=changed)
+    later = Step()
+    on_decided(state, later, 10.0)
+    (sent,) = migrations(later)
+    assert [m.candidate.artifact for m in sent.migrants] == [changed] and sent.number == 3
+    # What was sent survives a snapshot: a resumed sender does not send it again.
+    fresh = island(0)
+    taken = snapshot.take(state, last_applied="", now=11.0)
+    snapshot.restore(fresh, snapshot.decode(snapshot.encode(taken)))
+    assert fresh.islands.sent_to == state.islands.sent_to
+    after = Step()
+    on_decided(fresh, after, 12.0)
+    assert not migrations(after)
+
+
+def test_a_receiver_never_stores_a_second_copy_of_a_program_it_holds() -> None:
+    sender, receiver = island(0), island(1)
+    sent, _, _ = received(sender, receiver)
+    (local,) = receiver.islands.immigrants
+    version = receiver.population.pool.version
+    (migrant,) = sent.migrants
+    # The same program in another migration (another number, so not a copy of the message),
+    # and the seed, which every island holds.
+    seed = msgspec.structs.replace(migrant, candidate=receiver.candidates.by_id[SEED_ID])
+    other = msgspec.structs.replace(
+        sent, work_id=f"{sent.work_id}-again", number=2, migrants=(migrant, seed)
+    )
+    step = receiver.apply(other, None, 9.0)
+    assert not migrated_events(step) and receiver.islands.immigrants == [local]
+    assert receiver.population.pool.version == version
+    assert other.work_id in receiver.islands.received  # applied: a copy of it is dropped too
+    digests = [source_digest(c.artifact) for c in receiver.candidates.by_id.values()]
+    assert len(digests) == len(set(digests))

@@ -24,8 +24,9 @@ async def page_beside_run(
     server: NatsServer | None = None
     url = nats_url
     if url is None:
-        server = NatsServer(default_store_dir(out))
-        await anyio.to_thread.run_sync(server.start)
+        # Started from this (the run's) thread, not a worker thread whose end would signal it:
+        # it dies with `evobus run`, however that ends (infra/lifetime.py).
+        server = NatsServer(default_store_dir(out), die_with_parent=True).start()
         url = server.url
         echo(f"evobus: embedded nats-server (JetStream) at {url}")
     try:

@@ -19,6 +19,7 @@ from evobus.agents.roles.orchestrator.messages import Emit
 from evobus.agents.roles.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
     LEASE_TTL_SECONDS,
+    EventLog,
     Lease,
     SnapshotStore,
     digest,
@@ -43,6 +44,7 @@ from evobus.bus.batch_consumer import BatchConsumer, Delivery, batch_size
 from evobus.bus.connection import connect
 from evobus.bus.control import send_workers_target
 from evobus.bus.envelope import MessageContext
+from evobus.bus.errors import BusError
 from evobus.bus.publisher import Outbound, Publisher
 from evobus.bus.streams import (
     JETSTREAM_PATIENCE_SECONDS,
@@ -157,6 +159,9 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         workspace = CampaignWorkspace(run_dir / "workspace")
         store = SnapshotStore(await key_value(js, subjects.KV_STATE), campaign)
         saved = await patiently(store.load, f"the snapshot of {campaign}", deadline)
+        event_log = EventLog(run_dir / EVENT_LOG)
+        if saved is not None and event_log.redo(saved.event_lines):
+            log.info("campaign %s: appended the last snapshot's events to %s", campaign, EVENT_LOG)
         state = CampaignState(
             record,
             plan,
@@ -182,10 +187,9 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         async def carried_out(out: list[Outbound], controls: list[WorkersTarget]) -> list[Outbound]:
             """What effects lead to, recorded and sent; the messages left to publish."""
             state.trace.end_retired()
-            # The run folder keeps the campaign's events too: `evobus report` reads them there.
-            append_events(
-                run_dir / EVENT_LOG, [o.message for o in out if isinstance(o.message, Event)]
-            )
+            # The run folder keeps the campaign's events too (`evobus report` reads them
+            # there), appended once the snapshot that holds them is written (persist).
+            event_log.stage(o.message for o in out if isinstance(o.message, Event))
             for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
                 await send_workers_target(nc, target)
             if state.run.phase == "finished":
@@ -199,8 +203,30 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         writer = anyio.Lock()
 
         async def persist() -> None:
-            """Snapshot the state (after its messages are published)."""
-            await store.save(snapshot.take(state, last_applied=applied[0], now=time.time()))
+            """Snapshot the state (after its messages are published), then append its events
+            to the run folder's log."""
+            taken = snapshot.take(state, last_applied=applied[0], now=time.time())
+            await store.save(event_log.saved(taken))
+            event_log.commit()
+
+        async def publish(out: list[Outbound]) -> None:
+            """Publish a transaction's messages. Once the campaign has finished, its queued
+            work is purged first, and no work goes out after it: nothing of the campaign is
+            left on EVO_WORK, whenever this process dies (a successor resumes the finished
+            state and purges again)."""
+            if state.run.phase == "finished" and out:
+                out = [o for o in out if not subjects.is_work(o.subject)]
+                await purge_work()
+            await publisher.publish_all(out)
+
+        async def purge_work() -> None:
+            """Remove what is still queued for this campaign: it will never be used (the work
+            items workers hold are removed too; their acks, naks and results change nothing)."""
+            purge = partial(
+                js.purge_stream, subjects.STREAM_WORK, subject=subjects.campaign_work(campaign)
+            )
+            deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
+            await patiently(purge, f"the purge of {campaign}'s work", deadline)
 
         async def apply(result: Result, ctx: MessageContext) -> list[Outbound]:
             """Apply a result and carry out its effects; the messages left to publish."""
@@ -222,7 +248,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 for delivery in batch:
                     with delivery.span():
                         out += await apply(delivery.item, delivery.ctx)
-                await publisher.publish_all(out)
+                await publish(out)
                 await persist()
 
         async def clock() -> None:
@@ -231,7 +257,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 await anyio.sleep(TICK_SECONDS)
                 async with writer:
                     out = await effects(state.tick(time.time()))
-                    await publisher.publish_all(out)
+                    await publish(out)
                     if out:  # event ids moved on: a restart must not reuse them
                         await persist()
                 if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
@@ -244,8 +270,6 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                         dict(sorted(stages.items())),
                         len(state.flight.pending),
                     )
-            # What is still queued for this campaign will never be used.
-            await js.purge_stream(subjects.STREAM_WORK, subject=subjects.campaign_work(campaign))
 
         async def keep_lease() -> None:
             """Renew the lease on its own: a transaction that waits (a registry that hangs)
@@ -263,7 +287,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
                 async with writer:
                     out = await carried_out(*await runner.work_backlog())
                     if out:
-                        await publisher.publish_all(out)
+                        await publish(out)
                         await persist()
 
         async def clock_and_backlog() -> None:
@@ -290,11 +314,11 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             )
         )
         if saved is None:
-            await publisher.publish_all(await effects(state.start(time.time())))
+            await publish(await effects(state.start(time.time())))
         else:
             resumed = resume(state, saved, store.revision or 0, time.time())
             log.info("campaign %s: resumed from snapshot revision %s", campaign, store.revision)
-            await publisher.publish_all(await effects(resumed))
+            await publish(await effects(resumed))  # a finished campaign's: purged again
         await persist()
         if state.run.phase != "finished":
             await serve(proc, extra=clock_and_backlog)
@@ -304,6 +328,11 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
             await persist()  # the finished state: `evobus resume` reports it, nothing reruns
             write_summary(run_dir / "summary.json", state.summary(time.time()))
             state.trace.finish(state.run.status, state.run.stop_reason)
+            if state.run.phase == "finished":  # again: a tool request an actor sent as it stopped
+                try:
+                    await purge_work()
+                except BusError as exc:  # purged once already, before campaign_finished
+                    log.warning("campaign %s: queued work not purged again: %s", campaign, exc)
             await lease.release()
         return state.summary(time.time())
     finally:

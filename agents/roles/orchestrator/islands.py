@@ -17,6 +17,12 @@ Exactly once: a migration's id is its sender, number and a digest of its content
 (``<sender>-m<n>-<digest>``), its message id too, so a sender that resumed and sent it again is
 dropped by JetStream; the receiver keeps the ids it applied (``Islands.received``, in its
 snapshot) and drops a copy that comes after JetStream's duplicate window.
+
+A program goes to an island once: a member that stays among the sender's best is not sent
+again to an island it went to (``Islands.sent_to`` keeps the content digests, ``novelty.
+source_digest``, sent to each island: a program of other content is another migrant), and a
+receiver stores no program it holds already — its own, the seed, or one that came before from
+any island — so the pools fill with programs, not with copies of one.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import msgspec
 from evobus.agents.roles.orchestrator import population
 from evobus.agents.roles.orchestrator.chains import keep_candidate, roll_back_to
 from evobus.agents.roles.orchestrator.messages import Migrate, content_id
+from evobus.agents.roles.orchestrator.novelty import source_digest
 from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
 from evobus.schemas.campaign import Island, island_id
 from evobus.schemas.events import CandidateMigrated, IslandReseeded
@@ -43,15 +50,19 @@ class Islands(msgspec.Struct, kw_only=True):
 
     Attributes:
         decided: steps decided since the last migration went out.
-        sent: the migrations sent (the next one's number is ``sent + 1``).
+        sent: the migrations due so far (the next one's number is ``sent + 1``; one whose
+            best were all sent to its island before sends nothing).
         received: the ids of the migrations applied (a copy of one is dropped).
         immigrants: the local ids of the candidates received, in the order they came.
+        sent_to: each receiving island's campaign id → the content digests of the programs
+            sent to it (``novelty.source_digest``), in the order sent.
     """
 
     decided: int = 0
     sent: int = 0
     received: list[str] = msgspec.field(default_factory=list)
     immigrants: list[str] = msgspec.field(default_factory=list)
+    sent_to: dict[str, list[str]] = msgspec.field(default_factory=dict)
 
 
 def migration_target(island: Island, number: int, topology: str, rng_seed: int) -> int:
@@ -86,8 +97,7 @@ def _send(state: CampaignState, step: Step, island: Island, now: float) -> None:
         if cid != SEED_ID and cid not in state.islands.immigrants and pool.stats(cid).count
     ]
     best = sorted(mine, key=lambda cid: pool.stats(cid).mean, reverse=True)
-    chosen = best[: state.strategy.migrants]
-    if not chosen:
+    if not best:
         return
     state.islands.sent += 1
     number = state.islands.sent
@@ -97,6 +107,17 @@ def _send(state: CampaignState, step: Step, island: Island, now: float) -> None:
             island, number, state.strategy.migration_topology, state.strategy.rng_seed
         ),
     )
+    # The best as they are now; one that went to this island before is not sent again.
+    sent_before = state.islands.sent_to.setdefault(target, [])
+    by_id = state.candidates.by_id
+    chosen = [
+        cid
+        for cid in best[: state.strategy.migrants]
+        if source_digest(by_id[cid].artifact) not in sent_before
+    ]
+    if not chosen:
+        return
+    sent_before.extend(source_digest(by_id[cid].artifact) for cid in chosen)
     migrants = tuple(_migrant(state, cid) for cid in chosen)
     # The counter and the content (``messages.content_id``): a sender that resumed and sent
     # the same migration again sends it under the same id, one that chose other migrants
@@ -201,12 +222,18 @@ def reseed(state: CampaignState, step: Step, now: float) -> bool:
 def receive(state: CampaignState, step: Step, message: Migrants, now: float) -> None:
     """Add another island's migrants to the pool, under ids of this island, with their train
     scores; a migration applied before (a copy) or one that comes once the island has
-    finished changes nothing."""
+    finished changes nothing, and a migrant whose program this island holds already (by
+    content digest: made here, the seed, or received before) is not stored again."""
     islands = state.islands
     if message.work_id in islands.received or state.run.phase == "finished":
         return
     islands.received.append(message.work_id)
+    held = {source_digest(c.artifact) for c in state.candidates.by_id.values()}
     for migrant in message.migrants:
+        digest = source_digest(migrant.candidate.artifact)
+        if digest in held:
+            continue
+        held.add(digest)
         local = msgspec.structs.replace(
             migrant.candidate, id=f"c{state.next_serial('candidate'):04d}", parent_ids=()
         )

@@ -10,6 +10,9 @@ both in JetStream KV, both written with compare-and-set.
 * The snapshot (``EVO_STATE``) is written after each batch of applied results is published and
   before any of it is acked, with the revision it last wrote as the expected one: a writer that
   lost the lease cannot overwrite its successor's state.
+* The run folder's ``events.jsonl`` is written in the snapshot's transaction (``EventLog``):
+  appended after the snapshot that holds its lines, appended again by a successor only if the
+  file does not hold them.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterable
 from functools import partial
+from pathlib import Path
 
 import anyio
+import msgspec
 from nats.errors import ConnectionClosedError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoStreamResponseError
@@ -31,13 +37,18 @@ from nats.js.kv import KeyValue
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
 from evobus.agents.runtime.errors import AgentError
+from evobus.agents.runtime.events import append_lines, event_lines
 from evobus.bus.streams import patiently
+from evobus.schemas.events import Event
 
 log = logging.getLogger(__name__)
 
 LEASE_TTL_SECONDS = 6.0
 LEASE_RENEW_SECONDS = 2.0
 BUS_PATIENCE_SECONDS = 30.0  # how long a snapshot write waits for the bus to come back
+# How far before the end of events.jsonl a resume looks for the last snapshot's lines: what
+# others append after them (the supervisor's agent_exited and agent_restarted) is far less.
+REDO_WINDOW_BYTES = 1 << 20
 # What a KV write raises while the server restarts or the connection reconnects.
 TRANSIENT = (NoStreamResponseError, NatsTimeoutError, ConnectionClosedError, TimeoutError)
 
@@ -55,7 +66,25 @@ class LeaseHeld(AgentError):
 
 
 class LeaseLost(AgentError):
-    """This orchestrator's lease was taken over: it must stop writing."""
+    """This orchestrator's lease was taken over, or expired: it must stop writing.
+
+    Attributes:
+        campaign: the campaign.
+        holder: who holds the lease now ("" when nobody does, or not known: it expired while
+            this process could not renew it, the bus away for longer than
+            ``LEASE_TTL_SECONDS``).
+    """
+
+    def __init__(self, campaign: str, holder: str, *, what: str = "") -> None:
+        self.campaign = campaign
+        self.holder = holder
+        if not what:
+            what = (
+                f"its lease is now held by {holder}"
+                if holder
+                else "its lease expired (nobody holds it)"
+            )
+        super().__init__(f"campaign {campaign}: {what}; this orchestrator stops")
 
 
 class Lease:
@@ -81,7 +110,7 @@ class Lease:
                 return
             except KeyWrongLastSequenceError:
                 holder = await self._holder()
-            if await self._gone(holder):
+            if not holder or await self._gone(holder):  # it expired meanwhile: take it
                 continue
             if time.monotonic() >= deadline:
                 raise LeaseHeld(self.campaign, holder)
@@ -108,11 +137,12 @@ class Lease:
         return True
 
     async def _holder(self) -> str:
+        """Who holds the lease ("" for nobody: it expired or was given up)."""
         try:
             entry = await self.kv.get(self.campaign)
-        except KeyNotFoundError:
-            return "?"
-        return (entry.value or b"?").decode(errors="replace")
+        except KeyNotFoundError:  # expired (JetStream's TTL) or deleted
+            return ""
+        return (entry.value or b"").decode(errors="replace")
 
     async def renew(self) -> None:
         """Write the lease again (restarting its expiry); a bus that is away is skipped (the
@@ -129,9 +159,7 @@ class Lease:
             if await self._holder() == self.holder:  # a lost answer: it was written
                 self.revision = (await self.kv.get(self.campaign)).revision or self.revision
                 return
-            raise LeaseLost(
-                f"campaign {self.campaign}: the lease is now {await self._holder()}'s"
-            ) from None
+            raise LeaseLost(self.campaign, await self._holder()) from None
         except TRANSIENT as exc:
             log.warning("campaign %s: lease not renewed (%r)", self.campaign, exc)
 
@@ -166,8 +194,63 @@ def _alive(pid: int) -> bool:
 
 
 def digest(snap: CampaignSnapshot) -> str:
-    """A short fingerprint of a snapshot's content (equal snapshots, equal digests)."""
-    return hashlib.sha256(snapshot._encoder.encode(snap)).hexdigest()[:16]
+    """A short fingerprint of a snapshot's state (equal states, equal digests): its event lines
+    are what was written with it, not part of the state."""
+    state = msgspec.structs.replace(snap, event_lines=b"")
+    return hashlib.sha256(snapshot._encoder.encode(state)).hexdigest()[:16]
+
+
+class EventLog:
+    """The run folder's ``events.jsonl``, written in the snapshot's transaction: exactly once
+    per event, whoever wrote the campaign's state before.
+
+    A transaction's events are staged, saved with its snapshot (``event_lines``) and appended
+    once the snapshot is written. A process killed before the snapshot appended nothing: its
+    successor applies the same results again and appends their events (EVO_EVENTS drops the
+    copies of what the dead one had published, by message id). One killed between the
+    snapshot and the append left the lines in the snapshot: its successor appends them
+    (``redo``) unless the file ends with them already. A process whose snapshot is refused
+    (its lease lost) appends nothing.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.staged = b""
+
+    def stage(self, events: Iterable[Event]) -> None:
+        """Add a transaction's events to what goes with the next snapshot."""
+        self.staged += event_lines(events)
+
+    def saved(self, snap: CampaignSnapshot) -> CampaignSnapshot:
+        """``snap`` with the staged lines, to be written."""
+        return msgspec.structs.replace(snap, event_lines=self.staged)
+
+    def commit(self) -> None:
+        """Append the staged lines: the snapshot that holds them is written."""
+        append_lines(self.path, self.staged)
+        self.staged = b""
+
+    def redo(self, lines: bytes) -> bool:
+        """On resume: append ``lines`` (the last snapshot's) unless the log holds them at its
+        end (only the supervisor's lines of the process's death may follow them). A last line
+        cut short (a process killed inside its append) is dropped first. True if appended."""
+        if not lines:
+            return False
+        try:
+            with self.path.open("r+b") as log:
+                size = log.seek(0, os.SEEK_END)
+                start = log.seek(max(0, size - len(lines) - REDO_WINDOW_BYTES))
+                tail = log.read()
+                cut = tail.rfind(b"\n") + 1
+                if tail and not tail.endswith(b"\n") and (cut or not start):
+                    log.truncate(start + cut)
+                    tail = tail[:cut]
+        except FileNotFoundError:
+            tail = b""
+        if lines in tail:
+            return False
+        append_lines(self.path, lines)
+        return True
 
 
 class SnapshotStore:
@@ -222,7 +305,7 @@ class SnapshotStore:
                     if uncertain and await self._holds(data):
                         break
                     raise LeaseLost(
-                        f"campaign {self.campaign}: another orchestrator wrote its snapshot"
+                        self.campaign, "", what="another orchestrator wrote its snapshot"
                     ) from None
                 except TRANSIENT as exc:
                     if time.monotonic() >= deadline:

@@ -75,6 +75,8 @@ class Tally(msgspec.Struct, kw_only=True):
         usage: the model calls of every applied result (the token budget's).
         engines: what made the diagnoses and proposals, as the results said, sorted.
         work_by_agent: each agent's id → the agent and how many of its results were applied.
+        applied_by: each orchestrator process's id → the process and how many results it
+            applied that hold (in a snapshot): a killed one's too.
     """
 
     results_applied: int = 0
@@ -82,6 +84,7 @@ class Tally(msgspec.Struct, kw_only=True):
     usage: Usage = Usage()
     engines: list[str] = msgspec.field(default_factory=list)
     work_by_agent: dict[str, tuple[AgentRef, int]] = msgspec.field(default_factory=dict)
+    applied_by: dict[str, tuple[AgentRef, int]] = msgspec.field(default_factory=dict)
 
 
 class Observed(msgspec.Struct, kw_only=True):
@@ -162,6 +165,9 @@ def _count(state: CampaignState, result: Result, sender: AgentRef | None) -> Non
     """Count an applied result: its model usage, what made it, and who sent it."""
     tally = state.tally
     tally.results_applied += 1
+    me = state.orchestrator
+    _, mine = tally.applied_by.get(me.agent_id, (me, 0))
+    tally.applied_by[me.agent_id] = (me, mine + 1)
     tally.usage = tally.usage + result.usage
     if isinstance(result, Diagnosis | Proposal) and result.engine.startswith("openai:"):
         engine = result.engine.split(" prompt ")[0] + _simulated(result.engine)

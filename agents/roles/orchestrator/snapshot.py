@@ -86,6 +86,9 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         last_applied: the work id of the last result applied ("" before any).
         running_seconds: how long the campaign had run (the wall-clock budget's).
         records: the encoded ``Records``.
+        event_lines: the events of the transaction it ends, as events.jsonl lines (appended
+            after it is written; a successor appends them if its predecessor could not:
+            ``persist.EventLog``). Not part of the state.
     """
 
     format: int = SNAPSHOT_FORMAT
@@ -94,6 +97,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     last_applied: str
     running_seconds: float
     records: msgspec.Raw
+    event_lines: bytes = b""
 
 
 class _Format(msgspec.Struct):

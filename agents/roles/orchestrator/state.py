@@ -356,26 +356,21 @@ class CampaignState:
 
     def summary(self, now: float) -> CampaignSummary:
         """The campaign summary as of ``now``."""
-        me = AgentWork(
-            role="orchestrator",
-            agent_id=self.orchestrator.agent_id,
-            pid=self.orchestrator.pid,
-            host=self.orchestrator.host,
-            items_processed=self.tally.results_applied,
-        )
+        # Every orchestrator that applied results, this one first (killed ones too: what they
+        # applied held), then the workers.
+        me = self.orchestrator
+        _, mine = self.tally.applied_by.get(me.agent_id, (me, 0))
+        earlier = [rc for key, rc in self.tally.applied_by.items() if key != me.agent_id]
         others = sorted(self.tally.work_by_agent.values(), key=lambda rc: rc[0].role)
-        agents = (
-            me,
-            *(
-                AgentWork(
-                    role=ref.role,
-                    agent_id=ref.agent_id,
-                    pid=ref.pid,
-                    host=ref.host,
-                    items_processed=count,
-                )
-                for ref, count in others
-            ),
+        agents = tuple(
+            AgentWork(
+                role=ref.role,
+                agent_id=ref.agent_id,
+                pid=ref.pid,
+                host=ref.host,
+                items_processed=count,
+            )
+            for ref, count in [(me, mine), *earlier, *others]
         )
         return CampaignSummary(
             campaign=self.cid,

@@ -33,7 +33,9 @@ from evobus.agents.roles.registry.skill_library import (
     Registered,
     SkillEviction,
     SkillLibraryPolicy,
+    exact_first,
     merged_request,
+    name_words,
     same_stem,
 )
 from evobus.infra.embedders import Embedder, EmbedderError, make_embedder
@@ -397,7 +399,8 @@ class Registry:
 
         Skills are ranked by utility too: the ``k·RETRIEVAL_DEPTH`` best by similarity are
         re-ranked by ``rank_for_retrieval`` (relative similarity + λ · optimistic mean
-        utility), whose score is the one returned."""
+        utility), whose score is the one returned. A resource the query names, or a skill
+        whose whole trigger it holds, comes first (``skill_library.exact_first``)."""
         if not 1 <= k <= MAX_SEARCH_K:
             raise InvalidRequest(f"k must be in 1..{MAX_SEARCH_K}, got {k}")
         dense = None
@@ -407,10 +410,14 @@ class Registry:
             except EmbedderError as exc:
                 # Retrieval degrades to BM25 rather than failing the actor's proposal.
                 log.warning("registry: dense query embedding failed, BM25 only: %s", exc)
+        # What the query names (or a skill's whole trigger) comes first (skill_library.py).
+        named = await self._store.named_resources(kind, name_words(query))
         if kind != "skill":
-            return await self._store.search_resources(kind, query, dense, k)
+            return exact_first(
+                query, named, await self._store.search_resources(kind, query, dense, k), k
+            )
         hits = await self._store.search_resources(kind, query, dense, k * RETRIEVAL_DEPTH)
-        return rank_for_retrieval(hits, k)
+        return exact_first(query, named, rank_for_retrieval(hits, len(hits)), k)
 
     async def contract(self, kind: ResourceKind, name: str | None = None) -> str:
         """One resource's contract, or the consolidated contract of every active one of ``kind``."""

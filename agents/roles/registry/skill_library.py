@@ -15,6 +15,11 @@ the registry adds is where they apply:
   (``eviction_order``) are retired — archived: a new version with ``retired`` set, out of
   search, its history kept — and a ``skill_retired`` event says so.
 
+* **Retrieval by name**: a search whose query names a resource (one of its words is the
+  name) or holds a skill's whole trigger returns that resource first (``exact_first``), before
+  what similarity and utility rank (REFLEX §3.4's retrieval score): near-duplicates with more
+  utility never crowd a skill out of a search for it by its own name.
+
 Both are registry settings, not campaign keys: one library serves every campaign on the bus,
 so its size and what counts as the same skill are properties of the library; two campaigns
 with different caps would retire each other's skills. They come from the environment of the
@@ -25,12 +30,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 import msgspec
 
 from evobus.agents.evolution.skills import skill_stats, skill_stem
 from evobus.agents.roles.registry.errors import InvalidSetting
+from evobus.infra.library import valid_name
 from evobus.schemas.registry import RegisterRequest, Resource
 
 SKILL_CAP_ENV = "EVOBUS_SKILL_CAP"
@@ -128,3 +135,44 @@ def merged_request(request: RegisterRequest, into: Resource) -> RegisterRequest:
     return msgspec.structs.replace(
         request, name=into.name, metadata={**request.metadata, MERGED_FROM: request.name}
     )
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_NAME_PUNCTUATION = "\"'`,;:!?()[]{}<>"
+MIN_TRIGGER_WORDS = 3  # a shorter trigger is held by too many queries to rank first
+
+
+def name_words(query: str) -> list[str]:
+    """What in ``query`` could name a resource: the whole query, then each of its
+    white-space separated words (surrounding quotes and punctuation cut), once each."""
+    words = [query.strip(), *(word.strip(_NAME_PUNCTUATION) for word in query.split())]
+    return [w for w in dict.fromkeys(words) if valid_name(w)]
+
+
+def _words(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def exact_first(
+    query: str,
+    named: Sequence[Resource],
+    ranked: Sequence[tuple[Resource, float]],
+    k: int,
+) -> list[tuple[Resource, float]]:
+    """The ``k`` best of a search: the resources ``query`` names (``named``, found by name),
+    then those of ``ranked`` whose whole trigger (description, at least
+    ``MIN_TRIGGER_WORDS`` words) the query holds, then the rest of ``ranked`` in its order.
+    An exact match scores at least the best score of ``ranked``, so scores still fall."""
+    top = max((score for _, score in ranked), default=1.0)
+    scores = {resource.name: score for resource, score in ranked}
+    text = f" {_words(query)} "
+    triggered = [
+        resource
+        for resource, _ in ranked
+        if len(trigger := _words(resource.description).split()) >= MIN_TRIGGER_WORDS
+        and f" {' '.join(trigger)} " in text
+    ]
+    first = {r.name: r for r in [*named, *triggered]}
+    exact = [(r, max(top, scores.get(name, top))) for name, r in first.items()]
+    rest = [(r, score) for r, score in ranked if r.name not in first]
+    return [*exact, *rest][:k]
