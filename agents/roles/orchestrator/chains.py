@@ -152,6 +152,8 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         parents = select_parents(pool, _pareto_front(state, step, now), k, selection.rng)
     else:
         parents = pool.select(k, rule=rule, beta=beta, rng=selection.rng)
+    if operator == "x_div" and len(set(parents)) < 2:
+        operator = "m_diag"  # one parent (a rollback's restart): nothing to cross it with
     if operator == "i1":
         parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
     chain = Chain(
