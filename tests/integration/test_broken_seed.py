@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
@@ -16,7 +15,7 @@ from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateEvaluated, CandidateProposed
-from tests.processes import start_evobus
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -59,7 +58,7 @@ async def test_a_seed_that_does_not_load_fails_the_run_with_its_error(
     campaign.write_text(CAMPAIGN.format(seed=seed.as_posix()))
     out = tmp_path / "runs"
     log = tmp_path / "run.log"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         str(campaign),
         "--nats",
@@ -70,14 +69,7 @@ async def test_a_seed_that_does_not_load_fails_the_run_with_its_error(
         str(out),
         log=log,
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = log.read_text()
-    assert run.returncode == EXIT_CONFIG, output
+    assert code == EXIT_CONFIG, output
     reason = f"{SEED_FAILED}cannot load candidate: {error}"
     assert f"evobus: campaign {campaign_id} failed: {reason}" in output
 
@@ -104,7 +96,7 @@ async def test_an_initial_program_that_does_not_compile_fails_a_files_run_with_i
     program.write_text(source.replace("def solve() -> list[float]:", "def solve(:"))
     out = tmp_path / "runs"
     log = tmp_path / "run.log"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         "--program",
         str(program),
@@ -118,14 +110,7 @@ async def test_an_initial_program_that_does_not_compile_fails_a_files_run_with_i
         str(out),
         log=log,
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = log.read_text()
-    assert run.returncode == EXIT_CONFIG, output
+    assert code == EXIT_CONFIG, output
     error = "SyntaxError: invalid syntax (line 8 of program.py): def solve(:"
     assert f"evobus: campaign {campaign_id} failed: {SEED_FAILED}{error}" in output
     evaluated = [

@@ -11,7 +11,6 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
@@ -26,7 +25,7 @@ from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateEvaluated, CandidateProposed
 from evobus.schemas.llm import ActorDraft
-from tests.processes import start_evobus
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -74,7 +73,7 @@ async def test_the_actor_asks_for_and_applies_the_answer_format_of_the_campaign(
     campaign = CAMPAIGN.format(url=sim.base_url, model=ACTOR, answer=answer)
     (tmp_path / "campaign.toml").write_text(campaign)
     out = tmp_path / "runs"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         str(tmp_path / "campaign.toml"),
         "--nats",
@@ -85,14 +84,7 @@ async def test_the_actor_asks_for_and_applies_the_answer_format_of_the_campaign(
         str(out),
         log=tmp_path / "run.log",
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = (tmp_path / "run.log").read_text()
-    assert run.returncode == 0, output
+    assert code == 0, output
     summary = msgspec.json.decode(
         (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
     )
@@ -128,10 +120,10 @@ async def test_the_actor_asks_for_and_applies_the_answer_format_of_the_campaign(
     )
     applied = []
     for request in as_diff:
-        code = msgspec.json.decode(request.answers[0], type=ActorDraft).code
-        assert code.startswith(SEARCH) and len(code) < len(seed), code
+        blocks = msgspec.json.decode(request.answers[0], type=ActorDraft).code
+        assert blocks.startswith(SEARCH) and len(blocks) < len(seed), blocks
         try:
-            applied.append(apply_diff(seed, code))
+            applied.append(apply_diff(seed, blocks))
         except DiffError:
             continue  # written against a later parent
     # The first steps' parent is the seed: their blocks apply to it, inside its block.

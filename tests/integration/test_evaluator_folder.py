@@ -9,7 +9,6 @@ import json
 import shutil
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
@@ -22,7 +21,7 @@ from evobus.schemas.campaign import CampaignSummary, SandboxSection
 from evobus.schemas.events import CandidateEvaluated
 from evobus.schemas.results import Evaluation, InstanceScore
 from tests.integration.test_files_campaign import results_of
-from tests.processes import start_evobus
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -44,7 +43,7 @@ async def test_an_evaluator_folder_runs_train_in_the_loop_and_test_for_the_best(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
     out = tmp_path / "runs"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         "--program",
         str(PROBLEM / "initial_program.py"),
@@ -60,14 +59,7 @@ async def test_an_evaluator_folder_runs_train_in_the_loop_and_test_for_the_best(
         str(out),
         log=tmp_path / "run.log",
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = (tmp_path / "run.log").read_text()
-    assert run.returncode == 0, output
+    assert code == 0, output
     # Said at start, once: what of the Dockerfile the sandbox does not do.
     lines = [line for line in output.splitlines() if "of its Dockerfile, not reproduced" in line]
     assert len(lines) == 1, output

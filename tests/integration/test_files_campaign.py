@@ -8,7 +8,6 @@ import re
 import shutil
 from pathlib import Path
 
-import anyio
 import msgspec
 import pytest
 
@@ -17,7 +16,7 @@ from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.results import Evaluation, Proposal
-from tests.processes import start_evobus
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -68,7 +67,7 @@ async def test_an_evaluator_file_campaign_runs_its_cascade_and_keeps_the_fixed_c
         shutil.copy(PROBLEM / name, tmp_path / name)
     (tmp_path / "campaign.toml").write_text(CAMPAIGN)
     out = tmp_path / "runs"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         str(tmp_path / "campaign.toml"),
         "--nats",
@@ -79,14 +78,7 @@ async def test_an_evaluator_file_campaign_runs_its_cascade_and_keeps_the_fixed_c
         str(out),
         log=tmp_path / "run.log",
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = (tmp_path / "run.log").read_text()
-    assert run.returncode == 0, output
+    assert code == 0, output
     # The summary says how long the user waited for the first evaluation (issue 16, item 4).
     waited = re.search(r"first evaluation (\d+\.\d) s after `evobus run` started", output)
     assert waited and float(waited[1]) > 0, output
@@ -120,7 +112,7 @@ async def test_the_readme_two_files_evaluate_nearly_every_child_and_each_program
     each program once, the seed too; the best beats the seed."""
     example = Path(__file__).parents[2] / "examples" / "circle_packing"
     out = tmp_path / "runs"
-    run = start_evobus(
+    code, output = await run_evobus(
         "run",
         "--program",
         str(example / "initial_program.py"),
@@ -136,14 +128,7 @@ async def test_the_readme_two_files_evaluate_nearly_every_child_and_each_program
         str(out),
         log=tmp_path / "run.log",
     )
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = (tmp_path / "run.log").read_text()
-    assert run.returncode == 0, output
+    assert code == 0, output
     events = [
         msgspec.json.decode(line)
         for line in (out / campaign_id / "events.jsonl").read_text().splitlines()
