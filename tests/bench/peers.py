@@ -72,10 +72,16 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
     wall_s: float
 
 
-def budget_for(k: int | None, children: int, wall_s: float) -> Budget:
+def budget_for(
+    k: int | None, children: int, wall_s: float, defaults_children: int | None = None
+) -> Budget:
     """The budget of a run at concurrency ``k``: at least four children per slot, so a wide
-    setting runs a few full waves rather than one (``None``: the tool's defaults, ``children``)."""
-    return Budget(children=max(children, 4 * k) if k else children, wall_s=wall_s)
+    setting runs a few full waves rather than one (``None``: the tool's defaults,
+    ``defaults_children`` if given — a budget the wall time ends first measures each tool's
+    rate where its own settings, not the budget, set its width — else ``children``)."""
+    if k is None:
+        return Budget(children=defaults_children or children, wall_s=wall_s)
+    return Budget(children=max(children, 4 * k), wall_s=wall_s)
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -571,6 +577,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--wall", type=float, default=240.0, help="seconds a run may take")
     parser.add_argument("--no-defaults", action="store_true", help="skip the defaults rows")
+    parser.add_argument(
+        "--defaults-children",
+        type=int,
+        help="children asked at the defaults (default: --iterations); a large one lets the wall "
+        "time end both runs, so each tool's own settings set its width",
+    )
     parser.add_argument("--quick", action="store_true", help=f"K in {QUICK_SWEEP}, 12 children")
     parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
     parser.add_argument("--limit-repeats", type=int, default=20, help="seed evaluations timed")
@@ -596,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for problem in args.problems:
                 for k in settings:
                     # Back to back, the same setting for both tools before the next one.
-                    budget = budget_for(k, args.iterations, args.wall)
+                    budget = budget_for(k, args.iterations, args.wall, args.defaults_children)
                     runs.append(run_openevolve(runner, problem, k, budget, url, work))
                     _progress(runs[-1])
                     runs.append(run_evobus(problem, k, budget, url, work))
@@ -614,7 +626,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "openevolve": OPENEVOLVE,
         "profile": PROFILE,
         "sim_seed": args.seed,
-        "children_per_run": f"max({args.iterations}, 4 K); {args.iterations} at defaults",
+        "children_per_run": f"max({args.iterations}, 4 K); "
+        f"{args.defaults_children or args.iterations} at defaults",
         "wall_limit_s": args.wall,
         "cores": cores,
         "load_average_at_start": load_at_start,
