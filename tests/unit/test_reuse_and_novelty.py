@@ -36,9 +36,8 @@ from tests.unit.test_orchestrator_state import (
 def one_instance_state(**strategy: object) -> CampaignState:
     """A deterministic campaign whose train and validation instances are one ("0"), as an
     evaluator file's are."""
-    state = make_state(
-        deterministic=True, tools=False, minibatch=1, min_evaluations=1, proposals=2, **strategy
-    )
+    strategy.setdefault("proposals", 2)
+    state = make_state(deterministic=True, tools=False, minibatch=1, min_evaluations=1, **strategy)
     plan = dataclasses.replace(state.plan, train=("0",), validation=("0",))
     return CampaignState(state.record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
 
@@ -153,3 +152,22 @@ def test_an_exact_duplicate_is_refused_whatever_epsilon_is() -> None:
     filtered = of_type(state.on_admission(request.candidate_id, rejection, 4.0), CandidateFiltered)
     assert filtered and filtered[0].distance == 0.0 and filtered[0].nearest_id == SEED_ID
     assert epsilon_text(state, SEED_ID) == ""
+
+
+def test_the_critic_is_not_asked_again_about_an_evaluation_it_diagnosed() -> None:
+    state = one_instance_state(selection="mean", proposals=3)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    first = diagnosis(diag)
+    (prop,) = of_type(state.apply(first, None, 2.0), ProposeWork)
+    (child_work,) = of_type(
+        state.apply(child(prop, SOURCE + "GAIN = 2.0\n"), None, 3.0), EvaluateWork
+    )
+    # A worse child: the seed stays the best by mean and is the next step's parent, with the
+    # same (reused) evaluation — so the critic's diagnosis of it is reused too.
+    step = state.apply(evaluation(child_work, -20.0), EVALUATOR, 4.0)
+    assert not of_type(step, DiagnoseWork)
+    (again,) = of_type(step, ProposeWork)
+    assert again.parent.id == SEED_ID and again.diagnosis is not None
+    assert again.diagnosis.root_cause == first.root_cause
+    assert again.diagnosis.usage.total_tokens == 0  # counted once, when it came

@@ -39,6 +39,7 @@ from evobus.agents.roles.orchestrator.chains import (
     start_chain,
 )
 from evobus.agents.roles.orchestrator.decide import count_undecided, decide
+from evobus.agents.roles.orchestrator.reuse import known_diagnosis
 from evobus.agents.roles.orchestrator.steps import (
     PASSED_DIAGNOSE,
     RATE_WINDOW_SECONDS,
@@ -85,10 +86,13 @@ def passed(state: CampaignState, stage: str, now: float) -> None:
 
 def explored(state: CampaignState, chain: Chain, now: float) -> None:
     """The step's parents are scored on its minibatch: an ``m_diag`` step waits for the
-    critic, the other operators for the actor (they pass the diagnose stage at once)."""
-    if chain.operator == "m_diag":
+    critic — unless the critic diagnosed this very evaluation already (``known_diagnosis``) —
+    the other operators for the actor (they pass the diagnose stage at once)."""
+    known = known_diagnosis(state, chain) if chain.operator == "m_diag" else None
+    if chain.operator == "m_diag" and known is None:
         chain.move("explored")  # refill hands it a diagnose slot
     else:
+        chain.diagnosis = known or chain.diagnosis
         chain.move("diagnosed")  # refill hands it a propose slot
         passed(state, PASSED_DIAGNOSE, now)
 

@@ -99,6 +99,8 @@ class Observed(msgspec.Struct, kw_only=True):
         run_summary: POLCA's c_history, from the summarizer ("" before the first).
         repeats_equal, repeats_differ: evaluations of a program scored before that gave its
             earlier scores again exactly, or not (``reuse.is_deterministic``).
+        diagnoses: each candidate's latest diagnosis, and ``diagnosed_on`` the instances of the
+            evaluation it diagnosed (``reuse.known_diagnosis``).
     """
 
     last_evaluation: dict[str, Evaluation] = msgspec.field(default_factory=dict)
@@ -108,6 +110,8 @@ class Observed(msgspec.Struct, kw_only=True):
     run_summary: str = ""
     repeats_equal: int = 0
     repeats_differ: int = 0
+    diagnoses: dict[str, Diagnosis] = msgspec.field(default_factory=dict)
+    diagnosed_on: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
 
 
 def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, now: float) -> Step:
@@ -143,6 +147,10 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
         case Diagnosis() if chain is not None:
             passed(state, "diagnose", now)
             chain.diagnosis = result
+            parent = chain.parent_ids[0]
+            state.observed.diagnoses[parent] = result
+            instances = tuple(s.instance for s in chain.evaluations[parent].instances)
+            state.observed.diagnosed_on[parent] = instances
             chain.move("diagnosed")  # refill hands it a propose slot
         case Repaired() if chain is not None:
             passed(state, "repair", now)

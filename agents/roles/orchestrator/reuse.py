@@ -5,7 +5,8 @@ minibatch because a stochastic evaluation says more with each sample. On a deter
 evaluator a repeat says nothing new: the parent's known scores on those instances are its
 scores, the seed's validation score is its train score where the instances are the same, and a
 best is confirmed on validation without running again when it was scored there already. The
-evaluation budget then goes to children.
+evaluation budget then goes to children. Likewise the critic is not asked again about an
+evaluation it diagnosed already (``known_diagnosis``): the model calls go to children too.
 
 A campaign is deterministic when its task or its file says so (``[task] deterministic``; an
 evaluator file says yes unless told otherwise), or, when neither says, once repeats have given
@@ -21,10 +22,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from evobus.schemas.llm import Usage
-from evobus.schemas.results import Evaluation
+from evobus.schemas.results import Diagnosis, Evaluation
 
 if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
+    from evobus.agents.roles.orchestrator.steps import Chain
 
 # Identical repeats (and no different one) after which a campaign whose task did not say is
 # taken for deterministic: three programs, each scored twice alike, is no coincidence for a
@@ -63,6 +65,25 @@ def known_evaluation(
         evidence="",
         usage=Usage(),  # nothing ran again
     )
+
+
+def known_diagnosis(state: CampaignState, chain: Chain) -> Diagnosis | None:
+    """The critic's diagnosis of ``chain``'s parent made for an earlier step, on a deterministic
+    campaign when the parent's evaluation is the one it diagnosed (the same instances, so the
+    same scores): the critic would be asked about the same evaluation again. None otherwise.
+    Its model usage was counted when it came (REFLEX §3.2 diagnoses an evaluation; a repeat of
+    that evaluation is the same evidence)."""
+    if not is_deterministic(state):
+        return None
+    parent = chain.parent_ids[0]
+    diagnosis = state.observed.diagnoses.get(parent)
+    evaluation = chain.evaluations.get(parent)
+    if diagnosis is None or evaluation is None:
+        return None
+    instances = tuple(s.instance for s in evaluation.instances)
+    if state.observed.diagnosed_on.get(parent) != instances:
+        return None
+    return msgspec.structs.replace(diagnosis, usage=Usage())
 
 
 def repeat_outcome(previous: Evaluation | None, latest: Evaluation) -> bool | None:
