@@ -141,6 +141,13 @@ def assert_the_results_contract(outcome: Outcome) -> None:
         assert resumed["restored_digest"] == resumed["digest"], resumed
     log = (outcome.run_dir / "events.jsonl").read_text().splitlines()
     assert json.loads(log[-1])["type"] == "campaign_finished"
+    # The run folder's log holds each evaluation once too, whichever orchestrator wrote it
+    # (a successor that re-applies redelivered results appends nothing its predecessor did).
+    logged = Counter(
+        line["work_id"] for line in map(json.loads, log) if line["type"] == "candidate_evaluated"
+    )
+    assert logged and max(logged.values()) == 1, logged.most_common(3)
+    assert sum(logged.values()) == summary.evaluations
 
     # The work crossed hosts: the critic and the actor exist only on host 2, and evaluators of
     # another host than the orchestrator's evaluated too (how much each gets is JetStream's).

@@ -544,3 +544,23 @@ def test_the_campaigns_phases_only_move_on() -> None:
         with pytest.raises(IllegalPhase, match=f"from phase 'evolving' to '{back}'"):
             state.enter(back)
     assert state.run.phase == "evolving"
+
+
+def test_a_result_that_came_before_its_work_was_sent_again_is_applied_when_it_is() -> None:
+    # A resumed orchestrator sends again, under the same ids, what its predecessor sent after
+    # the snapshot; the results of that work may come first. JetStream drops the copy of the
+    # work, so the result that came is what answers it.
+    first = make_state(tools=False)
+    validation, train = of_type(first.start(0.0), EvaluateWork)
+    successor = make_state(tools=False)  # the same campaign, not yet past the snapshot
+    early = successor.apply(evaluation(validation, -1000.0), EVALUATOR, 0.5)
+    assert not early.outbound and validation.work_id in successor.flight.early
+    started = successor.start(1.0)
+    assert [w.work_id for w in of_type(started, EvaluateWork)] == [
+        validation.work_id,
+        train.work_id,
+    ]
+    assert successor.best.candidate_id == SEED_ID  # the validation that came is applied
+    assert validation.work_id not in successor.flight.pending and not successor.flight.early
+    successor.apply(evaluation(train, -1000.0), EVALUATOR, 2.0)
+    assert successor.run.phase == "evolving"

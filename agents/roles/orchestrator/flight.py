@@ -18,6 +18,7 @@ from evobus.agents.roles.orchestrator.messages import Send, content_id
 from evobus.agents.roles.orchestrator.speculation import forget_step
 from evobus.agents.roles.orchestrator.steps import Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate
+from evobus.schemas.results import Result
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import EvaluateWork, Work
 
@@ -33,12 +34,43 @@ class Flight(msgspec.Struct, kw_only=True):
         pending: each work id sent and not yet answered, and what it is for.
         admitting: the proposals at the registry's ε-net: candidate id → its step's key.
         proposals: the steps started (the proposal budget counts them).
+        early: results that came for work not in flight, by work id, the newest
+            ``EARLY_RESULTS`` kept (``hold_early``); due: the work ids sent since whose result
+            was among them, to be applied at the end of the transaction (``next_due``).
     """
 
     live: dict[int, Chain] = msgspec.field(default_factory=dict)
     pending: dict[str, Pending] = msgspec.field(default_factory=dict)
     admitting: dict[str, int] = msgspec.field(default_factory=dict)
     proposals: int = 0
+    early: dict[str, Result] = msgspec.field(default_factory=dict)
+    due: list[str] = msgspec.field(default_factory=list)
+
+
+# A successor that resumes from a snapshot older than its predecessor's last messages sends
+# the same work again under the same ids — after the results of that work may have come and,
+# being for no work in flight, been dropped; JetStream then drops the work as a copy, and the
+# step would wait forever. So a result for no work in flight is kept (the newest few: after a
+# restart, real duplicates come too) and applied when its work is sent (``send_work``).
+EARLY_RESULTS = 256
+
+
+def hold_early(state: CampaignState, result: Result) -> None:
+    """Keep a result that came for work not in flight, in case that work is sent again."""
+    early = state.flight.early
+    early[result.work_id] = result
+    while len(early) > EARLY_RESULTS:
+        del early[next(iter(early))]
+
+
+def next_due(state: CampaignState) -> Result | None:
+    """A result that came before its work was sent again, now that it was (None: none)."""
+    flight = state.flight
+    while flight.due:
+        result = flight.early.pop(flight.due.pop(0), None)
+        if result is not None:
+            return result
+    return None
 
 
 def chain_of(state: CampaignState, pending: Pending) -> Chain | None:
@@ -52,6 +84,8 @@ def send_work(state: CampaignState, step: Step, stage: str, item: Work, pending:
     blank = msgspec.structs.replace(item, work_id="")
     item = msgspec.structs.replace(item, work_id=content_id(item.work_id, blank))
     state.flight.pending[item.work_id] = pending
+    if item.work_id in state.flight.early:  # answered already (see ``EARLY_RESULTS``)
+        state.flight.due.append(item.work_id)
     context = state.trace.context(chain_of(state, pending), pending.candidate_id)
     step.outbound.append(Send(stage, item, context))
 

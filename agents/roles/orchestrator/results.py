@@ -128,7 +128,10 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
             refill(state, step, now)
         return step
     pending = flight.claim(state, result.work_id)
-    if pending is None or state.run.phase == "finished":
+    if state.run.phase == "finished":
+        return step
+    if pending is None:  # a copy, or the result of work a successor has yet to send again
+        flight.hold_early(state, result)
         return step
     _count(state, result, sender)
     chain = flight.chain_of(state, pending)

@@ -243,26 +243,34 @@ class CampaignState:
             # registration, not after it: the first evaluation comes sooner, and a seed that
             # does not load stops the run sooner. Evolution waits for both (results.py).
             evaluate_seed(self, step)
-        return step
+        return self._settle(step, now)
 
     # -- results ---------------------------------------------------------------------------
     def apply(self, result: Result, sender: AgentRef | None, now: float) -> Step:
-        """Apply one result. A result for work not in flight (a duplicate) changes nothing."""
-        return apply_result(self, result, sender, now)
+        """Apply one result. A result for work not in flight changes nothing — unless that
+        work is sent later (a resumed orchestrator sending again what its predecessor sent):
+        then it is applied as that work is sent (``flight.EARLY_RESULTS``)."""
+        return self._settle(apply_result(self, result, sender, now), now)
+
+    def _settle(self, step: Step, now: float) -> Step:
+        """Apply the results of the work this transaction sent that had come already."""
+        while (result := flight.next_due(self)) is not None:
+            step.extend(apply_result(self, result, None, now))
+        return step
 
     # -- what the shell reports back -------------------------------------------------------
     def on_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:
         """Apply the registry's ε-net verdict on one proposal (POLCA Algorithm 4)."""
-        return admission.on_admission(self, candidate_id, rejection, now)
+        return self._settle(admission.on_admission(self, candidate_id, rejection, now), now)
 
     def admitted_unfiltered(self, candidate_id: str, reason: str, now: float) -> Step:
         """No registry answered the ε-net request: the proposal goes on unfiltered, and is
         remembered to be checked once the registry is back."""
-        return admission.admitted_unfiltered(self, candidate_id, reason, now)
+        return self._settle(admission.admitted_unfiltered(self, candidate_id, reason, now), now)
 
     def late_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:
         """Apply the ε-net's verdict on a proposal admitted unfiltered (``admission``)."""
-        return admission.late_admission(self, candidate_id, rejection, now)
+        return self._settle(admission.late_admission(self, candidate_id, rejection, now), now)
 
     def skill_registered(
         self, registration: SkillRegistration, name: str, version: int, now: float

@@ -238,3 +238,11 @@ class Step:
     admissions: list[AdmissionRequest] = field(default_factory=list)
     rollbacks: list[str] = field(default_factory=list)
     controls: list[WorkersTarget] = field(default_factory=list)
+
+    def extend(self, other: Step) -> None:
+        """Add what ``other`` asks for after what this step asks for."""
+        self.outbound += other.outbound
+        self.commits += other.commits
+        self.admissions += other.admissions
+        self.rollbacks += other.rollbacks
+        self.controls += other.controls
