@@ -34,6 +34,7 @@ from evobus.schemas.events import (
     Event,
     StoreRecovered,
 )
+from tests.conftest import time_left
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -45,7 +46,7 @@ task = "pendulum"
 seed_artifact = "{SEED}"
 [campaign.budget]
 proposals = {{proposals}}
-wall_seconds = 120
+wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
 [task]
 validation_episodes = 3
 [strategy]
@@ -100,14 +101,14 @@ async def run_with_chaos(
         log=tmp_path / "run.log", env={**ENV, **(env or {})},
     )  # fmt: skip
     try:
-        with anyio.fail_after(150):
+        with anyio.fail_after(time_left()):  # the test's timeout, less room for cleanup
             async for msg in sub.messages:
                 event = codec.EVENT_DECODER.decode(msg.data)
                 events.append(event)
                 chaos(events)
                 if isinstance(event, CampaignFinished):
                     break
-        await anyio.to_thread.run_sync(run.wait, 60)
+        await anyio.to_thread.run_sync(run.wait, time_left(0.9))
         if run.returncode == 0:
             await assert_no_work_left(js, campaign)
     finally:

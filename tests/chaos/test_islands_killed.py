@@ -33,6 +33,7 @@ from tests.chaos.test_chaos import (
     assert_event_log_follows_the_stream,
     assert_no_work_left,
 )
+from tests.conftest import time_left
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -75,7 +76,7 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
         log=tmp_path / "run.log", env=ENV,
     )  # fmt: skip
     try:
-        with anyio.fail_after(150):
+        with anyio.fail_after(time_left(0.6)):  # the rest is for the resume below
             async for msg in sub.messages:
                 event = codec.EVENT_DECODER.decode(msg.data)
                 if event.campaign not in events:
@@ -91,7 +92,7 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
                         killed.append(pid)
                 if all(any(isinstance(e, CampaignFinished) for e in e_) for e_ in events.values()):
                     break
-        await anyio.to_thread.run_sync(run.wait, 60)
+        await anyio.to_thread.run_sync(run.wait, time_left(0.7))
         if run.returncode == 0:
             for island in islands:
                 await assert_no_work_left(js, island)
@@ -160,7 +161,7 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
         "resume", campaign_id, "--nats", nats_server.url, "--out", str(out),
         log=tmp_path / "resume.log",
     )  # fmt: skip
-    assert await anyio.to_thread.run_sync(again.wait, 90) == 0, (
+    assert await anyio.to_thread.run_sync(again.wait, time_left(0.95)) == 0, (
         tmp_path / "resume.log"
     ).read_text()
     log = (tmp_path / "resume.log").read_text()

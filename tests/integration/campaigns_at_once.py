@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy
 
 import evobus
-from evobus.agents.console.restarts import AgentChild
+from evobus.agents.console.restarts import STOP_TIMEOUT_SECONDS, AgentChild
 from evobus.agents.console.supervisor import agent_argv, ensure_registry
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.errors import AgentError
@@ -29,6 +28,7 @@ from evobus.bus.streams import ensure_streams, evidence_store
 from evobus.schemas.agents import Role
 from evobus.schemas.campaign import CampaignSpec
 from evobus.schemas.results import Result
+from tests.conftest import time_left
 
 WORKERS: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator", "evaluator")
 """The worker agents that serve every campaign: two evaluators, one of each other role."""
@@ -55,13 +55,17 @@ async def results_of(nats_url: str, campaign: str) -> tuple[Result, ...]:
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.ALL,
         )
+        # As many as the stream holds for the campaign (which has ended), not "until a
+        # silence", which a loaded machine could make before the last one.
+        info = await nc.jetstream().stream_info(
+            subjects.STREAM_RESULTS, subjects_filter=subjects.results_filter(campaign)
+        )
         results: list[Result] = []
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=0.5)
-            except NatsTimeoutError:
-                return tuple(results)
-            results.append(codec.RESULT_DECODER.decode(msg.data))
+        with anyio.fail_after(time_left(0.95)):
+            while len(results) < sum((info.state.subjects or {}).values()):
+                msg = await sub.next_msg(timeout=None)
+                results.append(codec.RESULT_DECODER.decode(msg.data))
+        return tuple(results)
     finally:
         await nc.drain()
 
@@ -118,6 +122,6 @@ async def run_at_once(
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:
                 for child in children:  # at once: each waits for its agent's graceful stop
-                    tg.start_soon(anyio.to_thread.run_sync, child.stop)
+                    tg.start_soon(anyio.to_thread.run_sync, child.stop, STOP_TIMEOUT_SECONDS)
             await nc.drain()
     return outcomes

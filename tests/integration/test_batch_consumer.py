@@ -16,6 +16,7 @@ from evobus.bus.streams import ensure_work_consumer
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.results import WorkFailed
 from evobus.schemas.work import EvaluateWork, Work
+from tests.conftest import time_left
 from tests.integration.test_bus import SENDER, jetstream, publish_items
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -74,7 +75,7 @@ async def test_what_waits_is_applied_in_order_as_one_batch_and_acked_after_it(
                 done.set()
 
         consumer = batch_consumer(js, durable, handle)
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             async with anyio.create_task_group() as tg:
                 await tg.start(consumer.run)
                 await done.wait()
@@ -104,7 +105,7 @@ async def test_a_failed_batch_is_left_unacked_and_comes_back_whole_to_the_succes
             raise RuntimeError("killed before the snapshot")
 
         first = batch_consumer(js, durable, crashes)
-        with anyio.fail_after(20), pytest.raises(ExceptionGroup) as raised:
+        with anyio.fail_after(time_left()), pytest.raises(ExceptionGroup) as raised:
             await first.run()
         assert raised.group_contains(RuntimeError, match="before the snapshot")
         assert first.processed == 0
@@ -117,7 +118,7 @@ async def test_a_failed_batch_is_left_unacked_and_comes_back_whole_to_the_succes
                 done.set()
 
         successor = batch_consumer(js, durable, resumes)
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             async with anyio.create_task_group() as tg:
                 await tg.start(successor.run)
                 await done.wait()
@@ -145,7 +146,7 @@ async def test_a_batch_of_one_applies_each_message_alone(
                 done.set()
 
         consumer = batch_consumer(js, durable, handle, batch=1)
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             async with anyio.create_task_group() as tg:
                 await tg.start(consumer.run)
                 await done.wait()

@@ -25,6 +25,7 @@ from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.events import DeadLetter, DeadLettered
 from evobus.schemas.results import WorkFailed
 from evobus.schemas.work import EvaluateWork, Work
+from tests.conftest import time_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -78,8 +79,9 @@ def work_consumer(
     )
 
 
-async def run_until(consumer: PullConsumer[Work], done: anyio.Event, limit: float = 20) -> None:
-    with anyio.fail_after(limit):
+async def run_until(consumer: PullConsumer[Work], done: anyio.Event) -> None:
+    """Run ``consumer`` until ``done`` (for as long as the test's timeout allows), then stop it."""
+    with anyio.fail_after(time_left()):
         async with anyio.create_task_group() as tg:
             await tg.start(consumer.run)
             await done.wait()
@@ -257,7 +259,7 @@ async def test_a_stateful_consumer_stops_unacked_when_its_output_cannot_be_publi
         stateful = work_consumer(
             js, durable, apply, publisher=Publisher(js, SENDER, patience=0.3), stateful=True
         )
-        with anyio.fail_after(20), pytest.raises(ExceptionGroup) as raised:
+        with anyio.fail_after(time_left()), pytest.raises(ExceptionGroup) as raised:
             await stateful.run()
         assert raised.group_contains(PublishError)
         assert applied == [1] and stateful.processed == 0
@@ -303,7 +305,7 @@ async def test_a_consumer_with_free_slots_survives_empty_top_ups_and_takes_later
             concurrency=4,
             fetch_timeout=0.05,  # many empty pulls while the first handler waits
         )
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             async with anyio.create_task_group() as tg:
                 await tg.start(consumer.run)
                 await publish_items(js, campaign_id, 1)

@@ -37,7 +37,7 @@ program = "initial_program.py"
 evaluator = "evaluator.py"
 [campaign.budget]
 proposals = 6
-wall_seconds = 150
+wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
 [strategy]
 in_flight = 2
 rng_seed = 3

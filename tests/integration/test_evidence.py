@@ -22,7 +22,8 @@ from evobus.schemas.work import EvaluateWork
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-LIMITS = SandboxSection(timeout_seconds=20.0, cpu_seconds=20, memory_mb=1024)
+# The timeout is room for a start on a loaded machine (ten times slower at load 20), not a check.
+LIMITS = SandboxSection(timeout_seconds=60.0, cpu_seconds=20, memory_mb=1024)
 PUMP = "def policy(obs):\n    return 2 if obs[5] > 0 else 0\n"
 
 # What a hostile candidate could leave where the evaluator looks: links out of the workdir,

@@ -50,7 +50,7 @@ def tiny(path: Path) -> CampaignSpec:
     campaign = msgspec.structs.replace(
         campaign,
         seed_artifact=str(path.parent / seed) if seed else "",
-        budget=msgspec.structs.replace(campaign.budget, proposals=PROPOSALS, wall_seconds=100.0),
+        budget=msgspec.structs.replace(campaign.budget, proposals=PROPOSALS, wall_seconds=3600.0),
     )
     task = msgspec.structs.replace(
         task,

@@ -104,7 +104,7 @@ program = "{program}"
 evaluator = "{evaluator}"
 [campaign.budget]
 proposals = 2
-wall_seconds = 120
+wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
 [sandbox]
 memory_mb = 128
 """

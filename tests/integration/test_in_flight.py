@@ -44,7 +44,7 @@ async def test_the_in_flight_target_rises_above_its_start_when_the_server_has_ro
     # adaptive_in_flight = true); the bounds are set so the campaign shows them held.
     campaign = (
         f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
-        "[campaign.budget]\nproposals = 48\nwall_seconds = 200\n"
+        "[campaign.budget]\nproposals = 48\nwall_seconds = 3600\n"
         "[task]\nvalidation_episodes = 2\n"
         "[strategy]\nin_flight = 2\nin_flight_min = 2\nin_flight_max = 6\nrng_seed = 5\n"
         "minibatch = 2\nmin_evaluations = 2\n"

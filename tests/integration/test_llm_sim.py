@@ -6,7 +6,7 @@ import math
 import re
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from evobus.agents.console.cli import EXIT_CONFIG, main
 from evobus.infra.llm_sim import RunningSim, load_rules, serve_sim, serve_sim_in_thread
 from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.schemas.llm import ActorDraft, CriticVerdict
-from tests.conftest import wait_until
+from tests.conftest import eventually, time_left, wait_until
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -52,14 +52,6 @@ def chat(text: str, **fields: Any) -> dict[str, Any]:
 def schema_format(output: type[msgspec.Struct]) -> dict[str, Any]:
     schema = msgspec.json.schema(output)
     return {"type": "json_schema", "json_schema": {"name": output.__name__, "schema": schema}}
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]]) -> None:
-    """Poll ``condition`` until it holds (the simulator has no event to await from outside)."""
-    while True:
-        if await condition():
-            return
-        await anyio.sleep(0.005)
 
 
 async def test_models_and_errors_say_they_come_from_the_simulator(
@@ -194,9 +186,11 @@ async def test_embeddings_are_deterministic_unit_vectors(client: httpx.AsyncClie
 
 
 async def test_stats_show_the_batch_filling_and_the_mean_utilisation() -> None:
-    # Two waves of four 200-token answers, each ≈ 0.35 s at time_scale 0.2: time to see them.
+    # Two waves of four 200-token answers, each ≈ 1.75 s at time_scale 1: long beside what a
+    # loaded machine adds (sending the eight requests, asking for the stats), so that the
+    # batch is seen full with more waiting, and the window is mostly the batch's time.
     async with (
-        serve_sim(profile="tiny", time_scale=0.2) as running,
+        serve_sim(profile="tiny", time_scale=1.0) as running,
         httpx.AsyncClient(base_url=running.url, timeout=10) as client,
     ):
         await client.post("/sim/script", json=[{"pattern": "work", "response": "y" * 800}])
@@ -219,8 +213,7 @@ async def test_stats_show_the_batch_filling_and_the_mean_utilisation() -> None:
         async with anyio.create_task_group() as requests:
             for _ in range(8):
                 requests.start_soon(work)
-            with anyio.fail_after(10):
-                await eventually(busy)
+            await eventually(busy)  # the simulator has no event to await from outside
         final = await stats()
         window = await stats(since=time.monotonic() - started)
     assert final["completed_requests"] == 8 and final["active_sequences"] == 0
@@ -243,7 +236,7 @@ def test_the_command_prints_a_simulator_banner_and_stops_on_sigterm(tmp_path: Pa
         "llm-sim", "--port", "0", "--profile", "tiny", "--request-log", str(requests), log=log
     )
     try:
-        wait_until(lambda: "serving http://" in log.read_text(), timeout=30)
+        wait_until(lambda: "serving http://" in log.read_text())
         banner = log.read_text()
         assert "SIMULATOR, not a language model" in banner and "profile tiny" in banner
         match = re.search(r"serving (http://127\.0\.0\.1:(\d+)/v1)", banner)
@@ -260,7 +253,7 @@ def test_the_command_prints_a_simulator_banner_and_stops_on_sigterm(tmp_path: Pa
         assert line.completion_tokens == [answer["usage"]["completion_tokens"]]
         assert line.schema == "text" and "not a language model" in line.simulator
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=time_left()) == 0
     finally:
         if process.poll() is None:
             process.kill()

@@ -18,7 +18,6 @@ import anyio
 import httpx
 import msgspec
 import pytest
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
@@ -38,6 +37,7 @@ from evobus.schemas.events import (
     WorkAbandoned,
 )
 from evobus.schemas.results import Diagnosis, Evaluation, Proposal, Repaired, Result, Summary
+from tests.conftest import time_left
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -105,14 +105,18 @@ async def read_results(js: JetStreamContext, campaign: str) -> list[Result]:
     sub = await js.subscribe(
         subjects.results_filter(campaign), ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
     )
+    # As many as the stream holds for the campaign (which has ended), not "until a silence",
+    # which a loaded machine could make before the last one.
+    info = await js.stream_info(
+        subjects.STREAM_RESULTS, subjects_filter=subjects.results_filter(campaign)
+    )
     results: list[Result] = []
     try:
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=2.0)
-            except NatsTimeoutError:
-                return results
-            results.append(codec.RESULT_DECODER.decode(msg.data))
+        with anyio.fail_after(time_left(0.95)):  # after the run's end: what is left
+            while len(results) < sum((info.state.subjects or {}).values()):
+                msg = await sub.next_msg(timeout=None)
+                results.append(codec.RESULT_DECODER.decode(msg.data))
+        return results
     finally:
         await sub.unsubscribe()
 
@@ -140,13 +144,13 @@ async def run_campaign(
         log=tmp_path / "run.log",
     )
     try:
-        with anyio.fail_after(200):
+        with anyio.fail_after(time_left()):  # the test's timeout, less room for cleanup
             async for msg in sub.messages:
                 event = codec.EVENT_DECODER.decode(msg.data)
                 events.append(event)
                 if isinstance(event, CampaignFinished):
                     break
-        await anyio.to_thread.run_sync(run.wait, 60)
+        await anyio.to_thread.run_sync(run.wait, time_left(0.9))
         results = await read_results(js, campaign)
     finally:
         if run.poll() is None:
@@ -221,7 +225,7 @@ async def test_pendulum_through_the_simulator_with_a_requested_tool_and_invalid_
     )
     campaign = (
         f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
-        "[campaign.budget]\nproposals = 13\nwall_seconds = 150\n"
+        "[campaign.budget]\nproposals = 13\nwall_seconds = 3600\n"
         "[task]\nvalidation_episodes = 3\n"
         "[strategy]\nin_flight = 3\nrng_seed = 5\nminibatch = 2\nmin_evaluations = 2\n"
         "epsilon = 0.0\n" + LLM.format(url=sim.base_url, actor=ACTOR, critic=CRITIC, vision="true")
@@ -261,7 +265,7 @@ async def test_ccaa_through_the_simulator(
     seed_line = f'seed_artifact = "{(EXAMPLES / seed.group(1)).as_posix()}"\n' if seed else ""
     campaign = (
         f'[campaign]\ntask = "ccaa"\n{seed_line}'
-        "[campaign.budget]\nproposals = 8\nwall_seconds = 150\n"
+        "[campaign.budget]\nproposals = 8\nwall_seconds = 3600\n"
         "[strategy]\nin_flight = 4\nrng_seed = 2\nminibatch = 2\nmin_evaluations = 2\n"
         "epsilon = 0.0\ndelta_max = 1.0\n"
         + LLM.format(url=sim.base_url, actor=ACTOR, critic=ACTOR, vision="false")
@@ -294,7 +298,7 @@ async def test_prompt_qa_through_the_simulator(
     script(sim, format_sensitive_rules(dataset))
     campaign = (
         f'[campaign]\ntask = "prompt_qa"\n'
-        "[campaign.budget]\nproposals = 16\nwall_seconds = 150\n"
+        "[campaign.budget]\nproposals = 16\nwall_seconds = 3600\n"
         f'[task]\ndataset = "{dataset.as_posix()}"\n'
         "[strategy]\nin_flight = 4\nrng_seed = 1\nminibatch = 6\nmin_evaluations = 2\n"
         "epsilon = 0.0\ndelta_max = 0.5\nstagnation_threshold = 0.05\n"
@@ -320,7 +324,7 @@ async def test_reflective_staleness_repairs_stale_proposals_through_the_simulato
     script(sim, [])
     campaign = (
         f'[campaign]\ntask = "pendulum"\nseed_artifact = "{SEED}"\n'
-        "[campaign.budget]\nproposals = 10\nwall_seconds = 150\n"
+        "[campaign.budget]\nproposals = 10\nwall_seconds = 3600\n"
         "[task]\nvalidation_episodes = 2\n"
         '[strategy]\nmode = "async"\nin_flight = 4\nrng_seed = 3\nminibatch = 2\n'
         'min_evaluations = 2\nepsilon = 0.0\nstaleness = "reflective"\n'

@@ -30,13 +30,14 @@ from evobus.schemas.events import (
     CandidateRejected,
     Event,
 )
+from tests.conftest import time_left
 from tests.markdown_blocks import ROOT, read_blocks
 
 pytestmark = pytest.mark.integration
 
 SMALL: evobus.Settings = {
     "proposals": 2,
-    "wall_seconds": 120,
+    "wall_seconds": 3600,  # the test's timeout bounds it, not a clock that load slows
     "task_settings": {"validation_episodes": 2, "max_steps": 20},
     "strategy": {"minibatch": 2, "min_evaluations": 2, "in_flight": 2},
 }
@@ -243,7 +244,7 @@ async def test_events_end_at_the_last_one_when_no_campaign_finished_comes(
         ended = anyio.Event()
         ended.set()  # the run is over, and it never said campaign_finished
         send, receive = anyio.create_memory_object_stream[Event](10)
-        with anyio.fail_after(30):  # a follower that waits for more would hang here
+        with anyio.fail_after(time_left()):  # a follower that waits for more would hang here
             await follow_events(js, campaign_id, ended, send)
         with receive:
             got = [event async for event in receive]

@@ -171,9 +171,10 @@ def test_a_run_dies_with_its_evaluator_and_its_workdir_goes_at_the_next_start(
     finally:
         evaluator.send_signal(signal.SIGKILL)
         evaluator.communicate()
-    # Within seconds of the evaluator's death, nothing of its run (or zygote) is left...
-    wait_until(lambda: not processes_of_the_run(marker, uid, evaluator.pid), timeout=10.0)
-    wait_until(lambda: not processes_of_the_run(workdir.name, None, evaluator.pid), timeout=10.0)
+    # Soon after the evaluator's death (no bound but the test's: a loaded machine is slower to
+    # end processes), nothing of its run (or zygote) is left...
+    wait_until(lambda: not processes_of_the_run(marker, uid, evaluator.pid))
+    wait_until(lambda: not processes_of_the_run(workdir.name, None, evaluator.pid))
     # ...but its workdir is: no one was left to remove it.
     assert workdir.exists()
 
@@ -181,7 +182,7 @@ def test_a_run_dies_with_its_evaluator_and_its_workdir_goes_at_the_next_start(
     env = {"TMPDIR": str(tmp_path / "tmp")}
     agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log, env=env)
     try:
-        wait_until(lambda: not workdir.exists() or agent.poll() is not None, timeout=60.0)
+        wait_until(lambda: not workdir.exists() or agent.poll() is not None)
         assert agent.poll() is None, log.read_text()[-2000:]
         assert not workdir.exists()
     finally:
@@ -197,7 +198,7 @@ def test_a_run_ends_by_itself_when_its_evaluator_is_stuck(backend: Backend, tmp_
     finally:
         evaluator.send_signal(signal.SIGSTOP)  # stuck: its own timeout cannot fire
     try:
-        wait_until(lambda: not processes_of_the_run(marker, None, evaluator.pid), timeout=15.0)
+        wait_until(lambda: not processes_of_the_run(marker, None, evaluator.pid))
     finally:
         evaluator.send_signal(signal.SIGCONT)
         out, _ = evaluator.communicate(timeout=30)

@@ -14,6 +14,7 @@ from evobus.infra import sandbox, sandbox_memory
 from evobus.infra.sandbox import SandboxRun, available_isolation, run_sandboxed
 from evobus.infra.zygote import Zygotes, warm_available
 from evobus.schemas.campaign import SandboxSection
+from tests.conftest import time_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -117,7 +118,10 @@ async def test_a_native_crash_keeps_the_end_of_its_stderr(warmth: str) -> None:
 
 
 async def test_the_cpu_and_wall_limits_are_named_by_their_keys(warmth: str) -> None:
-    busy = await run("while True:\n    pass\n", warmth, SandboxSection(cpu_seconds=1))
+    # One CPU second is many more on the clock on a loaded machine: a timeout that cannot end it
+    # first (what the test's own allows).
+    busy_limits = SandboxSection(cpu_seconds=1, timeout_seconds=time_left())
+    busy = await run("while True:\n    pass\n", warmth, busy_limits)
     assert "[sandbox] cpu_seconds = 1" in busy.failure(), busy.failure()
     asleep = await run("import time\ntime.sleep(60)\n", warmth, SandboxSection(timeout_seconds=1))
     assert asleep.timed_out

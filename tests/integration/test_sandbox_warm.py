@@ -41,6 +41,7 @@ from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.campaign import SandboxSection
 from evobus.schemas.results import Evaluation
 from evobus.schemas.work import EvaluateWork
+from tests.conftest import eventually, time_left
 
 pytestmark = [
     pytest.mark.integration,
@@ -129,7 +130,8 @@ async def folder_of(tag: str, ended: dict[str, Any]) -> Path:
     """The work folder of the warm run tagged ``tag``, once its candidate said "up"; failing
     as soon as the run is in ``ended`` without having said so."""
     pattern = f"evobus-sandbox-*/run-*/{tag}"
-    for _ in range(1200):
+    deadline = anyio.current_time() + time_left()  # however slow the machine: the test's timeout
+    while anyio.current_time() < deadline:
         if tag in ended:
             pytest.fail(f"the run {tag} ended before it came up: {ended[tag]}")
         async for path in anyio.Path(tempfile.gettempdir()).glob(pattern):
@@ -365,11 +367,11 @@ async def test_a_zygote_that_dies_fails_its_runs_for_a_retry_and_starts_again() 
         assert failed[0].started  # worth a retry
         assert "died during the run" in str(failed[0])
         # Nothing of the dead zygote or of its run is left...
-        for _ in range(200):
-            if not processes(cmdline=str(folder.parent)) and not processes(uid=uid):
-                break
-            await anyio.sleep(0.05)
-        else:
+        try:
+            await eventually(
+                lambda: not processes(cmdline=str(folder.parent)) and not processes(uid=uid)
+            )
+        except TimeoutError:
             pytest.fail("processes of the dead zygote or its run survived")
         # ...and the next run gets a new zygote, which removed the dead one's folder.
         evaluation, run = await evaluate(zygotes, HONEST, tag=tag)

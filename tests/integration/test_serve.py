@@ -44,9 +44,7 @@ async def test_serve_brings_back_a_finished_runs_bus_and_registry(
     log = tmp_path / "serve.log"
     serving = start_evobus("serve", "--out", str(out), log=log)
     try:
-        await anyio.to_thread.run_sync(
-            lambda: wait_until(lambda: "NATS_URL=" in log.read_text(), timeout=90)
-        )
+        await anyio.to_thread.run_sync(lambda: wait_until(lambda: "NATS_URL=" in log.read_text()))
         found = re.search(r"^NATS_URL=(\S+)$", log.read_text(), re.MULTILINE)
         assert found is not None, log.read_text()
         url = found.group(1)

@@ -31,6 +31,7 @@ from evobus.schemas.registry import Resource
 from evobus.schemas.results import Evaluation, Result, ToolResult
 from evobus.schemas.tools import ToolRef
 from evobus.schemas.work import EvaluateWork, ToolWork, Work
+from tests.conftest import time_left
 from tests.integration.test_model_path import ACTOR, TOOL_CODE, TOOL_DRAFT
 from tests.processes import start_evobus
 
@@ -84,14 +85,15 @@ class Results:
         self.campaign = campaign
         self.seen: dict[str, Result] = {}
 
-    async def wait(self, work_id: str, seconds: float = 90.0) -> Result:
+    async def wait(self, work_id: str) -> Result:
+        """The result of ``work_id``, once it came (for as long as the test's timeout allows)."""
         sub = await self.js.subscribe(
             subjects.results_filter(self.campaign),
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.ALL,
         )
         try:
-            with anyio.fail_after(seconds):
+            with anyio.fail_after(time_left()):
                 while work_id not in self.seen:
                     try:
                         msg = await sub.next_msg(timeout=1.0)
@@ -197,7 +199,7 @@ async def publish(publisher: Publisher, item: Work, stage: str) -> None:
 
 
 async def until_registry(registry: RegistryClient, name: str) -> Resource:
-    with anyio.fail_after(30):
+    with anyio.fail_after(time_left()):
         while True:
             try:
                 return await registry.get("tool", name)

@@ -29,6 +29,7 @@ from evobus.bus.publisher import Publisher, event_outbound
 from evobus.bus.streams import ensure_streams, evidence_store
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.events import CampaignStarted, CandidateEvaluated, CandidateProposed, Event
+from tests.conftest import time_left
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,7 @@ async def test_a_run_folder_is_followed_live_and_the_page_refuses_strangers(
             (CID, True, False)
         ]
         seen: list[int] = []
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             async for message in _views(http, f"/api/campaigns/{CID}/stream"):
                 view = message["view"]
                 assert isinstance(view, dict)
@@ -143,7 +144,7 @@ async def test_evidence_images_come_from_the_bus_object_store(
         serve_ui(options) as ui,
         httpx.AsyncClient(base_url=ui.url, trust_env=False) as http,
     ):
-        with anyio.fail_after(20):
+        with anyio.fail_after(time_left()):
             view = f"/api/campaigns/{CID}/view"
             while (await http.get(view)).json()["view"]["events"] < 4:  # noqa: ASYNC110
                 await anyio.sleep(0.1)
@@ -188,7 +189,7 @@ async def test_the_viewer_user_follows_the_bus(
         ):
             listed = (await http.get("/api/campaigns")).json()
             assert [(c["id"], c["on_bus"]) for c in listed["campaigns"]] == [(CID, True)]
-            with anyio.fail_after(20):
+            with anyio.fail_after(time_left()):
                 while True:
                     message = (await http.get(f"/api/campaigns/{CID}/view")).json()
                     if message["view"]["events"] == 2:
@@ -227,7 +228,7 @@ async def test_evobus_run_ui_serves_the_page_of_its_campaign_on_its_own_bus(
     assert proc.stdout is not None
     output = b""
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(time_left()):
             while b"evobus: live page of tiny at " not in output:
                 output += await proc.stdout.receive()
             url = output.split(b"live page of tiny at ", 1)[1].split()[0].decode()

@@ -493,8 +493,10 @@ async def test_transport_errors_and_timeouts_are_retried() -> None:
 
     server = Server(answer)
     # The third request never gets an answer: the client's own per-request deadline ends it.
-    async with make_client(server, max_retries=3, timeout=0.05) as client:
-        with anyio.fail_after(5):
+    # 1 s: far beyond what the answered ones take on a loaded machine (50 ms was not), so that
+    # only the unanswered one meets it.
+    async with make_client(server, max_retries=3, timeout=1.0) as client:
+        with anyio.fail_after(30):
             result = await client.chat("qwen", MESSAGES)
     assert result.texts == ["ok"]
     assert len(server.requests) == 4
