@@ -10,14 +10,13 @@ import shutil
 import sys
 from pathlib import Path
 
-import anyio
 import httpx
 import msgspec
 import pytest
 
 import evobus
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.bus import codec, subjects
+from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import key_value
 from evobus.infra.llm_sim.request_log import read_request_log
@@ -25,7 +24,8 @@ from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignRecord, CampaignSummary
 from evobus.schemas.results import Diagnosis, Evaluation, Proposal
-from tests.processes import start_evobus
+from tests.integration.test_files_campaign import results_of
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -58,35 +58,10 @@ async def record_of(url: str, campaign: str) -> CampaignRecord:
         await nc.drain()
 
 
-async def results_of(url: str, campaign: str) -> list[object]:
-    """Every result the campaign's agents published, in order."""
-    nc = await connect(url, name="results-reader")
-    found: list[object] = []
-    try:
-        sub = await nc.jetstream().subscribe(
-            subjects.results_filter(campaign), ordered_consumer=True
-        )
-        while True:
-            msg = await sub.next_msg(timeout=10)
-            found.append(codec.RESULT_DECODER.decode(msg.data))
-            if msg.metadata.num_pending == 0:
-                return found
-    finally:
-        await nc.drain()
-
-
 async def run_command(tmp_path: Path, *args: str) -> str:
     """``evobus run ARGS`` as a process to its end; what it printed (it must exit 0)."""
-    log = tmp_path / "run.log"
-    run = start_evobus("run", *args, log=log)
-    try:
-        await anyio.to_thread.run_sync(run.wait)  # the test's timeout bounds it
-    finally:
-        if run.poll() is None:
-            run.terminate()
-            run.wait(20)
-    output = log.read_text()
-    assert run.returncode == 0, output
+    code, output = await run_evobus("run", *args, log=tmp_path / "run.log")
+    assert code == 0, output
     return output
 
 
