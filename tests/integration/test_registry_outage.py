@@ -1,14 +1,16 @@
 """Work that needs the registry waits for it: a real bus, a real registry started late.
 
-The orchestrator's effects hold proposals admitted unfiltered and skills to register in the
-campaign state and catch up once the registry answers (ε-net refusals come late); an offline
-campaign whose registry is away for its first part completes and learns the skills it
-extracted meanwhile; the tool generator waits inside its handler instead of dead-lettering.
+The orchestrator holds proposals admitted unfiltered and skills to register in the campaign
+state, asks the registry task for them, and catches up once the registry answers (ε-net
+refusals come late); an offline campaign whose registry is away for its first part completes
+and learns the skills it extracted meanwhile; the tool generator waits inside its handler
+instead of dead-lettering.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,8 +22,10 @@ import pytest
 from nats.js import JetStreamContext
 
 from evobus.agents.roles.orchestrator import backlog
-from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.effects import Effects, Outcome
 from evobus.agents.roles.orchestrator.novelty import epsilon_text
+from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
+from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.bus import codec, subjects
@@ -29,7 +33,6 @@ from evobus.bus.connection import connect
 from evobus.bus.publisher import Outbound, Publisher
 from evobus.bus.streams import ensure_streams, key_value
 from evobus.infra.nats_server import NatsServer
-from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, load_campaign
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -115,6 +118,30 @@ def near_copy(proposal: Proposal, index: int) -> Proposal:
     )
 
 
+def registry_calls(state: CampaignState, registry: RegistryClient) -> RegistryCalls:
+    """The registry task's calls for ``state``'s campaign."""
+    strategy = state.strategy
+    return RegistryCalls(
+        registry,
+        state.cid,
+        epsilon=strategy.epsilon,
+        delta_max=strategy.delta_max,
+        embedder=state.spec.embedder,
+    )
+
+
+async def carried(effects: Effects, calls: RegistryCalls, outcome: Outcome) -> list[object]:
+    """What the writer publishes of ``outcome``, its requests answered by the registry task
+    in order, and what those answers lead to (as the orchestrator's writer applies them)."""
+    published: list[object] = [o.message for o in outcome.out]
+    requests = deque(outcome.requests)
+    while requests:
+        more = effects.answered(await calls.answer(requests.popleft()))
+        published += [o.message for o in more.out]
+        requests.extend(more.requests)
+    return published
+
+
 @pytest.mark.timeout(60)
 async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
     nats_server: NatsServer, tmp_path: Path
@@ -136,14 +163,13 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
     )
     backlog.queue_registration(state, skill)
     nc = await connect(nats_server.url, name="outage-effects")
-    workspace = CampaignWorkspace(tmp_path / "workspace")
     published: list[object] = []
     try:
-        effects = Effects(state, RegistryClient(nc, timeout=2.0), workspace, retry_seconds=0.2)
+        effects = Effects(state, retry_seconds=0.2)
+        calls = registry_calls(state, RegistryClient(nc, timeout=2.0))
 
         async def run(step: Step) -> None:
-            out, _ = await effects.run(step)
-            published.extend(o.message for o in out)
+            published.extend(await carried(effects, calls, effects.carry(step)))
 
         for index, work in enumerate(proposes):
             await run(state.apply(near_copy(proposal(work), index), None, 4.0))
@@ -154,9 +180,8 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
 
         async with registry_service(nats_server.url, tmp_path / "registry") as (registry, _):
             with anyio.fail_after(time_left()):
-                while True:  # as the orchestrator does beside its clock
-                    out, _ = await effects.work_backlog()
-                    published.extend(o.message for o in out)
+                while True:  # as the orchestrator's clock asks
+                    published.extend(await carried(effects, calls, Outcome(requests=effects.due())))
                     if not state.backlog.unfiltered and not state.backlog.registrations:
                         break
                     await anyio.sleep(0.1)
@@ -174,7 +199,6 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             again = await registry.admit("cid", [("c0099", epsilon_text(state, "c0001"))], 0.05)
             assert [r.nearest_id for r in again.rejected] == ["c0001"]
     finally:
-        workspace.close()
         await nc.drain()
 
 
@@ -191,17 +215,19 @@ async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_fi
     )
     backlog.queue_registration(state, skill)
     nc = await connect(nats_server.url, name="finish-effects")
-    workspace = CampaignWorkspace(tmp_path / "workspace")
     try:
         async with registry_service(nats_server.url, tmp_path / "registry"):
-            effects = Effects(state, RegistryClient(nc, timeout=5.0), workspace)
-            out, _ = await effects.run(state.fail("stopped by the test", 5.0))
-            kinds = [type(o.message).__name__ for o in out]
+            effects = Effects(state)
+            calls = registry_calls(state, RegistryClient(nc, timeout=5.0))
+            outcome = effects.carry(state.fail("stopped by the test", 5.0))
+            final = effects.final()
+            assert final is not None and outcome.finishes()
+            outcome.before_finish(effects.answered(await calls.answer(final)))
+            kinds = [type(o.message).__name__ for o in outcome.out]
             assert kinds[-1] == "CampaignFinished"
             assert "SkillLearned" in kinds and state.backlog.registrations == []
-            assert await effects.work_backlog() == ([], [])
+            assert effects.due() == []
     finally:
-        workspace.close()
         await nc.drain()
 
 

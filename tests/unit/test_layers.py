@@ -25,8 +25,9 @@ LAYERS = ("schemas", "bus", "infra", "agents")  # the folders importable as evob
 TRANSPORT = ("evobus.bus", "evobus.infra", "nats", "qdrant_client", "git", "httpx")
 
 # The orchestrator's pure core (the state machine: results in, messages as data out). Its
-# shell — agent.py (the process), effects.py (workspace, registry), persist.py (the KV
-# snapshot) — turns what the core returns into subjects, payloads and calls.
+# shell — agent.py (the process), writer.py (its single writer), transactions.py (what the
+# writer reads), effects.py (what steps ask for), registry_calls.py (the registry task),
+# persist.py (the KV snapshot) — turns what the core returns into subjects, payloads and calls.
 ORCHESTRATOR = "evobus.agents.roles.orchestrator"
 CORE = tuple(
     f"{ORCHESTRATOR}.{name}"
@@ -54,7 +55,10 @@ CORE = tuple(
         "novelty",
     )
 )
-SHELL = tuple(f"{ORCHESTRATOR}.{name}" for name in ("agent", "effects", "persist"))
+SHELL = tuple(
+    f"{ORCHESTRATOR}.{name}"
+    for name in ("agent", "writer", "transactions", "effects", "registry_calls", "persist")
+)
 
 
 def module_name(path: Path) -> str:

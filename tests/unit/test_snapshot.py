@@ -9,10 +9,10 @@ import msgspec
 import pytest
 
 from evobus.agents.roles.orchestrator import backlog, snapshot
-from evobus.agents.roles.orchestrator.agent import resume
 from evobus.agents.roles.orchestrator.errors import SnapshotFormatError
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillUse
+from evobus.agents.roles.orchestrator.writer import resume
 from evobus.schemas.events import CampaignFinished, CampaignProgress, CampaignResumed
 from evobus.schemas.work import DiagnoseWork
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals

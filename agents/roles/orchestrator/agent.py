@@ -1,35 +1,54 @@
-"""The orchestrator process: loads a submitted campaign, runs its state machine on the bus."""
+"""The orchestrator process: loads a submitted campaign and runs its state machine on the bus.
+
+An ``OrchestratorWorker`` is one campaign's process. Inside one task group: the results
+consumer, a timer and the registry task feed one memory object stream of transactions (a batch
+of results, a clock tick, a registry answer) that one writer task applies, one at a time
+(writer.py); the lease is renewed beside them, so a transaction that waits (git, which runs in
+a worker thread) never lets it expire. ``run()`` returns the campaign's summary, or raises the
+error that stopped it; ``shutdown()`` stops it (safe twice, and before ``run()``).
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
-from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
+from types import TracebackType
 
 import anyio
 import msgspec
+from anyio.abc import ObjectSendStream
+from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
-from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.effects import Effects
-from evobus.agents.roles.orchestrator.messages import Emit
 from evobus.agents.roles.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
     LEASE_TTL_SECONDS,
     EventLog,
     Lease,
     SnapshotStore,
-    digest,
     lease_holder,
 )
+from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
 from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import Step, TaskPlan
+from evobus.agents.roles.orchestrator.steps import TaskPlan
+from evobus.agents.roles.orchestrator.transactions import (
+    RegisterEnvironment,
+    Request,
+    ResultBatch,
+    Stop,
+    Tick,
+    Transaction,
+)
+from evobus.agents.roles.orchestrator.writer import CampaignWriter, Shell
 from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.runtime.errors import CampaignNotFound
+from evobus.agents.runtime.errors import AgentError, CampaignNotFound
 from evobus.agents.runtime.events import (
     EVENT_LOG,
     append_events,
@@ -42,10 +61,8 @@ from evobus.agents.tasks import campaign_seed, get_task
 from evobus.bus import codec, subjects
 from evobus.bus.batch_consumer import BatchConsumer, Delivery, batch_size
 from evobus.bus.connection import connect
-from evobus.bus.control import send_workers_target
-from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import BusError
-from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.publisher import Publisher
 from evobus.bus.streams import (
     JETSTREAM_PATIENCE_SECONDS,
     ensure_results_consumer,
@@ -55,42 +72,15 @@ from evobus.bus.streams import (
 )
 from evobus.infra.telemetry import SPAN_FILE, add_span_file
 from evobus.infra.workspace import CampaignWorkspace
-from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.campaign import CampaignRecord, CampaignSummary
-from evobus.schemas.events import CampaignResumed, Event, StoreRecovered
+from evobus.schemas.events import StoreRecovered
 from evobus.schemas.results import Result
 
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.25
-PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
+TRANSACTIONS = 16  # transactions waiting for the writer before their senders wait
 _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
-
-
-def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: float) -> Step:
-    """Restore ``saved`` into a fresh ``state`` and announce it: a ``campaign_resumed`` event
-    whose digests say whether the restored state is the snapshot (they are equal)."""
-    snapshot.restore(state, saved)
-    restored = snapshot.take(state, last_applied=saved.last_applied, now=saved.saved_at)
-    state.clock.resume(now)  # the budget goes on from what had run, not from the pause
-    event = CampaignResumed(
-        campaign=state.cid,
-        at=now,
-        revision=revision,
-        results_applied=state.tally.results_applied,
-        last_applied=saved.last_applied,
-        digest=digest(saved),
-        restored_digest=digest(restored),
-        in_flight=len(state.flight.pending),
-        phase=state.run.phase,
-    )
-    # Not from the event counter: the dead orchestrator may have published events past the
-    # snapshot, which the redelivered result will publish again under the same ids (and
-    # JetStream drops as duplicates) — only if this event takes none of those ids.
-    step = Step()
-    step.outbound.append(Emit(event, f"{state.cid}-resumed-{revision}", state.trace.note(event)))
-    step.controls += state.target_messages(now)
-    return step
 
 
 def _deterministic(declared: bool | None, task: object) -> bool | None:
@@ -116,17 +106,156 @@ def workspace_recovered(campaign: str, workspace: CampaignWorkspace, now: float)
     )
 
 
-async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
-    """Run one campaign to its end and return its summary.
+@dataclass(frozen=True)
+class Opened:
+    """A campaign as its process found it: the state to run, what it writes to, the snapshot
+    to resume from (None: start it), the lease it holds, and the task's environment."""
 
-    Raises:
-        CampaignNotFound: the campaign was not submitted to EVO_CAMPAIGNS on this bus.
+    state: CampaignState
+    shell: Shell
+    saved: CampaignSnapshot | None
+    lease: Lease
+    environment: RegisterEnvironment
+
+
+class OrchestratorWorker:
+    """One campaign's orchestrator process, used as ``async with``.
+
+    Args:
+        settings: how the process runs.
+        campaign: the campaign's id (submitted to EVO_CAMPAIGNS).
     """
-    agent = make_agent_ref("orchestrator")
-    nc = await connect(settings.nats_url, name=f"evobus-orchestrator-{campaign}")
-    js = nc.jetstream()
-    try:
+
+    def __init__(self, settings: AgentSettings, campaign: str) -> None:
+        self.settings = settings
+        self.campaign = campaign
+        self.agent = make_agent_ref("orchestrator")
+        self._nc: Client | None = None
+        self._proc: AgentProcess | None = None
+        self._transactions: ObjectSendStream[Transaction] | None = None
+        self._started = False
+        self._stopping = anyio.Event()
+        self._ended = anyio.Event()
+
+    async def __aenter__(self) -> OrchestratorWorker:
+        self._nc = await connect(
+            self.settings.nats_url, name=f"evobus-orchestrator-{self.campaign}"
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+        if self._nc is not None:
+            with anyio.CancelScope(shield=True):
+                await self._nc.drain()
+
+    async def shutdown(self) -> None:
+        """Stop the campaign's process: its consumer stops fetching, the results it holds are
+        applied, the state saved; returns once ``run()`` has. Safe twice, and before ``run()``
+        (which then raises)."""
+        self._stopping.set()
+        if self._proc is not None:
+            self._proc.request_stop()
+        if self._started:
+            await self._ended.wait()
+
+    async def run(self) -> CampaignSummary:
+        """Run the campaign to its end (or until ``shutdown()`` or a signal); its summary.
+
+        Raises:
+            CampaignNotFound: the campaign was not submitted to EVO_CAMPAIGNS on this bus.
+            AgentError: the worker is not entered, ran already, or was shut down before.
+            Exception: the error that stopped the process (a lease lost, a bus gone).
+        """
+        if self._nc is None:
+            raise AgentError("an OrchestratorWorker runs inside `async with`")
+        if self._started or self._stopping.is_set():
+            raise AgentError(f"the orchestrator of {self.campaign} ran or was shut down already")
+        self._started = True
+        try:
+            return await self._run(self._nc)
+        except BaseExceptionGroup as group:
+            raise _fatal(group) from group
+        finally:
+            self._ended.set()
+
+    async def _run(self, nc: Client) -> CampaignSummary:
+        js = nc.jetstream()
         await ensure_streams(js)
+        opened = await self._open(nc)
+        state, shell = opened.state, opened.shell
+        registry = RegistryCalls(
+            RegistryClient(nc),
+            self.campaign,
+            epsilon=state.strategy.epsilon,
+            delta_max=state.strategy.delta_max,
+            embedder=state.spec.embedder,
+        )
+        effects = Effects(state, environment=opened.environment)
+        requests, asked = anyio.create_memory_object_stream[Request](math.inf)
+        transactions, incoming = anyio.create_memory_object_stream[Transaction](TRANSACTIONS)
+        self._transactions = transactions
+        last_applied = opened.saved.last_applied if opened.saved else ""
+        writer = CampaignWriter(state, effects, shell, requests, last_applied=last_applied)
+        proc = AgentProcess(self.settings, self.agent, nc, js, shell.publisher)
+        proc.consumers.append(
+            # The single writer applies results one at a time, in batches of what is waiting;
+            # an unpublishable result: exit, resume from the snapshot.
+            BatchConsumer(
+                js,
+                shell.publisher,
+                stream=subjects.STREAM_RESULTS,
+                durable=await ensure_results_consumer(js, self.campaign),
+                decoder=codec.RESULT_DECODER,
+                handler=self._results,
+                batch=batch_size(),
+            )
+        )
+        self._proc = proc
+        if self._stopping.is_set():
+            proc.request_stop()
+        await writer.begin(opened.saved)
+        if state.run.phase != "finished":
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_write, writer, incoming, tg.cancel_scope)
+                tg.start_soon(registry.serve, asked, transactions.clone())
+                tg.start_soon(_keep, opened.lease)
+                tg.start_soon(_clock, transactions.clone())
+                await serve(proc, extra=writer.finished.wait)
+                await transactions.send(Stop())  # the writer ends after what it was given
+        # The supervisor stops its agents once it sees campaign_finished, which may be before
+        # these last writes: a SIGTERM now waits for them instead of killing the process.
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
+            await writer.persist()  # the finished state: `evobus resume` reports it, nothing reruns
+            write_summary(shell.run_dir / "summary.json", state.summary(time.time()))
+            state.trace.finish(state.run.status, state.run.stop_reason)
+            if state.run.phase == "finished":  # again: a tool request an actor sent as it stopped
+                try:
+                    await writer.purge_work()
+                except BusError as exc:  # purged once already, before campaign_finished
+                    log.warning("campaign %s: queued work not purged again: %s", state.cid, exc)
+            await opened.lease.release()
+        return state.summary(time.time())
+
+    async def _results(self, batch: Sequence[Delivery[Result]]) -> None:
+        """The results consumer's batch: applied by the writer; returns (and the consumer acks
+        them) once all they led to is published and the state covering them saved. A publish
+        that fails stops the process unacked: it resumes from the snapshot, applies them again
+        and publishes the same messages under the same ids."""
+        assert self._transactions is not None
+        transaction = ResultBatch(batch)
+        await self._transactions.send(transaction)
+        await transaction.done.wait()
+
+    async def _open(self, nc: Client) -> Opened:
+        """Load the campaign, take its lease, open its workspace and snapshot."""
+        campaign = self.campaign
+        js = nc.jetstream()
         kv = await key_value(js, subjects.KV_CAMPAIGNS)
         # Its first reads wait out a cluster electing leaders (503s for seconds after a lost
         # server): an orchestrator restarted then must not spend its restarts on them.
@@ -153,7 +282,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         )
         # One writer per campaign: a restarted orchestrator waits for a dead one's lease.
         leases = await key_value(js, subjects.KV_LEASES, ttl=LEASE_TTL_SECONDS)
-        lease = Lease(leases, campaign, lease_holder(agent.agent_id))
+        lease = Lease(leases, campaign, lease_holder(self.agent.agent_id))
         await lease.acquire()
         # Opened by the campaign's one writer: what a killed predecessor left is put right.
         workspace = CampaignWorkspace(run_dir / "workspace")
@@ -162,179 +291,69 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
         event_log = EventLog(run_dir / EVENT_LOG)
         if saved is not None and event_log.redo(saved.event_lines):
             log.info("campaign %s: appended the last snapshot's events to %s", campaign, EVENT_LOG)
+        suffix = ".py" if plan.seed.language == "python" else ".txt"
         state = CampaignState(
             record,
             plan,
             started_at=time.time(),
-            orchestrator=agent,
-            best_artifact=str(
-                workspace.best_path(".py" if plan.seed.language == "python" else ".txt")
-            ),
+            orchestrator=self.agent,
+            best_artifact=str(workspace.best_path(suffix)),
         )
-        publisher = Publisher(js, agent)
-        proc = AgentProcess(settings, agent, nc, js, publisher)
+        publisher = Publisher(js, self.agent)
         if workspace.recovery.changed:
             recovered = workspace_recovered(campaign, workspace, time.time())
             log.warning("campaign %s: %s", campaign, describe(recovered))
             append_events(run_dir / EVENT_LOG, [recovered])
-            await publisher.event(recovered, f"{agent.agent_id}-workspace")
-
-        runner = Effects(state, RegistryClient(nc), workspace)
-
-        async def effects(step: Step) -> list[Outbound]:
-            return await carried_out(*await runner.run(step))
-
-        async def carried_out(out: list[Outbound], controls: list[WorkersTarget]) -> list[Outbound]:
-            """What effects lead to, recorded and sent; the messages left to publish."""
-            state.trace.end_retired()
-            # The run folder keeps the campaign's events too (`evobus report` reads them
-            # there), appended once the snapshot that holds them is written (persist).
-            event_log.stage(o.message for o in out if isinstance(o.message, Event))
-            for target in controls:  # FlashEvolve §3.4: the agents of a stage change K
-                await send_workers_target(nc, target)
-            if state.run.phase == "finished":
-                write_summary(run_dir / "summary.json", state.summary(time.time()))
-            return out
-
-        applied = [saved.last_applied if saved else ""]  # the last result's work id
-        # The single writer's transactions — a result, a clock tick, the registry backlog —
-        # each change the state, carry out the effects, publish, then snapshot, one at a time:
-        # a snapshot never holds a change whose messages are not yet published.
-        writer = anyio.Lock()
-
-        async def persist() -> None:
-            """Snapshot the state (after its messages are published), then append its events
-            to the run folder's log."""
-            taken = snapshot.take(state, last_applied=applied[0], now=time.time())
-            await store.save(event_log.saved(taken))
-            event_log.commit()
-
-        async def publish(out: list[Outbound]) -> None:
-            """Publish a transaction's messages. Once the campaign has finished, its queued
-            work is purged first, and no work goes out after it: nothing of the campaign is
-            left on EVO_WORK, whenever this process dies (a successor resumes the finished
-            state and purges again)."""
-            if state.run.phase == "finished" and out:
-                out = [o for o in out if not subjects.is_work(o.subject)]
-                await purge_work()
-            await publisher.publish_all(out)
-
-        async def purge_work() -> None:
-            """Remove what is still queued for this campaign: it will never be used (the work
-            items workers hold are removed too; their acks, naks and results change nothing)."""
-            purge = partial(
-                js.purge_stream, subjects.STREAM_WORK, subject=subjects.campaign_work(campaign)
-            )
-            deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
-            await patiently(purge, f"the purge of {campaign}'s work", deadline)
-
-        async def apply(result: Result, ctx: MessageContext) -> list[Outbound]:
-            """Apply a result and carry out its effects; the messages left to publish."""
-            applied[0] = result.work_id
-            try:
-                step = state.apply(result, ctx.sender, time.time())
-            except Exception as exc:  # the state machine broke: a redelivery would stall
-                log.exception("campaign %s: applying %s failed", campaign, type(result).__name__)
-                step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
-            return await effects(step)
-
-        async def handle(batch: Sequence[Delivery[Result]]) -> None:
-            """Apply the results in order, publish all they lead to (PubAcks confirmed
-            together) and snapshot once; the consumer then acks them (a publish that fails
-            stops the process unacked: it resumes from the snapshot, applies them again and
-            publishes the same messages under the same ids)."""
-            async with writer:
-                out: list[Outbound] = []
-                for delivery in batch:
-                    with delivery.span():
-                        out += await apply(delivery.item, delivery.ctx)
-                await publish(out)
-                await persist()
-
-        async def clock() -> None:
-            logged = time.monotonic()
-            while state.run.phase != "finished":
-                await anyio.sleep(TICK_SECONDS)
-                async with writer:
-                    out = await effects(state.tick(time.time()))
-                    await publish(out)
-                    if out:  # event ids moved on: a restart must not reuse them
-                        await persist()
-                if time.monotonic() - logged >= PIPELINE_LOG_SECONDS:
-                    logged = time.monotonic()
-                    stages = Counter(chain.stage for chain in state.flight.live.values())
-                    log.info(
-                        "campaign %s: pool v%d, steps by stage %s, %d work items pending",
-                        campaign,
-                        state.population.pool.version,
-                        dict(sorted(stages.items())),
-                        len(state.flight.pending),
-                    )
-
-        async def keep_lease() -> None:
-            """Renew the lease on its own: a transaction that waits (a registry that hangs)
-            must not let it expire."""
-            while True:
-                await anyio.sleep(LEASE_RENEW_SECONDS)
-                await lease.renew()
-
-        async def backlog() -> None:
-            """What waits for the registry, worked off beside the clock (one transaction a
-            round): a registry that is away answers at once (no responders), one that hangs
-            holds the writer for at most a call's patience."""
-            while True:
-                await anyio.sleep(TICK_SECONDS)
-                async with writer:
-                    out = await carried_out(*await runner.work_backlog())
-                    if out:
-                        await publish(out)
-                        await persist()
-
-        async def clock_and_backlog() -> None:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(keep_lease)
-                tg.start_soon(backlog)
-                # The registry may still be starting (it starts beside the agents).
-                tg.start_soon(runner.register_environment, task.description, task.signature)
-                await clock()
-                tg.cancel_scope.cancel()
-
-        durable = await ensure_results_consumer(js, campaign)
-        proc.consumers.append(
-            # The single writer applies results one at a time, in batches of what is waiting;
-            # an unpublishable result: exit, resume from the snapshot.
-            BatchConsumer(
-                js,
-                publisher,
-                stream=subjects.STREAM_RESULTS,
-                durable=durable,
-                decoder=codec.RESULT_DECODER,
-                handler=handle,
-                batch=batch_size(),
-            )
+            await publisher.event(recovered, f"{self.agent.agent_id}-workspace")
+        shell = Shell(nc, js, publisher, store, event_log, workspace, run_dir)
+        environment = RegisterEnvironment(
+            name=plan.name,
+            description=task.description,
+            contract=task.signature,
+            entrypoint=plan.entrypoint,
         )
-        if saved is None:
-            await publish(await effects(state.start(time.time())))
-        else:
-            resumed = resume(state, saved, store.revision or 0, time.time())
-            log.info("campaign %s: resumed from snapshot revision %s", campaign, store.revision)
-            await publish(await effects(resumed))  # a finished campaign's: purged again
-        await persist()
-        if state.run.phase != "finished":
-            await serve(proc, extra=clock_and_backlog)
-        # The supervisor stops its agents once it sees campaign_finished, which may be before
-        # these last writes: a SIGTERM now waits for them instead of killing the process.
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
-            await persist()  # the finished state: `evobus resume` reports it, nothing reruns
-            write_summary(run_dir / "summary.json", state.summary(time.time()))
-            state.trace.finish(state.run.status, state.run.stop_reason)
-            if state.run.phase == "finished":  # again: a tool request an actor sent as it stopped
-                try:
-                    await purge_work()
-                except BusError as exc:  # purged once already, before campaign_finished
-                    log.warning("campaign %s: queued work not purged again: %s", campaign, exc)
-            await lease.release()
-        return state.summary(time.time())
-    finally:
-        with anyio.CancelScope(shield=True):
-            await nc.drain()
+        return Opened(state, shell, saved, lease, environment)
+
+
+async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:
+    """Run one campaign to its end and return its summary (``OrchestratorWorker``).
+
+    Raises:
+        CampaignNotFound: the campaign was not submitted to EVO_CAMPAIGNS on this bus.
+    """
+    async with OrchestratorWorker(settings, campaign) as worker:
+        return await worker.run()
+
+
+async def _write(
+    writer: CampaignWriter,
+    transactions: anyio.abc.ObjectReceiveStream[Transaction],
+    others: anyio.CancelScope,
+) -> None:
+    """The writer task: once it has applied its last transaction, the clock, the lease and
+    the registry task end too."""
+    await writer.run(transactions)
+    others.cancel()
+
+
+async def _clock(ticks: ObjectSendStream[Transaction]) -> None:
+    """The timer: a ``Tick`` every ``TICK_SECONDS`` (the writer checks the budget, rebalances
+    the stages, says where the campaign is, and asks the registry for what waits for it)."""
+    async with ticks:
+        while True:
+            await anyio.sleep(TICK_SECONDS)
+            await ticks.send(Tick())
+
+
+async def _keep(lease: Lease) -> None:
+    """Renew the lease on its own: a transaction that waits (a slow git, a bus that is slow to
+    confirm) must not let it expire."""
+    while True:
+        await anyio.sleep(LEASE_RENEW_SECONDS)
+        await lease.renew()
+
+
+def _fatal(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The first error of a task group's (the one that stopped the others)."""
+    first = group.exceptions[0]
+    return _fatal(first) if isinstance(first, BaseExceptionGroup) else first

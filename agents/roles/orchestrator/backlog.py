@@ -2,8 +2,8 @@
 
 The registry is a process of its own and may be away for a while (killed, restarting). The work
 that needs it waits in the state — and so in its snapshot — instead of failing, and the shell
-(``effects.Effects``) tries it again every few seconds, oldest first, for as long as the
-campaign runs:
+(``effects``, ``registry_calls``) asks for it again every few seconds, oldest first, for as
+long as the campaign runs:
 
 * skill registrations: the actor's drafts of improving changes (REFLEX §3.4) and A-Evolve's
   seeded skills (Phase 5); ``skill_learned`` once registered;
@@ -20,6 +20,7 @@ campaign runs:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -85,10 +86,11 @@ def to_forget(state: CampaignState) -> list[str]:
     return [cid for cid in state.backlog.forgets if not alive(state, cid)]
 
 
-def forgets_done(state: CampaignState) -> None:
-    """The registry forgot what ``to_forget`` gave; the queue empties (a candidate that was
-    alive again stays in the ε-net, and is queued anew if it leaves again)."""
-    state.backlog.forgets.clear()
+def forgets_done(state: CampaignState, sent: Sequence[str]) -> None:
+    """The registry forgot what ``to_forget`` gave when the queue was ``sent``; those leave
+    the queue (a candidate that was alive again stays in the ε-net, and is queued anew if it
+    leaves again; one queued since waits for the next time)."""
+    state.backlog.forgets = [cid for cid in state.backlog.forgets if cid not in sent]
 
 
 def queue_use(state: CampaignState, use: SkillUse) -> None:
@@ -153,6 +155,14 @@ def next_unfiltered(state: CampaignState) -> tuple[str, str] | None:
             return cid, epsilon_text(state, cid)
         del queue[0]
     return None
+
+
+def still_unfiltered(state: CampaignState) -> list[str]:
+    """The candidates admitted unfiltered that are still alive, oldest first; the ones that
+    left the campaign meanwhile are dropped, unchecked (``next_unfiltered`` for each)."""
+    queue = state.backlog.unfiltered
+    queue[:] = [cid for cid in queue if alive(state, cid)]
+    return list(queue)
 
 
 def alive(state: CampaignState, candidate_id: str) -> bool:

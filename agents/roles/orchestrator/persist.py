@@ -261,7 +261,6 @@ class SnapshotStore:
         self.campaign = campaign
         self.revision: int | None = None
         self.bytes_written = 0
-        self._lock = anyio.Lock()
 
     async def load(self) -> CampaignSnapshot | None:
         """The last snapshot written, or None for a campaign that never saved one.
@@ -289,32 +288,27 @@ class SnapshotStore:
             LeaseLost: another orchestrator wrote the campaign's snapshot meanwhile.
         """
         data = snapshot.encode(snap)
-        async with self._lock:  # the result handler and the clock both save
-            deadline = time.monotonic() + BUS_PATIENCE_SECONDS
-            uncertain = False  # a try whose answer was lost may have written
-            while True:
-                try:
-                    if self.revision is None:
-                        self.revision = await self.kv.create(self.campaign, data)
-                    else:
-                        self.revision = await self.kv.update(
-                            self.campaign, data, last=self.revision
-                        )
+        deadline = time.monotonic() + BUS_PATIENCE_SECONDS
+        uncertain = False  # a try whose answer was lost may have written
+        while True:  # one caller: the campaign's single writer
+            try:
+                if self.revision is None:
+                    self.revision = await self.kv.create(self.campaign, data)
+                else:
+                    self.revision = await self.kv.update(self.campaign, data, last=self.revision)
+                break
+            except KeyWrongLastSequenceError:
+                if uncertain and await self._holds(data):
                     break
-                except KeyWrongLastSequenceError:
-                    if uncertain and await self._holds(data):
-                        break
-                    raise LeaseLost(
-                        self.campaign, "", what="another orchestrator wrote its snapshot"
-                    ) from None
-                except TRANSIENT as exc:
-                    if time.monotonic() >= deadline:
-                        raise
-                    log.warning(
-                        "campaign %s: snapshot not written (%r); retrying", self.campaign, exc
-                    )
-                    uncertain = True
-                    await anyio.sleep(0.5)
+                raise LeaseLost(
+                    self.campaign, "", what="another orchestrator wrote its snapshot"
+                ) from None
+            except TRANSIENT as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("campaign %s: snapshot not written (%r); retrying", self.campaign, exc)
+                uncertain = True
+                await anyio.sleep(0.5)
         self.bytes_written = len(data)
 
     async def _holds(self, data: bytes) -> bool:

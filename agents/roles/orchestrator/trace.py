@@ -13,8 +13,7 @@ Spans are observability only: with no tracer provider (unit tests) they are no-o
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -167,19 +166,12 @@ class CampaignTrace:
             span.add_event(kind, event_attributes(event), timestamp=int(event.at * 1e9))
         return trace.set_span_in_context(span)
 
-    @contextmanager
-    def filtering(self, candidate_ids: Sequence[str], epsilon: float) -> Iterator[Span]:
-        """A ``filter`` span around one ε-net admission request (POLCA Algorithm 4), in the
-        first candidate's step, linked to the others'."""
+    def filter_parent(self, candidate_ids: Sequence[str]) -> tuple[Context, list[Link]]:
+        """Where the ``filter`` span of one ε-net admission request (POLCA Algorithm 4) goes:
+        in the first candidate's step, linked to the others' (the registry task opens it)."""
         spans = [self._by_candidate[c] for c in candidate_ids if c in self._by_candidate]
         parent = trace.set_span_in_context(spans[0]) if spans else self.root_context
-        with self._tracer.start_as_current_span(
-            "filter",
-            context=parent,
-            links=[Link(s.get_span_context()) for s in spans[1:]],
-            attributes={"evobus.candidates": tuple(candidate_ids), "evobus.epsilon": epsilon},
-        ) as span:
-            yield span
+        return parent, [Link(s.get_span_context()) for s in spans[1:]]
 
     def finish(self, status: str, reason: str) -> None:
         """End the campaign's root span (and any step still open: it will not be decided)."""
