@@ -21,7 +21,8 @@ from types import TracebackType
 
 import anyio
 import msgspec
-from anyio.abc import ObjectSendStream
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
@@ -132,7 +133,7 @@ class OrchestratorWorker:
         self.agent = make_agent_ref("orchestrator")
         self._nc: Client | None = None
         self._proc: AgentProcess | None = None
-        self._transactions: ObjectSendStream[Transaction] | None = None
+        self._transactions: MemoryObjectSendStream[Transaction] | None = None
         self._started = False
         self._stopping = anyio.Event()
         self._ended = anyio.Event()
@@ -219,15 +220,10 @@ class OrchestratorWorker:
         self._proc = proc
         if self._stopping.is_set():
             proc.request_stop()
-        await writer.begin(opened.saved)
-        if state.run.phase != "finished":
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_write, writer, incoming, tg.cancel_scope)
-                tg.start_soon(registry.serve, asked, transactions.clone())
-                tg.start_soon(_keep, opened.lease)
-                tg.start_soon(_clock, transactions.clone())
-                await serve(proc, extra=writer.finished.wait)
-                await transactions.send(Stop())  # the writer ends after what it was given
+        with requests, asked, transactions, incoming:  # closed however it ends
+            await writer.begin(opened.saved)
+            if state.run.phase != "finished":
+                await self._serve(writer, opened.lease, incoming, asked, registry)
         # The supervisor stops its agents once it sees campaign_finished, which may be before
         # these last writes: a SIGTERM now waits for them instead of killing the process.
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
@@ -241,6 +237,25 @@ class OrchestratorWorker:
                     log.warning("campaign %s: queued work not purged again: %s", state.cid, exc)
             await opened.lease.release()
         return state.summary(time.time())
+
+    async def _serve(
+        self,
+        writer: CampaignWriter,
+        lease: Lease,
+        incoming: MemoryObjectReceiveStream[Transaction],
+        asked: MemoryObjectReceiveStream[Request],
+        registry: RegistryCalls,
+    ) -> None:
+        """Run the process's tasks until the campaign finishes, or the process is stopped."""
+        assert self._proc is not None and self._transactions is not None
+        transactions = self._transactions
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_write, writer, incoming, tg.cancel_scope)
+            tg.start_soon(registry.serve, asked, transactions.clone())
+            tg.start_soon(_keep, lease)
+            tg.start_soon(_clock, transactions.clone())
+            await serve(self._proc, extra=writer.finished.wait)
+            await transactions.send(Stop())  # the writer ends after what it was given
 
     async def _results(self, batch: Sequence[Delivery[Result]]) -> None:
         """The results consumer's batch: applied by the writer; returns (and the consumer acks
@@ -327,7 +342,7 @@ async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSu
 
 async def _write(
     writer: CampaignWriter,
-    transactions: anyio.abc.ObjectReceiveStream[Transaction],
+    transactions: ObjectReceiveStream[Transaction],
     others: anyio.CancelScope,
 ) -> None:
     """The writer task: once it has applied its last transaction, the clock, the lease and
