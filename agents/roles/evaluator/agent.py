@@ -21,6 +21,7 @@ from types import MappingProxyType
 import anyio
 import msgspec
 from nats.errors import Error as NatsError
+from nats.js.object_store import ObjectStore
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
@@ -33,7 +34,7 @@ from evobus.agents.roles.evaluator.tool_calls import (
 )
 from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.roles.registry.errors import RegistryUnavailable
-from evobus.agents.runtime.models import ModelAccess
+from evobus.agents.runtime.models import CampaignModels, ModelAccess
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import expect, on_dead, result_outbound
 from evobus.agents.tasks import (
@@ -183,6 +184,39 @@ def with_tool_calls(evaluation: Evaluation, report: ToolCallReport | None) -> Ev
     )
 
 
+class TaskModel:
+    """The campaign's task model as a model-run task asks it (``evaluate_with_model``): what
+    it spent, and the outage that stopped it, if one did."""
+
+    def __init__(self, access: CampaignModels) -> None:
+        self.access = access
+        section = access.section
+        self.model = section.task_model or section.actor_model
+        self.spent = Usage()
+        self.outage: LLMUnavailable | None = None
+
+    async def ask(self, prompt: str) -> str:
+        """One deterministic answer of the task model to ``prompt``.
+
+        Raises:
+            LLMUnavailable: the model endpoints did not answer (remembered in ``outage``).
+        """
+        section = self.access.section
+        try:
+            out = await self.access.actor.chat(
+                self.model,
+                [user_message(prompt)],
+                max_tokens=section.max_tokens,
+                temperature=0.0,
+                label="task_model",
+            )
+        except LLMUnavailable as exc:
+            self.outage = self.outage or exc
+            raise
+        self.spent = self.spent + out.usage
+        return out.texts[0] if out.texts else ""
+
+
 async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork) -> Evaluation:
     """Evaluate a model-run artifact (a prompt): the task asks the campaign's task model.
 
@@ -194,35 +228,16 @@ async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork
     access = await models.for_campaign(work.campaign)
     if access is None:
         raise Reject(f"task {task.name} runs candidates through a model; the campaign is offline")
-    section = access.section
-    model = section.task_model or section.actor_model
-    spent = [Usage()]
-    outage: list[LLMUnavailable] = []
-
-    async def ask(prompt: str) -> str:
-        try:
-            out = await access.actor.chat(
-                model,
-                [user_message(prompt)],
-                max_tokens=section.max_tokens,
-                temperature=0.0,
-                label="task_model",
-            )
-        except LLMUnavailable as exc:
-            outage.append(exc)
-            raise
-        spent[0] = spent[0] + out.usage
-        return out.texts[0] if out.texts else ""
-
+    model = TaskModel(access)
     started = time.monotonic()
     try:
         scores = await task.evaluate_with_model(
-            work.candidate.artifact, work.instances, work.task_params, ask
+            work.candidate.artifact, work.instances, work.task_params, model.ask
         )
     except TaskError as exc:
         raise Reject(str(exc)) from None
-    if outage:
-        raise Retry(f"model unavailable during the evaluation: {outage[0]}", delay=5.0)
+    if model.outage is not None:
+        raise Retry(f"model unavailable during the evaluation: {model.outage}", delay=5.0)
     errors = [s.error for s in scores if s.error]
     return Evaluation(
         work_id=work.work_id,
@@ -234,7 +249,7 @@ async def through_model(models: ModelAccess, task: ModelTask, work: EvaluateWork
         feedback="\n".join(s.feedback for s in scores if s.feedback),
         error=errors[0] if errors and len(errors) == len(scores) else "",
         duration_seconds=round(time.monotonic() - started, 3),
-        usage=spent[0],
+        usage=model.spent,
     )
 
 
@@ -377,28 +392,40 @@ def bounded(evaluation: Evaluation) -> Evaluation:
     return msgspec.structs.replace(evaluation, instances=instances, feedback=whole, error=error)
 
 
-async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-    """Serve the ``evaluate`` stage, once the workdirs of dead sandbox runs (an evaluator
-    killed mid-run) are removed."""
-    removed = await anyio.to_thread.run_sync(remove_dead_workdirs)
-    if removed:
-        log.info("removed %d workdirs of dead sandbox runs", len(removed))
-    registry = RegistryClient(proc.nc)
-    models = ModelAccess(proc, registry)
-    zygotes = Zygotes()  # warm runs' zygotes: one per harness, ended with this process
-    evidence = await evidence_store(proc.js)
-    cache: dict[ToolRef, Resource] = {}  # registered versions never change
+class Evaluator:
+    """The evaluator's handler, with the registry (the tools candidates import), model access
+    (model-run tasks), the warm runs' zygotes and the evidence image store."""
 
-    async def tools_for(refs: Sequence[ToolRef]) -> list[Resource]:
+    def __init__(
+        self,
+        proc: AgentProcess,
+        registry: RegistryClient,
+        models: ModelAccess,
+        evidence: ObjectStore,
+    ) -> None:
+        self.proc = proc
+        self.registry = registry
+        self.models = models
+        self.evidence = evidence
+        self.zygotes = Zygotes()  # warm runs' zygotes: one per harness, ended with this process
+        self._tools: dict[ToolRef, Resource] = {}  # registered versions never change
+
+    async def tools_for(self, refs: Sequence[ToolRef]) -> list[Resource]:
+        """The registered tools a candidate imports.
+
+        Raises:
+            Retry: the registry did not answer.
+        """
         for ref in refs:
-            if ref not in cache:
+            if ref not in self._tools:
                 try:
-                    cache[ref] = await registry.get("tool", ref.name, ref.version)
+                    self._tools[ref] = await self.registry.get("tool", ref.name, ref.version)
                 except RegistryUnavailable as exc:
                     raise Retry(str(exc), delay=2.0) from None
-        return [cache[ref] for ref in refs]
+        return [self._tools[ref] for ref in refs]
 
-    async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        """Evaluate one ``EvaluateWork``; a speculative prefix's score goes out first."""
         work = expect(item, EvaluateWork)
         try:
             task = get_task(work.task)
@@ -406,20 +433,20 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
             raise Reject(str(exc)) from None
         prefix = work.speculative_prefix
         if not 0 < prefix < len(work.instances):
-            return [result_outbound(await evaluate(task, work), "evaluate")]
+            return [result_outbound(await self.evaluate(task, work), "evaluate")]
         # FlashEvolve §3.3: the prefix's score goes out first, the rest runs meanwhile.
-        first = await evaluate(
+        first = await self.evaluate(
             task, msgspec.structs.replace(work, instances=work.instances[:prefix])
         )
         if first.error:  # the program failed as a whole: the rest would fail the same way
             return [result_outbound(bounded(extend_failure(task, work, first)), "evaluate")]
-        await proc.publisher.publish(result_outbound(partial_of(first), "evaluate", "partial"))
-        rest = await evaluate(
+        await self.proc.publisher.publish(result_outbound(partial_of(first), "evaluate", "partial"))
+        rest = await self.evaluate(
             task, msgspec.structs.replace(work, instances=work.instances[prefix:])
         )
         return [result_outbound(bounded(combine(work, first, rest)), "evaluate")]
 
-    async def evaluate(task: Task, work: EvaluateWork) -> Evaluation:
+    async def evaluate(self, task: Task, work: EvaluateWork) -> Evaluation:
         """One evaluation of ``work``'s instances, as an ``evaluate`` span with one span per
         instance."""
         with _tracer.start_as_current_span(
@@ -431,19 +458,19 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
                 "evobus.work_id": work.work_id,
             },
         ) as span:
-            evaluation = bounded(await run(task, work))
+            evaluation = bounded(await self.run(task, work))
             trace_instances(span, evaluation)
         return evaluation
 
-    async def run(task: Task, work: EvaluateWork) -> Evaluation:
+    async def run(self, task: Task, work: EvaluateWork) -> Evaluation:
         """Through the model, or in the sandbox."""
         if isinstance(task, ModelTask):
-            return await through_model(models, task, work)
-        files = sandbox_files(task, work, await tools_for(work.tools))
+            return await through_model(self.models, task, work)
+        files = sandbox_files(task, work, await self.tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
         try:
             run = await run_harness(
-                zygotes,
+                self.zygotes,
                 files,
                 work.sandbox,
                 (*collect, REPORT_FILE),
@@ -461,10 +488,21 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
         if image is not None:
             name = evidence_name(work)
             try:
-                await evidence.put(name, image)
+                await self.evidence.put(name, image)
             except NatsError as exc:
                 raise Retry(f"evidence image not stored: {exc}", delay=2.0) from None
             evaluation = msgspec.structs.replace(evaluation, evidence=name)
         return evaluation
 
-    return [WorkBinding("evaluate", handle, on_dead("evaluate"))]
+
+async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
+    """Serve the ``evaluate`` stage, once the workdirs of dead sandbox runs (an evaluator
+    killed mid-run) are removed."""
+    removed = await anyio.to_thread.run_sync(remove_dead_workdirs)
+    if removed:
+        log.info("removed %d workdirs of dead sandbox runs", len(removed))
+    registry = RegistryClient(proc.nc)
+    evaluator = Evaluator(
+        proc, registry, ModelAccess(proc, registry), await evidence_store(proc.js)
+    )
+    return [WorkBinding("evaluate", evaluator.handle, on_dead("evaluate"))]
