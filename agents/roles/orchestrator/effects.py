@@ -330,6 +330,11 @@ class Effects:
             requests.append(self._backlog())
         return requests
 
+    @property
+    def asking_backlog(self) -> bool:
+        """Whether the registry task holds a request for what waits for it."""
+        return self._backlog_asked
+
     def final(self) -> WorkOffBacklog | None:
         """At the campaign's finish: what waits for the registry, asked for once more, so the
         skills of the last results are registered (and their uses credited) before

@@ -335,11 +335,6 @@ class RegistryCalls:
             self._away = ""
             log.info("campaign %s: the registry answers again", self.campaign)
 
-    @property
-    def away(self) -> str:
-        """Why the registry was last found away ("" while it answers)."""
-        return self._away
-
 
 def _skill_metadata(campaign: str, skill: SkillRegistration) -> dict[str, str]:
     """What the registry records of where a skill came from."""

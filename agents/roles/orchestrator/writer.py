@@ -199,8 +199,15 @@ class CampaignWriter:
             return
         self._send(outcome)
         finishing.outcome.before_finish(outcome)
-        if isinstance(answer, BacklogWorked) and answer.request.final:
+        if not isinstance(answer, BacklogWorked):
+            return
+        # What the finish itself queued (or what came while an earlier round was out) is
+        # asked for once more; the finish goes out once nothing more is to be had.
+        final = None if answer.request.final else self.effects.final()
+        if final is None:
             await self._release()
+        else:
+            self.requests.send_nowait(final)
 
     # -- carrying out -----------------------------------------------------------------------
     async def _carry_out(
@@ -211,10 +218,13 @@ class CampaignWriter:
         asked once more (``Effects.final``)."""
         self._send(outcome)
         if self._finishing is None and outcome.finishes():
-            final = self.effects.final()
-            if final is not None:
+            # An earlier round's answer comes first (and asks for the rest, ``_answered``).
+            earlier = self.effects.asking_backlog
+            final = None if earlier else self.effects.final()
+            if earlier or final is not None:
                 self._finishing = Finishing(outcome, persist, [done] if done else [])
-                self.requests.send_nowait(final)
+                if final is not None:
+                    self.requests.send_nowait(final)
                 return
         await self._write_out(outcome, persist=persist)
         if done is not None:
