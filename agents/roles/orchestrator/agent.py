@@ -222,7 +222,7 @@ class OrchestratorWorker:
             proc.request_stop()
         with requests, asked, transactions, incoming:  # closed however it ends
             await writer.begin(opened.saved)
-            if state.run.phase != "finished":
+            if not writer.finished.is_set():  # a finished campaign resumed: nothing to serve
                 await self._serve(writer, opened.lease, incoming, asked, registry)
         # The supervisor stops its agents once it sees campaign_finished, which may be before
         # these last writes: a SIGTERM now waits for them instead of killing the process.
