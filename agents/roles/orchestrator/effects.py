@@ -353,7 +353,9 @@ class Effects:
             registrations=tuple(queues.registrations),
             skill_uses=tuple(queues.skill_uses),
             joins=tuple((cid, epsilon_text(state, cid)) for cid in queues.joins),
-            unfiltered=tuple((cid, epsilon_text(state, cid)) for cid in unfiltered),
+            unfiltered=tuple(
+                self._admit_request([(cid, epsilon_text(state, cid))]) for cid in unfiltered
+            ),
             forgets=tuple(backlog.to_forget(state)),
             queued_forgets=tuple(queues.forgets),
             final=final,

@@ -125,9 +125,8 @@ class RegistryCalls:
     async def admit(self, request: Admit) -> Verdicts:
         """POLCA Algorithm 4 for the request's proposals; a registry that does not answer, or
         refuses, lets them go on unfiltered (the writer checks them late)."""
-        ids = [cid for cid, _ in request.proposals]
         try:
-            with self._filtering(request, ids) as span:
+            with self._filtering(request) as span:
                 admission = await self._ask(
                     self.registry.admit(
                         self.campaign, request.proposals, self.epsilon, self.embedder
@@ -180,8 +179,8 @@ class RegistryCalls:
             for cid, text in request.joins:
                 await self._hold(cid, text)
                 joined.append(cid)
-            for cid, text in request.unfiltered:
-                checked.append((cid, await self._check_late(cid, text)))
+            for late in request.unfiltered:
+                checked.append((late.proposals[0][0], await self._check_late(late)))
             if request.queued_forgets:
                 await self._forget(request.forgets)
         except RegistryUnavailable as exc:
@@ -234,15 +233,16 @@ class RegistryCalls:
         except RegistryError as exc:  # refused: the ε-net goes on without it
             log.warning("campaign %s: ε-net does not hold %s: %s", self.campaign, cid, exc)
 
-    async def _check_late(self, cid: str, text: str) -> Rejection | None:
+    async def _check_late(self, request: Admit) -> Rejection | None:
         """Put a proposal admitted unfiltered to the ε-net (POLCA Algorithm 4's greedy rule
         against the pool as it is now); the registry adds it to the pool if it admits it.
 
         Raises:
             RegistryUnavailable: no registry answered.
         """
+        ((cid, text),) = request.proposals
         try:
-            with self._filtering(Admit(((cid, text),)), [cid]) as span:
+            with self._filtering(request) as span:
                 admission = await self._ask(
                     self.registry.admit(self.campaign, [(cid, text)], self.epsilon, self.embedder),
                     patience=self._admit_patience(),
@@ -274,13 +274,14 @@ class RegistryCalls:
             log.warning("campaign %s: ε-net kept %s: %s", self.campaign, ", ".join(gone), exc)
 
     @contextmanager
-    def _filtering(self, request: Admit, ids: list[str]) -> Iterator[Span]:
+    def _filtering(self, request: Admit) -> Iterator[Span]:
         """A ``filter`` span around one ε-net request, where the writer said it goes."""
+        ids = tuple(cid for cid, _ in request.proposals)
         with _tracer.start_as_current_span(
             "filter",
             context=request.parent,
             links=list(request.links),
-            attributes={"evobus.candidates": tuple(ids), "evobus.epsilon": self.epsilon},
+            attributes={"evobus.candidates": ids, "evobus.epsilon": self.epsilon},
         ) as span:
             yield span
 

@@ -41,8 +41,9 @@ class Admit:
 @dataclass(frozen=True)
 class WorkOffBacklog:
     """What waits in the state for the registry (``backlog``), as it was when asked, oldest
-    first: skills to register, uses to credit, pool members the ε-net is to hold, proposals
-    admitted unfiltered to check late (with their texts), candidates to forget.
+    first: skills to register, uses to credit, pool members the ε-net is to hold (with the
+    texts it embeds), proposals admitted unfiltered to check late (one ``Admit`` each),
+    candidates to forget.
 
     ``queued_forgets`` is the forget queue as sent (``forgets`` is its part out of the campaign
     now): the queue loses those once they are forgotten. ``final``: asked by the campaign's
@@ -52,7 +53,7 @@ class WorkOffBacklog:
     registrations: tuple[SkillRegistration, ...] = ()
     skill_uses: tuple[SkillUse, ...] = ()
     joins: tuple[tuple[str, str], ...] = ()
-    unfiltered: tuple[tuple[str, str], ...] = ()
+    unfiltered: tuple[Admit, ...] = ()
     forgets: tuple[str, ...] = ()
     queued_forgets: tuple[str, ...] = ()
     final: bool = False
