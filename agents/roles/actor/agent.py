@@ -277,7 +277,9 @@ class Actor:
             if work.diagnosis
             else "{}",
             "co_parent_code": co.artifact.source if co else "",
-            "co_fitness_score": "",
+            "co_fitness_score": (
+                f"{work.co_parent_score:.4f}" if work.co_parent_score is not None else "unknown"
+            ),
             "skills": skills_md(skills),
             "tools": tools_md(shown := await self.tools(query)),
             "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
