@@ -282,7 +282,7 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     samples: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
     timeout_seconds: PositiveFloat = 120.0
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
-    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 128
     tool_refine_rounds: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
     answer_format: Literal["diff", "file"] = "diff"
 
