@@ -336,7 +336,7 @@ function renderLineage(view, state) {
   renderFailures(view, state);
   renderCandidates(state);
   if (state.selected) {
-    const row = rows.find((c) => c.id === state.selected);
+    const row = view.candidates.find((c) => c.id === state.selected);
     const now = row ? row.state : "";
     if (now !== state.selectedState) showCandidate(state, state.selected);
   }
