@@ -113,10 +113,9 @@ def plain_words(event: Event) -> str | None:
     (burst, stale, Δ, ε, in flight), in words a newcomer reads; None for the others."""
     match event:
         case BurstStarted():
-            return (
-                f"exploring: the next steps use {', '.join(event.operators)}, whatever the "
-                f"operator bandit prefers ({event.reason})"
-            )
+            return f"exploring: trying {', '.join(event.operators)} next ({event.reason})"
+        case RolledBack():
+            return f"went back to {event.candidate_id}, the best kept state: {event.reason}"
         case StaleDecided():
             versions = f"{event.delta} version{'s' * (event.delta != 1)}"
             done = _STALE_ACTIONS.get(event.action, event.action)
@@ -144,6 +143,7 @@ class _Narrator:
         self.budget_proposals: int | None = None
         self.campaign: str = ""
         self.seed_shown = False
+        self.rolled_back = ""  # the last rollback's reason: the burst it sets off says no more
         self.outcomes = OutcomeTally()
 
     def head(self, at: float) -> str:
@@ -179,6 +179,11 @@ class _Narrator:
                 )
             case StaleDecided() if event.action == "keep":
                 return None
+            case BurstStarted() if event.reason == self.rolled_back:
+                return None  # the rollback's line just said why
+            case RolledBack():
+                self.rolled_back = event.reason
+                return f"{self.head(event.at)}  {plain_words(event)}"
             case (
                 AdmittedUnfiltered()
                 | BurstStarted()
@@ -195,7 +200,6 @@ class _Narrator:
                 | StoreRecovered()
                 | DeadLettered()
                 | WorkAbandoned()
-                | RolledBack()
             ):
                 return f"{self.head(event.at)}  {describe(event).split(' ', 2)[2]}"
             case _:

@@ -31,6 +31,7 @@ from evobus.schemas.events import (
     Event,
     InFlightChanged,
     OperatorShare,
+    RolledBack,
     StageLoad,
     StaleDecided,
     ToolRegistered,
@@ -355,8 +356,7 @@ def test_a_failed_seed_says_failed() -> None:
     [
         (
             BurstStarted(campaign=CID, at=T0, reason="no improvement", operators=("i1", "x_div")),
-            "exploring: the next steps use i1, x_div, whatever the operator bandit prefers "
-            "(no improvement)",
+            "exploring: trying i1, x_div next (no improvement)",
         ),
         (
             StaleDecided(
@@ -390,3 +390,11 @@ def test_the_designs_terms_are_said_in_words(event: Event, line: str) -> None:
     assert lines[-1] == f"     0.0 s  {line}"
     for term in ("burst", "Δ", "ε", "UNFILTERED", "stale "):
         assert term not in lines[-1]
+
+
+def test_a_rollback_is_said_once_with_its_burst() -> None:
+    reason = "stagnant: roll back from c0033 to c0013"
+    back = RolledBack(campaign=CID, at=T0, to_tag="accept/7", candidate_id="c0013", reason=reason)
+    burst = BurstStarted(campaign=CID, at=T0, reason=reason, operators=("i1",))
+    lines = plain_lines([campaign_events()[0], back, burst])
+    assert lines[1:] == [f"     0.0 s  went back to c0013, the best kept state: {reason}"]
