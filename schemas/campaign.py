@@ -100,6 +100,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``evaluator_folder`` is not a key of a campaign file either: when ``campaign.evaluator``
     names a folder (SkyDiscover's ``evaluate.sh`` protocol), evobus fills it with the folder's
     absolute path, and ``evaluator_source`` with the text of its scripts.
+
+    ``evaluator_name`` is filled in too: the evaluator file's own name, which the errors of an
+    evaluation use for it (in the sandbox it is ``evaluator.py``, whatever it was called).
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
@@ -114,6 +117,7 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     statement: ProseText = ""
     deterministic: bool | None = None
     evaluator_folder: str = ""
+    evaluator_name: Annotated[str, msgspec.Meta(max_length=255)] = ""
 
 
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
@@ -706,7 +710,7 @@ def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]
         CampaignConfigError: ``task.evaluator_source`` is set (evobus fills it from the file).
     """
     task_table = raw.get("task")
-    for filled in ("evaluator_source", "evaluator_folder"):
+    for filled in ("evaluator_source", "evaluator_folder", "evaluator_name"):
         if isinstance(task_table, dict) and filled in task_table:
             raise CampaignConfigError(
                 path,
@@ -810,7 +814,9 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
-        task=msgspec.structs.replace(spec.task, evaluator_source=source, evaluator_folder=""),
+        task=msgspec.structs.replace(
+            spec.task, evaluator_source=source, evaluator_folder="", evaluator_name=evaluator.name
+        ),
     )
 
 

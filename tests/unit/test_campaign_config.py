@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from evobus.schemas.campaign import load_campaign, parse_campaign, validate_campaign_id
+from evobus.schemas.campaign import (
+    load_campaign,
+    parse_campaign,
+    validate_campaign_id,
+    with_program_files,
+)
 from evobus.schemas.errors import CampaignConfigError
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
@@ -161,3 +166,13 @@ def test_a_bad_value_is_shown(text: str, shown: str) -> None:
     with pytest.raises(CampaignConfigError) as info:
         parse_campaign(text, path="c.toml")
     assert info.value.reason.endswith(f"; the value given: {shown}")
+
+
+def test_the_evaluator_file_s_name_is_kept_for_its_errors(tmp_path: Path) -> None:
+    (tmp_path / "score_packing.py").write_text("def evaluate(program_path):\n    return {}\n")
+    spec = parse_campaign('[campaign]\nevaluator = "score_packing.py"\n', path="c.toml")
+    filled = with_program_files(spec, tmp_path, "c.toml")
+    assert filled.task.evaluator_name == "score_packing.py"
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign('[task]\nevaluator_name = "x.py"\n[campaign]\ntask = "files"\n')
+    assert info.value.key == "task.evaluator_name"
