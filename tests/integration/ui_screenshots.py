@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 
 from tests import conftest
-from tests.integration.test_ui_browser import at_a_glance, chromium, evobus_ui
+from tests.integration.test_ui_browser import at_a_glance, chromium, evobus_ui, shows
 
 RUN_SECONDS = 600.0  # the most the whole run may take here
 EVALUATIONS_SHOWN = 150  # the running page is shot once it shows this many
@@ -49,7 +49,7 @@ async def shoot(images: Path) -> None:
             assert await run.wait() == 0
             async with evobus_ui(out, cid) as finished:
                 await page.open(finished)
-                await page.wait_for("document.getElementById('connection')?.textContent === 'ended'")
+                await shows(page, "connection", "ended")
                 await at_a_glance(page)
                 await page.wait_for("document.querySelector('#best-code pre')?.textContent")
                 await page.value("document.querySelector('#candidates tbody tr').click()")
