@@ -4,7 +4,10 @@ DevTools protocol, follows a real campaign on a real nats-server and ends on its
 The campaign's evaluator is the test itself (``Driver``), so "live" is checked without
 racing the campaign: the page must show the seed's evaluation while the campaign waits for
 the next score. Then ``evobus ui`` (the command) replays the finished run from its folder
-alone. Skipped only where no Chromium is installed (``.ci/run`` installs it).
+alone, and an interrupted copy of it. On each page the structure a person reads at a glance is
+checked (no text "null", every chart legend with values, the best program's code), a
+candidate is clicked through, the candidates filtered and the tree zoomed. Skipped only where
+no Chromium is installed (``.ci/run`` installs it).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 import evobus
 from evobus.agents.console.ui.server import UiOptions, serve_ui
-from evobus.agents.runtime.events import score
+from evobus.agents.runtime.events import EVENT_LOG, score
 from evobus.infra.nats_server import NatsServer
 from tests.conftest import time_left
 
@@ -314,6 +317,38 @@ async def test_the_page_follows_a_campaign_live_and_ends_on_its_summary(
             await page.open(url.rsplit("/campaign/", 1)[0] + "/")
             await page.wait_for(f"document.querySelector('a[href=\"/campaign/{cid}\"]')")
         assert page.errors == []
+
+        # An interrupted run: the same log without its end, an hour old. Its page and the list
+        # say so, with its task and the command that resumes it.
+        stopped = "ui-stopped"
+        interrupted(out / cid / EVENT_LOG, out / stopped / EVENT_LOG, stopped)
+        resume = f"evobus resume {stopped} --out {out}"
+        async with evobus_ui(out, stopped) as url:
+            await page.open(url)
+            await shows(page, "status", "interrupted")
+            await shows(page, "resume-command", resume)
+            assert "task pendulum" in await page.text("resume")
+            await at_a_glance(page)
+            await page.open(url.rsplit("/campaign/", 1)[0] + "/")
+            await page.wait_for(f"document.body?.innerText.includes({json.dumps(resume)})")
+            assert not re.search(r"\bnull\b", await page.value("document.body.innerText"))
+        assert page.errors == []
+
+
+def interrupted(log: Path, into: Path, campaign: str, hours: float = 1.0) -> None:
+    """A copy of a campaign's event log as ``campaign``'s, without its ``campaign_finished``,
+    every event and the file ``hours`` older: a run stopped before its end."""
+    into.parent.mkdir(parents=True)
+    lines = []
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] != "campaign_finished":
+            lines.append(
+                json.dumps({**event, "campaign": campaign, "at": event["at"] - 3600 * hours})
+            )
+    into.write_text("\n".join(lines) + "\n")
+    then = into.stat().st_mtime - 3600 * hours
+    os.utime(into, (then, then))
 
 
 @asynccontextmanager
