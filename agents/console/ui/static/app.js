@@ -10,6 +10,7 @@ const STAGE_ORDER = ["diagnose", "propose", "repair", "evaluate"];
 const STALE_COLORS = { keep: PALETTE[0], discard: PALETTE[1], repair: PALETTE[2], repaired: PALETTE[3], repair_discarded: PALETTE[4] };
 const ENDED = ["completed", "failed"]; // a campaign that sends no more events
 const STATES = ["accepted", "rejected", "filtered", "evaluated", "proposed"];
+const SHOWN_ROWS = 200; // candidates listed at once (the view holds up to 1,000 to filter)
 
 const parts = location.pathname.split("/").filter(Boolean);
 if (parts[0] === "campaign" && parts[1]) {
@@ -455,11 +456,13 @@ function renderCandidates(state) {
     && (!f.operator || c.operator === f.operator)
     && (!f.error || (f.error === "(any error)" ? c.error : f.error === "(no error)" ? !c.error : c.error === f.error))
     && (!f.search || [c.id, c.operator, c.state, c.error, ...c.parents].join(" ").toLowerCase().includes(f.search)));
-  text("candidates-count", rows.length === all.length ? `${count(all.length)} candidates` : `${count(rows.length)} of ${count(all.length)}`);
-  fill("candidates", rows.length
+  const shown = rows.slice(0, SHOWN_ROWS); // the table is redrawn with every view: kept short
+  text("candidates-count", (rows.length === all.length ? `${count(all.length)} candidates` : `${count(rows.length)} of ${count(all.length)}`)
+    + (shown.length < rows.length ? `, the newest ${SHOWN_ROWS} listed: filter or search for others` : ""));
+  fill("candidates", shown.length
     ? table(["id", "operator", "parents", "state", "score", "error", "t (s)"],
-      rows.map((c) => [c.id, c.operator, c.parents.join("+"), c.state, score(c.score), c.error, c.t.toFixed(1)]),
-      { numeric: [4, 6], onRow: (r) => showCandidate(state, rows[r].id), selected: (r) => rows[r].id === state.selected })
+      shown.map((c) => [c.id, c.operator, c.parents.join("+"), c.state, score(c.score), c.error, c.t.toFixed(1)]),
+      { numeric: [4, 6], onRow: (r) => showCandidate(state, shown[r].id), selected: (r) => shown[r].id === state.selected })
     : h("p", { class: "note" }, all.length ? "No candidate matches." : "No proposal yet."));
 }
 
