@@ -8,6 +8,7 @@ the agents are separate processes on a NATS JetStream bus, embedded unless ``nat
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -27,12 +28,15 @@ from evobus.agents.console.supervisor import (
     resume_campaign,
 )
 from evobus.agents.runtime.events import campaign_dir
+from evobus.agents.tasks import available_tasks
+from evobus.agents.tasks.errors import UnknownTaskError
 from evobus.errors import ApiError
 from evobus.live import CampaignRun, start_run
 from evobus.results import Result
 from evobus.schemas.agents import Role
 from evobus.schemas.campaign import FILES_TASK, CampaignSpec, convert_campaign, load_campaign
 from evobus.schemas.campaign import validate_campaign_id as _valid_id
+from evobus.schemas.errors import CampaignConfigError
 from evobus.score_function import EVALUATOR_FILE, ScoreFunction, evaluator_source
 
 T = TypeVar("T")
@@ -108,6 +112,7 @@ class Campaign:
     ) -> None:
         paths = {"seed_artifact": seed_artifact, "program": program, "evaluator": evaluator}
         spec = convert_campaign(_tables(task, paths, settings), path=PYTHON_ORIGIN)
+        _check_task(spec, PYTHON_ORIGIN)
         self._set(spec, origin=None, evaluator_text=None)
 
     def _set(self, spec: CampaignSpec, *, origin: Path | None, evaluator_text: str | None) -> None:
@@ -140,7 +145,9 @@ class Campaign:
             >>> result = evobus.Campaign.from_file("examples/pendulum.toml").run()
         """
         campaign = cls.__new__(cls)
-        campaign._set(load_campaign(path), origin=Path(path), evaluator_text=None)
+        spec = load_campaign(path)
+        _check_task(spec, str(path))
+        campaign._set(spec, origin=Path(path), evaluator_text=None)
         return campaign
 
     @classmethod
@@ -436,8 +443,10 @@ def _tables(
     """
     unknown = sorted(set(settings) - set(Settings.__annotations__))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], list(Settings.__annotations__), n=1)
+        guess = f"; did you mean {close[0]!r}?" if close else ""
         raise TypeError(
-            f"Campaign got unexpected keywords {', '.join(unknown)}; "
+            f"Campaign got unexpected keywords {', '.join(unknown)}{guess} "
             f"settings: {', '.join(Settings.__annotations__)}"
         )
     section: dict[str, object] = {"task": task}
@@ -456,3 +465,17 @@ def _tables(
     if isinstance(task_table, dict) and "dataset" in task_table:
         task_table["dataset"] = _absolute(task_table["dataset"])
     return raw
+
+
+def _check_task(spec: CampaignSpec, origin: str) -> None:
+    """Refuse a task no built-in and no installed plug-in is called, when the campaign is
+    built rather than when it runs.
+
+    Raises:
+        CampaignConfigError: naming ``campaign.task``, with the closest known name.
+    """
+    known = available_tasks()
+    if spec.campaign.task not in known:
+        raise CampaignConfigError(
+            origin, "campaign.task", str(UnknownTaskError(spec.campaign.task, known))
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from pathlib import Path
@@ -99,6 +100,9 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``evaluator_folder`` is not a key of a campaign file either: when ``campaign.evaluator``
     names a folder (SkyDiscover's ``evaluate.sh`` protocol), evobus fills it with the folder's
     absolute path, and ``evaluator_source`` with the text of its scripts.
+
+    ``evaluator_name`` is filled in too: the evaluator file's own name, which the errors of an
+    evaluation use for it (in the sandbox it is ``evaluator.py``, whatever it was called).
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
@@ -113,6 +117,7 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     statement: ProseText = ""
     deterministic: bool | None = None
     evaluator_folder: str = ""
+    evaluator_name: Annotated[str, msgspec.Meta(max_length=255)] = ""
 
 
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
@@ -282,7 +287,7 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     samples: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
     timeout_seconds: PositiveFloat = 120.0
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
-    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 32
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 128
     tool_refine_rounds: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
     answer_format: Literal["diff", "file"] = "diff"
 
@@ -505,6 +510,47 @@ def _allowed_keys(key: str) -> str:
     return ""
 
 
+def _fields_at(key: str) -> tuple[str, ...]:
+    """The field names of the spec's table at dotted ``key`` (empty where it is no table)."""
+    info: msgspec.inspect.Type = msgspec.inspect.type_info(CampaignSpec)
+    for name in filter(None, key.split(".")):
+        if not isinstance(info, msgspec.inspect.StructType):
+            return ()
+        field = next((f for f in info.fields if f.name == name), None)
+        if field is None:
+            return ()
+        info = field.type
+        if isinstance(info, msgspec.inspect.UnionType):  # an optional table: its Struct
+            info = next((t for t in info.types if isinstance(t, msgspec.inspect.StructType)), info)
+    return (
+        tuple(f.name for f in info.fields) if isinstance(info, msgspec.inspect.StructType) else ()
+    )
+
+
+def _did_you_mean(key: str) -> str:
+    """``; did you mean 'minibatch'?`` for an unknown key close to a known one of its table,
+    else the keys the table takes."""
+    table, _, name = key.rpartition(".")
+    known = _fields_at(table)
+    if not known:
+        return ""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; [{table or 'the top level'}] takes {', '.join(known)}"
+
+
+def _given_value(raw: dict[str, object], key: str) -> str:
+    """``; the value given: 'three'``: the value at dotted ``key``, clipped ("" if none)."""
+    node: object = raw
+    for name in key.split("."):
+        if not isinstance(node, dict) or name not in node:
+            return ""
+        node = node[name]
+    shown = repr(node)
+    return f"; the value given: {shown if len(shown) <= 80 else shown[:79] + '…'}"
+
+
 def _allowed_values(key: str) -> tuple[object, ...]:
     """The values a Literal-typed key of the campaign spec accepts (empty for other keys)."""
     info: msgspec.inspect.Type = msgspec.inspect.type_info(CampaignSpec)
@@ -561,6 +607,10 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
         allowed = _allowed_values(key)
         if allowed and "Invalid enum value" in reason:
             reason = f"{reason}; expected one of {', '.join(map(repr, allowed))}"
+        elif reason.startswith("Object contains unknown field"):
+            reason += _did_you_mean(key)
+        elif reason.startswith("Expected"):
+            reason += _given_value(raw, key)
         raise CampaignConfigError(path, key, reason) from None
     key, reason = _unrepresentable(raw)
     if key:
@@ -660,7 +710,7 @@ def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]
         CampaignConfigError: ``task.evaluator_source`` is set (evobus fills it from the file).
     """
     task_table = raw.get("task")
-    for filled in ("evaluator_source", "evaluator_folder"):
+    for filled in ("evaluator_source", "evaluator_folder", "evaluator_name"):
         if isinstance(task_table, dict) and filled in task_table:
             raise CampaignConfigError(
                 path,
@@ -764,7 +814,9 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
-        task=msgspec.structs.replace(spec.task, evaluator_source=source, evaluator_folder=""),
+        task=msgspec.structs.replace(
+            spec.task, evaluator_source=source, evaluator_folder="", evaluator_name=evaluator.name
+        ),
     )
 
 

@@ -64,7 +64,8 @@ class DiagnoseWork(msgspec.Struct, frozen=True, kw_only=True, tag="diagnose", ta
 class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_field="type"):
     """Ask the actor for a child of ``parent`` made with ``operator``.
 
-    ``co_parent`` is set for crossover (x_div); ``diagnosis`` for m_diag. ``rng_seed`` makes the
+    ``co_parent`` is set for crossover (x_div), with ``co_parent_score`` its mean score when it
+    has one; ``diagnosis`` for m_diag. ``rng_seed`` makes the
     offline engine's choice reproducible and a redelivered item give the same child.
     ``intensity`` scales the size of the change (A-Evolve's graduated intensity); ``skills`` is
     how many skills the actor retrieves from the registry for the diagnosis (REFLEX §3.4).
@@ -79,6 +80,7 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
     parent_evaluation: Evaluation
     diagnosis: Diagnosis | None = None
     co_parent: Candidate | None = None
+    co_parent_score: float | None = None
     rng_seed: int = 0
     intensity: float = 1.0
     context: str = ""

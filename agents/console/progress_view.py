@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evobus.agents.console.outcomes import OutcomeTally
+from evobus.agents.console.outcomes import OutcomeTally, error_kind
 from evobus.agents.runtime.events import describe, score
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -64,27 +64,75 @@ def budget_left(event: CampaignProgress) -> str:
     return ", ".join(parts)
 
 
-def progress_line(event: CampaignProgress) -> str:
-    """One compact line for a ``progress`` event, e.g. ``10.0 s  diagnose 1/2, propose 2/2
-    +3 queued, ... | 6.0 proposals/min, 850 tok/s | 12 proposals, ... best 12.5 | left ...``.
+def stages_line(event: CampaignProgress) -> str:
+    """The stages that have work, in words: ``evaluate 5 in flight (target 4), 1 queued,
+    propose 1 in flight (target 4)``; ``nothing in flight`` when no stage has any.
 
-    Each stage is ``name in_flight/workers`` (``+N queued`` when steps wait for its slots);
-    a stage with no worker target (tool, extract, summarize) shows its in-flight count only.
+    A stage's target is its in-flight target K (more may be in flight for a while after the
+    target drops); a stage with no target (tool, extract, summarize) shows its count only.
     """
-    stages = ", ".join(
-        f"{name} {load.in_flight}"
-        + (f"/{load.workers}" if load.workers else "")
-        + (f" +{load.queued} queued" if load.queued else "")
+    busy = [
+        f"{name} {load.in_flight} in flight"
+        + (f" (target {load.workers})" if load.workers else "")
+        + (f", {load.queued} queued" if load.queued else "")
         for name, load in event.stages.items()
-    )
+        if load.in_flight or load.queued
+    ]
+    return "; ".join(busy) or "nothing in flight"
+
+
+def progress_line(event: CampaignProgress) -> str:
+    """One compact line for a ``progress`` event, e.g. ``10.0 s  12 proposals, 30
+    evaluations, 3 accepted, best on validation 12.5 | 6.0 proposals/min, 850 tok/s |
+    evaluate 5 in flight (target 4), 1 queued | left ...``: the counts first, the stages'
+    work (``stages_line``) after the rates."""
     rates = f"{proposals_per_minute(event):.1f} proposals/min"
     if event.tokens > 0:
         rates += f", {event.tokens_per_second:.0f} tok/s"
     counts = (
         f"{event.proposals} proposals, {event.evaluations} evaluations, "
-        f"{event.accepted} accepted, best {score(event.best_score)}"
+        f"{event.accepted} accepted, best on validation {score(event.best_score)}"
     )
-    return f"  {event.elapsed:6.1f} s  {stages} | {rates} | {counts} | left {budget_left(event)}"
+    return (
+        f"  {event.elapsed:6.1f} s  {counts} | {rates} | {stages_line(event)} "
+        f"| left {budget_left(event)}"
+    )
+
+
+# What the staleness policy did, in words (its actions: StaleDecided).
+_STALE_ACTIONS = {
+    "discard": "discarded",
+    "repair": "sent to be repaired",
+    "repaired": "repaired and kept",
+    "repair_discarded": "discarded after repair (the pool already covers it)",
+}
+
+
+def plain_words(event: Event) -> str | None:
+    """The console's line for an event whose ``evobus events`` line uses the design's terms
+    (burst, stale, Δ, ε, in flight), in words a newcomer reads; None for the others."""
+    match event:
+        case BurstStarted():
+            return f"exploring: trying {', '.join(event.operators)} next ({event.reason})"
+        case RolledBack():
+            return f"went back to {event.candidate_id}, the best kept state: {event.reason}"
+        case StaleDecided():
+            versions = f"{event.delta} version{'s' * (event.delta != 1)}"
+            done = _STALE_ACTIONS.get(event.action, event.action)
+            return f"{event.candidate_id} {done}: made from the pool as it was {versions} ago" + (
+                f" ({event.reason})" if event.reason else ""
+            )
+        case AdmittedUnfiltered():
+            return (
+                f"{event.candidate_id} goes on without the near-duplicate check (checked once "
+                f"the registry is back): {event.reason}"
+            )
+        case InFlightChanged():
+            return f"steps run at once: {event.old} -> {event.new} ({event.reason})"
+        case WorkersChanged():
+            return f"{event.stage}'s target of work in flight: {event.old} -> {event.new}"
+        case _:
+            return None
 
 
 class _Narrator:
@@ -95,6 +143,7 @@ class _Narrator:
         self.budget_proposals: int | None = None
         self.campaign: str = ""
         self.seed_shown = False
+        self.rolled_back = ""  # the last rollback's reason: the burst it sets off says no more
         self.outcomes = OutcomeTally()
 
     def head(self, at: float) -> str:
@@ -114,13 +163,15 @@ class _Narrator:
                 self.campaign = event.campaign
                 return f"{self.head(event.at)}  started; engine: {event.engine}"
             case BestConfirmed() if event.is_best and event.candidate_id != "c0000":
+                # Validation only: a train mean beside it reads as a second, different best.
                 return (
                     f"{self.head(event.at)}  new best {event.candidate_id} "
-                    f"{score(event.validation_score):>9} on validation (train mean "
-                    f"{score(event.train_mean)} over {event.evaluations} scores)"
+                    f"{score(event.validation_score):>9} on validation"
                 )
             case CandidateEvaluated() if event.candidate_id == "c0000" and not self.seed_shown:
                 self.seed_shown = True
+                if event.error:  # its score is the task's failure score, no measure of it
+                    return f"{self.head(event.at)}  seed c0000 failed: {error_kind(event.error)}"
                 return (
                     f"{self.head(event.at)}  seed c0000 scores {score(event.score)}"
                     + (f" on {event.split}" if event.split else "")
@@ -128,20 +179,27 @@ class _Narrator:
                 )
             case StaleDecided() if event.action == "keep":
                 return None
+            case BurstStarted() if event.reason == self.rolled_back:
+                return None  # the rollback's line just said why
+            case RolledBack():
+                self.rolled_back = event.reason
+                return f"{self.head(event.at)}  {plain_words(event)}"
+            case (
+                AdmittedUnfiltered()
+                | BurstStarted()
+                | StaleDecided()
+                | WorkersChanged()
+                | InFlightChanged()
+            ):
+                return f"{self.head(event.at)}  {plain_words(event)}"
             case (
                 ToolRegistered()
                 | CampaignResumed()
                 | AgentExited()
                 | AgentRestarted()
                 | StoreRecovered()
-                | AdmittedUnfiltered()
                 | DeadLettered()
                 | WorkAbandoned()
-                | RolledBack()
-                | BurstStarted()
-                | StaleDecided()
-                | WorkersChanged()
-                | InFlightChanged()
             ):
                 return f"{self.head(event.at)}  {describe(event).split(' ', 2)[2]}"
             case _:
@@ -252,7 +310,7 @@ class LiveProgress:
         rows = [
             ("elapsed", f"{p.elapsed:.1f} s", "phase", p.phase),
             ("proposals", proposals, "evaluations", evaluations),
-            ("accepted", str(p.accepted), "best score", score(p.best_score)),
+            ("accepted", str(p.accepted), "best on validation", score(p.best_score)),
             (
                 "pool",
                 f"{p.pool_size} (version {p.pool_version})",
@@ -274,14 +332,14 @@ class LiveProgress:
     def _stages(self) -> Table:
         table = Table(expand=False)
         table.add_column("stage")
-        for name in ("in flight", "queued", "workers", "per minute"):
+        for name in ("in flight", "target", "queued", "per minute"):
             table.add_column(name, justify="right")
         for name, load in (self.last.stages if self.last else {}).items():
             table.add_row(
                 name,
                 str(load.in_flight),
-                str(load.queued),
                 str(load.workers) if load.workers else "-",
+                str(load.queued),
                 f"{load.per_minute:.1f}",
             )
         return table

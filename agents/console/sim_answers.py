@@ -23,7 +23,7 @@ import msgspec
 
 from evobus.agents.console.sim_peer_answers import openevolve_answer
 from evobus.agents.evolution.skills import skill_from_diff
-from evobus.agents.roles.actor.blocks import parse, source_lines
+from evobus.agents.roles.actor.blocks import BLOCKS_ANSWER, blocks_only, parse, source_lines
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
@@ -120,8 +120,17 @@ def critic_verdict(prompt: str) -> CriticVerdict | None:
 def asks_for_diff(prompt: str) -> bool:
     """Whether the prompt's last ``Answer format:`` line asks for SEARCH/REPLACE blocks (a
     request to answer again with the whole file comes after the first one)."""
+    return _answer_format(prompt).startswith("SEARCH/REPLACE")
+
+
+def asks_for_blocks(prompt: str) -> bool:
+    """Whether the prompt's last ``Answer format:`` line asks for the EVOLVE-BLOCKs alone."""
+    return _answer_format(prompt) == BLOCKS_ANSWER
+
+
+def _answer_format(prompt: str) -> str:
     formats = re.findall(r"^Answer format: *(.*)$", prompt, re.MULTILINE)
-    return bool(formats) and formats[-1].strip().startswith("SEARCH/REPLACE")
+    return formats[-1].strip() if formats else ""
 
 
 def _diagnosis(prompt: str) -> Diagnosis | None:
@@ -179,6 +188,8 @@ def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
         rationale, code = child.rationale, child.artifact.source
     if parent.kind == "program" and asks_for_diff(prompt):
         code = as_blocks(parent_code, code)
+    elif parent.kind == "program" and asks_for_blocks(prompt):
+        code = blocks_only(code)
     return ActorDraft(rationale=f"{rationale} [{NOTE}]", code=code)
 
 

@@ -52,7 +52,9 @@ $tools
 
 # $evolve_blocks is empty unless the parent has EVOLVE-BLOCK markers (agents/roles/actor/blocks.py):
 # then it says which code may change, worded for the answer format. The "Answer format:" line
-# names the format for readers of the prompt (and for the simulator's offline answerer).
+# names the format for readers of the prompt (and for the simulator's offline answerer); an answer
+# that is not SEARCH/REPLACE is the whole file, or only the EVOLVE-BLOCKs of a program that has
+# them ($answer_form and $code_form: agents/prompts/context.py ``whole_answer``).
 _TOOL_REQUESTS = """\
 - "tool_requests": a list (usually empty) of tools you need that are not listed above, each
   {"name": module name, "need": what it must do, "tests": Python asserts that check it}; the
@@ -61,10 +63,10 @@ _TOOL_REQUESTS = """\
 
 _OUTPUT_ACTOR = (
     """$evolve_blocks
-Answer format: whole file
+Answer format: $answer_form
 Output STRICTLY one JSON object with the keys:
 - "rationale": one or two sentences on what you changed and why;
-- "code": the complete new $artifact_kind (the whole file, defining `$entrypoint`);
+- "code": $code_form;
 """
     + _TOOL_REQUESTS
 )

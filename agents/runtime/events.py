@@ -185,8 +185,8 @@ def describe(event: Event) -> str:
         case CandidateFiltered():
             late = " (late: it went on unfiltered while the registry was away)" * event.late
             return (
-                f"{head} filtered {event.candidate_id}: {event.distance:.3f} from "
-                f"{event.nearest_id} (< ε {event.epsilon:g}){late}"
+                f"{head} filtered {event.candidate_id}: a near-duplicate of {event.nearest_id} "
+                f"(distance {event.distance:.3f}, under the ε-net radius {event.epsilon:g}){late}"
             )
         case AdmittedUnfiltered():
             return f"{head} UNFILTERED {event.candidate_id}: {event.reason}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 class TaskError(Exception):
     """Root of the errors raised by tasks and the task registry."""
@@ -19,7 +21,9 @@ class UnknownTaskError(TaskError):
         self.name = name
         self.available = available
         known = ", ".join(available) if available else "none"
-        super().__init__(f"unknown task {name!r}; known tasks: {known}")
+        close = difflib.get_close_matches(name, available, n=1, cutoff=0.6)
+        guess = f"; did you mean {close[0]!r}?" if close else ""
+        super().__init__(f"unknown task {name!r}{guess} known tasks: {known}")
 
 
 class TaskLoadError(TaskError):

@@ -53,6 +53,7 @@ FAILURE_SCORE = -1e9
 EVALUATOR_PARAM = "evaluator"
 THRESHOLDS_PARAM = "cascade_thresholds"
 PARAMS_PARAM = "params"
+NAME_PARAM = "evaluator_name"  # the user's name for the evaluator file, for its errors
 EVALUATOR_PROCESS_FILE = "evaluator_process.py"
 
 DESCRIPTION = (
@@ -266,13 +267,15 @@ class EvaluatorFilesTask:
                 "<campaign>", "campaign.evaluator", "the files task needs an evaluator file"
             )
         cascade = bool(params.cascade_thresholds)
-        problem = evaluator_problem(params.evaluator_source, EVALUATOR_FILE, cascade=cascade)
+        name = params.evaluator_name or EVALUATOR_FILE
+        problem = evaluator_problem(params.evaluator_source, name, cascade=cascade)
         if problem:
             raise CampaignConfigError("<campaign>", "campaign.evaluator", problem)
         return {
             EVALUATOR_PARAM: params.evaluator_source,
             THRESHOLDS_PARAM: json.dumps(list(params.cascade_thresholds)),
             PARAMS_PARAM: json.dumps(params.params),
+            NAME_PARAM: name,
         }
 
     def sandbox_files(
@@ -302,6 +305,7 @@ class EvaluatorFilesTask:
             "failure_score": self.failure_score,
             "cascade_thresholds": thresholds,
             "params": given,
+            "evaluator_name": str(params.get(NAME_PARAM, EVALUATOR_FILE)),
         }
         return {
             HARNESS_FILE: package_source("evaluator_harness.py"),

@@ -34,6 +34,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ else:  # harness.py in the sandbox, run by `python -I`: the modules were shipped
 
 CONFIG_FILE = "task.json"
 EVALUATOR_FILE = evaluator_process.EVALUATOR_FILE
+_EVALUATOR_WORD = re.compile(rf"(?<![\w.]){re.escape(EVALUATOR_FILE)}\b")
 PROGRAM_FILE = evaluator_process.PROGRAM_FILE
 DIRECT = evaluator_process.DIRECT
 MAX_FEEDBACK_CHARS = 8000
@@ -386,8 +388,22 @@ def main() -> int:
         process = evaluator_process.start(workdir, params, [result_out.fileno()])
         records = evaluate(process, workdir, source, instances, thresholds, failure_score)
         process.close()
-    candidate_process.write_result(result_out, records)
+    name = str(config.get("evaluator_name") or EVALUATOR_FILE)
+    candidate_process.write_result(result_out, [named(r, name) for r in records])
     return 0
+
+
+def named(record: Record, name: str) -> Record:
+    """``record`` with the evaluator file called by the user's ``name`` in its error and
+    feedback (here it is always ``evaluator.py``)."""
+    if name == EVALUATOR_FILE:
+        return record
+    renamed = {
+        key: _EVALUATOR_WORD.sub(name, value)
+        for key in ("error", "feedback")
+        if isinstance(value := record.get(key), str)
+    }
+    return {**record, **renamed}
 
 
 if __name__ == "__main__":

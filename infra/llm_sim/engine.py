@@ -12,8 +12,14 @@ The engine never reads a clock: ``submit`` and ``advance`` take the time, so the
 in unit tests with made-up times and in the server with the wall clock. Runs of identical steps
 (no admission possible, no sequence finishing) are processed in one go, so a long idle-free run
 costs one pass over the batch, not one per token. Not modelled: the KV cache (which can cap
-concurrency before ``max_num_seqs``), chunked-prefill token budgets, preemption, prefix caching
-across requests (the ``n`` choices of one request share one prefill).
+concurrency before ``max_num_seqs``), chunked-prefill token budgets, preemption.
+
+Automatic prefix caching, on by default as in vLLM V1 (``prefix_caching``): a prompt's full
+blocks of ``PREFIX_BLOCK_TOKENS`` tokens are identified by a chain of hashes (``prefix_blocks``:
+a block is the same only when everything before it is too); a sequence admitted while the
+leading blocks of its prompt are cached prefills only the rest, and its blocks are cached from
+then on, the least recently used evicted beyond ``Profile.prefix_cache_tokens``. The ``n``
+choices of one request share one prefill.
 """
 
 from __future__ import annotations
@@ -21,18 +27,33 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evobus.infra.llm_sim.profiles import Profile
 
 CHARS_PER_TOKEN = 4
+# vLLM's default KV-cache block size: prefix caching shares whole blocks only.
+PREFIX_BLOCK_TOKENS = 16
 
 
 def count_tokens(text: str) -> int:
     """Tokens in ``text``, counted as one per 4 characters (the usual BPE rule of thumb)."""
     return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def prefix_blocks(text: str) -> tuple[int, ...]:
+    """The chained hashes of ``text``'s full prefix-cache blocks (``PREFIX_BLOCK_TOKENS``
+    tokens at ``CHARS_PER_TOKEN`` characters each): two prompts share a block's hash only when
+    they agree on everything up to its end, as vLLM's block hashes do."""
+    size = PREFIX_BLOCK_TOKENS * CHARS_PER_TOKEN
+    hashes: list[int] = []
+    previous = 0
+    for start in range(0, len(text) - size + 1, size):
+        previous = hash((previous, text[start : start + size]))
+        hashes.append(previous)
+    return tuple(hashes)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +129,7 @@ class _Sequence:
     prompt_tokens: int
     target: int
     emitted: int = 0
+    prefix: tuple[int, ...] = ()
 
 
 @dataclass(eq=False)
@@ -131,6 +153,7 @@ class _Counters:
     completed: int = 0
     output_tokens: int = 0
     prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens a prefix-cache hit spared the prefill
 
 
 class Engine:
@@ -143,6 +166,7 @@ class Engine:
         faults: errors and latency spikes to inject.
         start: the engine time at which the history begins.
         sample_capacity: how many utilisation samples the ring buffer keeps.
+        prefix_caching: reuse cached prompt blocks (vLLM's automatic prefix caching).
     """
 
     def __init__(
@@ -154,6 +178,7 @@ class Engine:
         faults: Faults | None = None,
         start: float = 0.0,
         sample_capacity: int = 65_536,
+        prefix_caching: bool = True,
     ) -> None:
         if not time_scale > 0:
             raise ValueError(f"time_scale must be positive, got {time_scale}")
@@ -169,6 +194,8 @@ class Engine:
         self._clock = start
         self._step_end: float | None = None
         self._samples: deque[_Sample] = deque([_Sample(start, 0, 0.0)], maxlen=sample_capacity)
+        self.prefix_caching = prefix_caching
+        self._cached: OrderedDict[int, None] = OrderedDict()  # block hashes, least recent first
 
     @property
     def running(self) -> int:
@@ -201,10 +228,18 @@ class Engine:
             return Fault(delay_s=faults.spike_seconds * self.time_scale)
         return Fault()
 
-    def submit(self, prompt_tokens: int, output_tokens: Sequence[int], now: float) -> int:
+    def submit(
+        self,
+        prompt_tokens: int,
+        output_tokens: Sequence[int],
+        now: float,
+        prefix: tuple[int, ...] = (),
+    ) -> int:
         """Queue a request of ``len(output_tokens)`` sequences arriving at ``now``; its id.
 
-        The sequences of one request share a prompt, so only the first pays its prefill.
+        The sequences of one request share a prompt, so only the first pays its prefill, less
+        the leading blocks of ``prefix`` (``prefix_blocks`` of the prompt) cached when it is
+        admitted.
         """
         if not output_tokens or min(output_tokens) < 1:
             raise ValueError("a request needs at least one sequence of at least one token")
@@ -216,7 +251,8 @@ class Engine:
         )
         for index, target in enumerate(output_tokens):
             prefill = prompt_tokens if index == 0 else 0
-            self._waiting.append(_Sequence(request_id, now, prefill, target))
+            blocks = prefix if index == 0 else ()
+            self._waiting.append(_Sequence(request_id, now, prefill, target, prefix=blocks))
         return request_id
 
     def advance(self, now: float) -> list[Completed]:
@@ -289,13 +325,33 @@ class Engine:
             and self._waiting[0].arrival <= start
         ):
             sequence = self._waiting.popleft()
-            prefill += sequence.prompt_tokens
+            prefill += sequence.prompt_tokens - self._cache(sequence)
             self._running.append(sequence)
         if not self._running:
             return
         self._record(start)
         prefill_seconds = prefill / self.profile.prefill_tokens_per_s * self.time_scale
         self._step_end = start + prefill_seconds + self._decode_seconds(len(self._running))
+
+    def _cache(self, sequence: _Sequence) -> int:
+        """The prompt tokens of ``sequence`` found in the prefix cache (at least its last token
+        is computed, as vLLM does); its blocks are cached from now on."""
+        if not self.prefix_caching or not sequence.prefix:
+            return 0
+        hits = 0
+        for block in sequence.prefix:
+            if block not in self._cached:
+                break
+            hits += 1
+        for block in sequence.prefix:
+            self._cached[block] = None
+            self._cached.move_to_end(block)
+        capacity = self.profile.prefix_cache_tokens // PREFIX_BLOCK_TOKENS
+        while len(self._cached) > capacity:
+            self._cached.popitem(last=False)
+        cached = min(hits * PREFIX_BLOCK_TOKENS, sequence.prompt_tokens - 1)
+        self.counters.cached_prompt_tokens += cached
+        return cached
 
     def _finish_step(self) -> list[Completed]:
         assert self._step_end is not None

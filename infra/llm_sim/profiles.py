@@ -35,6 +35,9 @@ class Profile:
             request's ``max_tokens`` and its answer's own length still apply on top).
         max_model_len: context length; prompt plus output never exceed it.
         image_tokens: prompt tokens one image counts for.
+        prefix_cache_tokens: prompt tokens the prefix cache keeps (vLLM's automatic prefix
+            caching keeps the blocks of finished prompts in the free KV cache; the blocks the
+            running sequences hold are not subtracted).
     """
 
     name: str
@@ -50,6 +53,7 @@ class Profile:
     output_max_tokens: int
     max_model_len: int
     image_tokens: int
+    prefix_cache_tokens: int
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -142,6 +146,10 @@ QWEN3_8B_H100 = Profile(
     # Estimate: Qwen2.5-VL makes one token per 28×28-pixel patch, ≈ 390 for a 640×480 frame.
     # Qwen3-8B itself is text-only; images are accepted so the critic's path can be exercised.
     image_tokens=400,
+    # Estimate: the KV cache vLLM allocates at gpu_memory_utilization 0.9 (72 GB) less the
+    # BF16 weights (16.4 GB) and activations (≈ 3 GB), at 144 KiB a token ([qwen3-card]'s 36
+    # layers × 8 KV heads × 128 dims × K and V × 2 bytes): ≈ 360k tokens, rounded down.
+    prefix_cache_tokens=300_000,
 )
 
 # A small, fast deployment for tests: four sequences at most, short answers.
@@ -159,6 +167,7 @@ TINY = Profile(
     output_max_tokens=256,
     max_model_len=8_192,
     image_tokens=64,
+    prefix_cache_tokens=16_384,
 )
 
 _PROFILES = {profile.name: profile for profile in (QWEN3_8B_H100, TINY)}

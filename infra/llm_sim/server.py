@@ -41,7 +41,14 @@ from evobus.infra.llm_sim.answers import (
     read_chat_request,
     read_embeddings_request,
 )
-from evobus.infra.llm_sim.engine import CHARS_PER_TOKEN, Completed, Engine, Faults, count_tokens
+from evobus.infra.llm_sim.engine import (
+    CHARS_PER_TOKEN,
+    Completed,
+    Engine,
+    Faults,
+    count_tokens,
+    prefix_blocks,
+)
 from evobus.infra.llm_sim.profiles import DEFAULT_PROFILE, Profile, get_profile
 from evobus.infra.llm_sim.request_log import RequestLog
 from evobus.infra.llm_sim.script import Rule, Script, ScriptError, parse_rules
@@ -241,9 +248,11 @@ class _Driver:
             with anyio.move_on_after(math.inf if wake is None else max(0.0, wake - now)):
                 await self._kick.wait()
 
-    async def complete(self, prompt_tokens: int, output_tokens: Sequence[int]) -> Completed:
+    async def complete(
+        self, prompt_tokens: int, output_tokens: Sequence[int], prefix: tuple[int, ...] = ()
+    ) -> Completed:
         """Submit a request and wait until its every sequence has finished."""
-        request_id = self.engine.submit(prompt_tokens, output_tokens, self.now())
+        request_id = self.engine.submit(prompt_tokens, output_tokens, self.now(), prefix)
         waiter = self._waiters[request_id] = _Waiter()
         self._kick.set()
         await waiter.done.wait()
@@ -395,7 +404,7 @@ class _App:
         if self.log is not None:
             self.log.record(number, request, sent, prompt_tokens, targets)
         await anyio.sleep(profile.request_overhead_s * self.settings.time_scale)
-        await self.driver.complete(prompt_tokens, targets)
+        await self.driver.complete(prompt_tokens, targets, prefix_blocks(rendered(request)))
         if fault.delay_s:
             await anyio.sleep(fault.delay_s)
         completion_tokens = sum(targets)
@@ -451,6 +460,7 @@ class _App:
             "completed_requests": engine.counters.completed,
             "prompt_tokens": engine.counters.prompt_tokens,
             "output_tokens": engine.counters.output_tokens,
+            "cached_prompt_tokens": engine.counters.cached_prompt_tokens,
             "script_rules": len(self.script),
             "window_s": window.window_s,
             "mean_active_sequences": window.mean_active,
@@ -488,6 +498,15 @@ class _App:
                 if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                     return
                 connection.start_next_cycle()
+
+
+def rendered(request: ChatRequest) -> str:
+    """The prompt as a chat template lays it out, for the prefix cache: each message's role,
+    then its images' placeholders and its text, in order."""
+    return "".join(
+        f"<|{message.role}|>{'<image>' * message.images}{message.text}\n"
+        for message in request.messages
+    )
 
 
 def count_prompt_tokens(request: ChatRequest, profile: Profile) -> int:

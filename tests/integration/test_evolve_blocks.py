@@ -272,7 +272,7 @@ async def test_a_diff_outside_the_block_falls_back_to_the_whole_file_once(
             {
                 "schema": "ActorDraft",
                 "pattern": r"(?s)Operator: m_diag.*outside its EVOLVE-BLOCKs.*"
-                r"Answer format: whole file",
+                r"Answer format: EVOLVE-BLOCKs",
                 "response": draft(OUTSIDE_TOO, "the whole file after all"),
             },
             {
@@ -283,7 +283,7 @@ async def test_a_diff_outside_the_block_falls_back_to_the_whole_file_once(
             # x_div: a SEARCH not in the parent, then a whole file without the block.
             {
                 "schema": "ActorDraft",
-                "pattern": r"(?s)Operator: x_div.*Answer format: whole file",
+                "pattern": r"(?s)Operator: x_div.*Answer format: EVOLVE-BLOCKs",
                 "response": draft(BLOCK_ONLY, "only the function"),
             },
             {"schema": "ActorDraft", "pattern": "Operator: x_div", "response": draft(missing, "")},

@@ -147,3 +147,14 @@ async def test_a_failed_evaluation_scores_the_failure_score_with_its_error(
     assert [s.score for s in ev.instances] == [TASK.failure_score] * 2
     assert evaluation_error(ev) == error  # what candidate_evaluated.error says
     assert seed_failure(ev, TASK.failure_score).endswith(error)  # a seed like it stops the run
+
+
+async def test_an_evaluation_error_names_the_evaluator_file_as_the_user_named_it() -> None:
+    ev = await evaluated(
+        "def run():\n    return 1.0\n", RAISES_AT_IMPORT, evaluator_name="score_packing.py"
+    )
+    assert evaluation_error(ev) == (
+        "score_packing.py did not load: RuntimeError: no data set here (line 1 of "
+        'score_packing.py, in <module>: raise RuntimeError("no data set here"))'
+    )
+    assert "evaluator.py" not in ev.feedback

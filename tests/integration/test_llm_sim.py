@@ -265,3 +265,19 @@ def test_a_bad_script_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
     script.write_text('[{"pattern": "x", "response": "y", "times": "often"}]')
     assert main(["llm-sim", "--port", "0", "--script", str(script)]) == EXIT_CONFIG
     assert "times" in capsys.readouterr().err
+
+
+async def test_a_prompt_sent_again_is_served_from_the_prefix_cache() -> None:
+    long = "Improve the program below; keep what the evaluator calls. " * 40
+    async with (
+        serve_sim(profile="tiny", time_scale=0.05) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=10) as http,
+    ):
+        await http.post("/v1/chat/completions", json=chat(long))
+        cold = (await http.get("/sim/stats")).json()
+        await http.post("/v1/chat/completions", json=chat(long))
+        warm = (await http.get("/sim/stats")).json()
+    assert cold["cached_prompt_tokens"] == 0
+    spared = warm["cached_prompt_tokens"]
+    sent = warm["prompt_tokens"] - cold["prompt_tokens"]
+    assert sent - 16 < spared < sent  # all but the last, partial block and its last token

@@ -204,7 +204,9 @@ async def test_a_candidates_life_is_one_trace_across_the_agents(
     output = (tmp_path / "run.log").read_text()
     assert run.returncode == 0, output
     # Not a terminal: plain progress lines, one of them the stage loads.
-    assert re.search(r"^ +\d+\.\d s  diagnose \d+/\d+.*proposals/min", output, re.M), output
+    assert re.search(
+        r"^ +\d+\.\d s  \d+ proposals, .*proposals/min.* \| .*in flight.* \| left ", output, re.M
+    ), output
 
     # Every agent flushed its exporter on SIGTERM, before `evobus run` returned.
     spans = received.spans

@@ -4,7 +4,10 @@ DevTools protocol, follows a real campaign on a real nats-server and ends on its
 The campaign's evaluator is the test itself (``Driver``), so "live" is checked without
 racing the campaign: the page must show the seed's evaluation while the campaign waits for
 the next score. Then ``evobus ui`` (the command) replays the finished run from its folder
-alone. Skipped only where no Chromium is installed (``.ci/run`` installs it).
+alone, and an interrupted copy of it. On each page the structure a person reads at a glance is
+checked (no text "null", every chart legend with values, the best program's code), a
+candidate is clicked through, the candidates filtered and the tree zoomed. Skipped only where
+no Chromium is installed (``.ci/run`` installs it).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,7 +32,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 import evobus
 from evobus.agents.console.ui.server import UiOptions, serve_ui
-from evobus.agents.runtime.events import score
+from evobus.agents.runtime.events import EVENT_LOG, score
 from evobus.infra.nats_server import NatsServer
 from tests.conftest import time_left
 
@@ -169,6 +173,49 @@ def score_of(source: str) -> float:
     return float(len(source) % 97)
 
 
+# What a person sees at a glance, read from the page: the text "null" anywhere (a JavaScript
+# null turned into text), each chart legend's values (uPlot's; blank but for the hovered point
+# before), the best program's code.
+GLANCE = """(() => {
+  const legends = [...document.querySelectorAll('.u-legend')].map((legend) =>
+    [...legend.querySelectorAll('tr.u-series')].slice(1).map((row) =>
+      row.querySelector('.u-value')?.textContent.trim() || ''));
+  return {
+    text: document.body.innerText,
+    legends,
+    bestCode: document.querySelector('#best-code pre')?.textContent || '',
+    bestId: document.getElementById('best-id')?.textContent || '',
+  };
+})()"""
+
+
+# The state column of the candidates' table, row by row.
+STATES = "[...document.querySelectorAll('#candidates tbody tr')].map((r) => r.cells[3].textContent)"
+
+
+async def at_a_glance(page: Page) -> dict[str, Any]:
+    """The page's structure once every chart's legend shows values (they come with the first
+    progress event): no text "null", and the glance (``GLANCE``)."""
+    await page.wait_for(
+        "document.querySelectorAll('.u-legend').length === 4 && [...document.querySelectorAll("
+        "'.u-legend')].every((l) => [...l.querySelectorAll('tr.u-series')].slice(1).some("
+        "(r) => (r.querySelector('.u-value')?.textContent.trim() || '--') !== '--'))"
+    )
+    glance: dict[str, Any] = await page.value(GLANCE)
+    assert not re.search(r"\bnull\b", glance["text"]), glance["text"]
+    for values in glance["legends"]:
+        assert any(v not in ("", "--") for v in values), glance["legends"]
+    return glance
+
+
+async def keep_screenshot(page: Page, name: str, folder: Path) -> None:
+    """A screenshot of the whole page under ``folder`` (docs/ui.md's come from a longer run:
+    ``ui_screenshots.py``)."""
+    shot = await page.screenshot()
+    assert shot.startswith(b"\x89PNG")
+    await anyio.Path(folder / name).write_bytes(shot)
+
+
 async def shows(page: Page, element_id: str, expected: str) -> None:
     """Wait until the element shows ``expected`` (the page may be one view behind)."""
     try:
@@ -206,6 +253,9 @@ async def test_the_page_follows_a_campaign_live_and_ends_on_its_summary(
                 # Live: the seed's evaluation shows while the campaign waits for the next score.
                 await page.wait_for("document.getElementById('evaluations').textContent !== '0'")
                 assert not run.finished
+                await at_a_glance(page)
+                assert await page.text("connection") == "live"
+                await keep_screenshot(page, "ui-running.png", tmp_path)
                 while (trial := await driver.ask()) is not None:
                     await driver.tell(trial, score_of(trial.source))
             result = await run.wait()
@@ -225,6 +275,35 @@ async def test_the_page_follows_a_campaign_live_and_ends_on_its_summary(
         assert "evaluated" in await page.text("candidate") or "accepted" in await page.text(
             "candidate"
         )
+        # At a glance: the best program's code and its diff from the seed on the first screen.
+        glance = await at_a_glance(page)
+        await page.wait_for("document.querySelector('#best-code pre')?.textContent")
+        glance = await page.value(GLANCE)
+        assert glance["bestId"] == summary.best_candidate
+        best_source = (out / cid / "workspace" / "best.py").read_text()
+        assert glance["bestCode"] == best_source
+        # The stream of an ended campaign is closed: the page finishes loading.
+        await shows(page, "connection", "ended")
+        # A row of the candidates' table opens its panel; the filters narrow the table.
+        await page.value("document.querySelector('#candidates tbody tr').click()")
+        first = await page.value("document.querySelector('#candidates tbody td').textContent")
+        await page.wait_for(
+            f"document.getElementById('candidate-id')?.textContent.startsWith({json.dumps(first)})"
+        )
+        states = await page.value(STATES)
+        wanted = states[0]
+        await page.value(
+            "(() => { const s = document.getElementById('filter-state'); "
+            f"s.value = {json.dumps(wanted)}; s.dispatchEvent(new Event('change')); }})()"
+        )
+        filtered = await page.value(STATES)
+        assert filtered and set(filtered) == {wanted} and len(filtered) == states.count(wanted)
+        # The tree zooms: the + button narrows its viewBox.
+        box = await page.value("document.getElementById('lineage-svg').getAttribute('viewBox')")
+        await page.value("document.querySelector('#lineage .toolbar button').click()")
+        zoomed = await page.value("document.getElementById('lineage-svg').getAttribute('viewBox')")
+        assert float(zoomed.split()[2]) < float(box.split()[2])
+        await keep_screenshot(page, "ui-finished.png", tmp_path)
         assert page.errors == []
 
         # The finished run again, from its run folder alone, through the command.
@@ -238,6 +317,38 @@ async def test_the_page_follows_a_campaign_live_and_ends_on_its_summary(
             await page.open(url.rsplit("/campaign/", 1)[0] + "/")
             await page.wait_for(f"document.querySelector('a[href=\"/campaign/{cid}\"]')")
         assert page.errors == []
+
+        # An interrupted run: the same log without its end, an hour old. Its page and the list
+        # say so, with its task and the command that resumes it.
+        stopped = "ui-stopped"
+        interrupted(out / cid / EVENT_LOG, out / stopped / EVENT_LOG, stopped)
+        resume = f"evobus resume {stopped} --out {out}"
+        async with evobus_ui(out, stopped) as url:
+            await page.open(url)
+            await shows(page, "status", "interrupted")
+            await shows(page, "resume-command", resume)
+            assert "task pendulum" in await page.text("resume")
+            await at_a_glance(page)
+            await page.open(url.rsplit("/campaign/", 1)[0] + "/")
+            await page.wait_for(f"document.body?.innerText.includes({json.dumps(resume)})")
+            assert not re.search(r"\bnull\b", await page.value("document.body.innerText"))
+        assert page.errors == []
+
+
+def interrupted(log: Path, into: Path, campaign: str, hours: float = 1.0) -> None:
+    """A copy of a campaign's event log as ``campaign``'s, without its ``campaign_finished``,
+    every event and the file ``hours`` older: a run stopped before its end."""
+    into.parent.mkdir(parents=True)
+    lines = []
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event["type"] != "campaign_finished":
+            lines.append(
+                json.dumps({**event, "campaign": campaign, "at": event["at"] - 3600 * hours})
+            )
+    into.write_text("\n".join(lines) + "\n")
+    then = into.stat().st_mtime - 3600 * hours
+    os.utime(into, (then, then))
 
 
 @asynccontextmanager

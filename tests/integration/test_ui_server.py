@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -38,10 +39,10 @@ T0 = 1_700_000_000.0
 PNG = b"\x89PNG\r\n\x1a\n" + b"evidence" * 10
 
 
-def _started() -> CampaignStarted:
+def _started(at: float = T0) -> CampaignStarted:
     return CampaignStarted(
         campaign=CID,
-        at=T0,
+        at=at,
         task="pendulum",
         engine="offline",
         budget_proposals=4,
@@ -86,7 +87,9 @@ async def test_a_run_folder_is_followed_live_and_the_page_refuses_strangers(
 ) -> None:
     run_dir = tmp_path / CID
     run_dir.mkdir()
-    append_events(run_dir / EVENT_LOG, [_started(), _proposed("c0001", T0 + 1)])
+    # Stamped now: a log whose last event is a minute old is an interrupted campaign's.
+    now = time.time()
+    append_events(run_dir / EVENT_LOG, [_started(now), _proposed("c0001", now + 1)])
     async with (
         serve_ui(UiOptions(out=tmp_path, campaign=CID, port=0)) as ui,
         httpx.AsyncClient(base_url=ui.url.split("/campaign/")[0], trust_env=False) as http,
@@ -107,7 +110,7 @@ async def test_a_run_folder_is_followed_live_and_the_page_refuses_strangers(
                 if view["events"] == 2:
                     assert message["source"] == "folder" and view["status"] == "running"
                     # The orchestrator appends as it publishes: the page follows the file.
-                    append_events(run_dir / EVENT_LOG, [_proposed("c0002", T0 + 2)])
+                    append_events(run_dir / EVENT_LOG, [_proposed("c0002", now + 2)])
                 if view["events"] == 3:
                     assert [c["id"] for c in view["candidates"]] == ["c0002", "c0001"]
                     break

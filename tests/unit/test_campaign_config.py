@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from evobus.schemas.campaign import load_campaign, parse_campaign, validate_campaign_id
+from evobus.schemas.campaign import (
+    load_campaign,
+    parse_campaign,
+    validate_campaign_id,
+    with_program_files,
+)
 from evobus.schemas.errors import CampaignConfigError
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
@@ -127,3 +132,47 @@ def test_campaign_ids_that_cannot_be_subject_tokens_are_refused(cid: str) -> Non
 
 def test_a_good_campaign_id_passes() -> None:
     assert validate_campaign_id("pendulum-20261122_1") == "pendulum-20261122_1"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "suggestion"),
+    [
+        ('[campaign]\ntask = "p"\n[strategy]\nminibach = 3\n', "strategy.minibach", "minibatch"),
+        ('[campaign]\ntask = "p"\n[stratgy]\nminibatch = 3\n', "stratgy", "strategy"),
+        ('[campaign]\ntask = "p"\n[campaign.budgett]\n', "campaign.budgett", "budget"),
+    ],
+)
+def test_an_unknown_key_gets_a_suggestion(text: str, key: str, suggestion: str) -> None:
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign(text, path="c.toml")
+    assert info.value.key == key
+    assert info.value.reason.endswith(f"did you mean {suggestion!r}?")
+
+
+def test_an_unknown_key_far_from_any_lists_the_tables_keys() -> None:
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign('[campaign]\ntask = "p"\n[sandbox]\nzzz = 1\n', path="c.toml")
+    assert "[sandbox] takes timeout_seconds" in info.value.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('[campaign]\ntask = "p"\n[strategy]\nminibatch = "three"\n', "'three'"),
+        ('[campaign]\ntask = "p"\n[strategy]\nminibatch = -3\n', "-3"),
+    ],
+)
+def test_a_bad_value_is_shown(text: str, shown: str) -> None:
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign(text, path="c.toml")
+    assert info.value.reason.endswith(f"; the value given: {shown}")
+
+
+def test_the_evaluator_file_s_name_is_kept_for_its_errors(tmp_path: Path) -> None:
+    (tmp_path / "score_packing.py").write_text("def evaluate(program_path):\n    return {}\n")
+    spec = parse_campaign('[campaign]\nevaluator = "score_packing.py"\n', path="c.toml")
+    filled = with_program_files(spec, tmp_path, "c.toml")
+    assert filled.task.evaluator_name == "score_packing.py"
+    with pytest.raises(CampaignConfigError) as info:
+        parse_campaign('[task]\nevaluator_name = "x.py"\n[campaign]\ntask = "files"\n')
+    assert info.value.key == "task.evaluator_name"

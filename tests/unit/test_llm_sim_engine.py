@@ -10,7 +10,14 @@ import msgspec
 import pytest
 
 from evobus.infra.llm_sim.answers import ChatMessage, ChatRequest, GenericAnswerer, schema_example
-from evobus.infra.llm_sim.engine import Completed, Engine, Faults, count_tokens
+from evobus.infra.llm_sim.engine import (
+    PREFIX_BLOCK_TOKENS,
+    Completed,
+    Engine,
+    Faults,
+    count_tokens,
+    prefix_blocks,
+)
 from evobus.infra.llm_sim.profiles import QWEN3_8B_H100, TINY, Profile, get_profile, list_profiles
 from evobus.infra.llm_sim.script import Script, ScriptError, parse_rules
 from evobus.schemas.llm import ActorDraft, CriticVerdict
@@ -74,6 +81,47 @@ def test_the_choices_of_one_request_share_its_prefill() -> None:
     assert done.output_tokens == (1, 1, 1)
     expected = 16_000 / DEFAULT.prefill_tokens_per_s + DEFAULT.decode_step_seconds(3)
     assert done.finished_at == pytest.approx(expected)
+
+
+def first_token_after(engine: Engine, text: str, now: float) -> float:
+    """Seconds from submitting ``text`` alone at ``now`` to its first token."""
+    engine.submit(count_tokens(text), [1], now=now, prefix=prefix_blocks(text))
+    (done,) = engine.advance(now + 50.0)  # the calls below come 10 s or more apart
+    return done.first_token_at - now
+
+
+def test_a_prompt_whose_prefix_is_cached_prefills_only_the_rest() -> None:
+    shared = "You are an expert. Improve the program below.\n" * 60  # 2760 chars: 43 blocks
+    first, second = shared + "parent A\n" * 40, shared + "parent B\n" * 40
+    engine = Engine(DEFAULT)
+    cold = first_token_after(engine, first, 0.0)
+    warm = first_token_after(engine, second, 100.0)  # shares only the leading blocks
+    again = first_token_after(engine, second, 200.0)  # the whole prompt is cached now
+
+    def full_blocks(text: str) -> int:  # tokens in whole blocks: a partial one is not cached
+        return len(text) // (PREFIX_BLOCK_TOKENS * 4) * PREFIX_BLOCK_TOKENS
+
+    shared_tokens = full_blocks(shared)
+    assert engine.counters.cached_prompt_tokens == shared_tokens + full_blocks(second)
+    assert again < warm < cold
+    assert cold - warm == pytest.approx(shared_tokens / DEFAULT.prefill_tokens_per_s)
+    off = Engine(DEFAULT, prefix_caching=False)
+    assert first_token_after(off, first, 0.0) == pytest.approx(cold)
+    assert first_token_after(off, first, 100.0) == pytest.approx(cold)  # no cache: no gain
+    assert off.counters.cached_prompt_tokens == 0
+
+
+def test_the_prefix_cache_forgets_the_least_recently_used_blocks() -> None:
+    small = replace(TINY, prefix_cache_tokens=4 * PREFIX_BLOCK_TOKENS)
+    engine = Engine(small)
+    one, two = "a" * 64 * 4, "b" * 64 * 4  # four blocks each: the cache holds one prompt
+    first_token_after(engine, one, 0.0)
+    first_token_after(engine, two, 10.0)
+    hits = engine.counters.cached_prompt_tokens
+    first_token_after(engine, one, 20.0)  # evicted by ``two``: prefilled again
+    assert engine.counters.cached_prompt_tokens == hits == 0
+    first_token_after(engine, one, 30.0)  # all four blocks, less the last token computed
+    assert engine.counters.cached_prompt_tokens == count_tokens(one) - 1
 
 
 def test_output_lengths_are_long_tailed_and_bounded() -> None:

@@ -20,14 +20,18 @@ from evobus.agents.console.progress_view import (
 )
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import (
+    AdmittedUnfiltered,
     BestConfirmed,
+    BurstStarted,
     CampaignFinished,
     CampaignProgress,
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
     Event,
+    InFlightChanged,
     OperatorShare,
+    RolledBack,
     StageLoad,
     StaleDecided,
     ToolRegistered,
@@ -193,7 +197,7 @@ def plain_lines(events: list[Event]) -> list[str]:
     return lines
 
 
-PROGRESS_LINE = re.compile(r"^ +(?P<elapsed>\d+\.\d) s  (?P<stages>[^|]+) \| ")
+PROGRESS_LINE = re.compile(r"^ +(?P<elapsed>\d+\.\d) s  (?P<counts>[^|]+) \| ")
 
 
 def test_plain_lines_of_a_campaign() -> None:
@@ -211,27 +215,34 @@ def test_plain_lines_of_a_campaign() -> None:
         "20.0",
         "30.0",
     ]
+    # Idle stages (repair) are left out; in flight is said against its target, in words.
     assert progress_lines[0] == (
-        "     0.0 s  diagnose 1/2, propose 2/2, repair 0/1, evaluate 4/4 | 0.0 proposals/min "
-        "| 0 proposals, 2 evaluations, 0 accepted, best n/a "
+        "     0.0 s  0 proposals, 2 evaluations, 0 accepted, best on validation n/a "
+        "| 0.0 proposals/min "
+        "| diagnose 1 in flight (target 2); propose 2 in flight (target 2); "
+        "evaluate 4 in flight (target 4) "
         f"| left 80 proposals, 300 s, {TOKEN_BUDGET} tokens"
     )
     assert progress_lines[1] == (
-        "    10.0 s  diagnose 1/2, propose 2/2 +3 queued, repair 0/1, evaluate 4/4 +2 queued "
+        "    10.0 s  5 proposals, 12 evaluations, 1 accepted, best on validation -812.2 "
         "| 8.5 proposals/min, 850 tok/s "
-        "| 5 proposals, 12 evaluations, 1 accepted, best -812.2 "
+        "| diagnose 1 in flight (target 2); propose 2 in flight (target 2), 3 queued; "
+        "evaluate 4 in flight (target 4), 2 queued "
         "| left 75 proposals, 290 s, 91500 tokens"
     )
-    assert "tool 1 |" in progress_lines[2]  # a busy stage with no worker target: in flight only
+    # A busy stage with no worker target: in flight only.
+    assert "; tool 1 in flight |" in progress_lines[2]
     assert (
-        "best -640.5" in progress_lines[3]
+        "best on validation -640.5" in progress_lines[3]
         and "left 65 proposals, 270 s, 74500 tokens" in (progress_lines[3])
     )
 
     notes = [line for line in lines if " | " not in line]
     assert notes[3:] == [
-        "    13.0 s  new best c0007    -640.5 on validation (train mean -655.5 over 3 scores)",
-        "    17.5 s  stale c0010 (Δ 4, bounded): discard (too stale)",  # the kept one is silent
+        # Validation only: no train mean in the same line.
+        "    13.0 s  new best c0007    -640.5 on validation",
+        # The kept one is silent.
+        "    17.5 s  c0010 discarded: made from the pool as it was 4 versions ago (too stale)",
         "    21.0 s  abandoned propose w0042 [InvalidModelOutput]: no JSON object",
     ]
     assert len(lines) == 3 + 4 + 3  # nothing for other evaluations, acceptances, the finish
@@ -304,7 +315,7 @@ def test_live_view_of_a_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
     rendered = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())  # no styles, no cursor moves
     for stage in ("diagnose", "propose", "repair", "evaluate"):
         assert stage in rendered
-    for header in ("in flight", "queued", "workers", "per minute", "budget left", "tokens/s"):
+    for header in ("in flight", "target", "queued", "per minute", "budget left", "tokens/s"):
         assert header in rendered
     assert "new best c0007    -640.5 on validation" in rendered
     assert "abandoned propose w0042 [InvalidModelOutput]: no JSON object" in rendered  # no markup
@@ -325,3 +336,65 @@ def test_live_view_without_a_progress_event_yet(monkeypatch: pytest.MonkeyPatch)
     rendered = out.getvalue()
     assert "waiting for the campaign's first progress event" in rendered
     assert "started; engine: offline" in rendered
+
+
+def test_a_failed_seed_says_failed() -> None:
+    failed = CandidateEvaluated(
+        campaign=CID,
+        at=T0 + 1.0,
+        candidate_id="c0000",
+        score=-1e9,
+        isolation="bwrap",
+        error="ValueError: no policy\nTraceback ...",
+    )
+    lines = plain_lines([campaign_events()[0], failed])
+    assert lines[-1] == "     1.0 s  seed c0000 failed: ValueError: no policy"
+
+
+@pytest.mark.parametrize(
+    ("event", "line"),
+    [
+        (
+            BurstStarted(campaign=CID, at=T0, reason="no improvement", operators=("i1", "x_div")),
+            "exploring: trying i1, x_div next (no improvement)",
+        ),
+        (
+            StaleDecided(
+                campaign=CID, at=T0, candidate_id="c0003", policy="repair", delta=1, action="repair"
+            ),
+            "c0003 sent to be repaired: made from the pool as it was 1 version ago",
+        ),
+        (
+            AdmittedUnfiltered(campaign=CID, at=T0, candidate_id="c0004", reason="no registry"),
+            "c0004 goes on without the near-duplicate check (checked once the registry is back): "
+            "no registry",
+        ),
+        (
+            InFlightChanged(
+                campaign=CID,
+                at=T0,
+                old=4,
+                new=8,
+                per_minute=10.0,
+                last_per_minute=0.0,
+                gap=0.0,
+                targets={},
+                reason="first window",
+            ),
+            "steps run at once: 4 -> 8 (first window)",
+        ),
+    ],
+)
+def test_the_designs_terms_are_said_in_words(event: Event, line: str) -> None:
+    lines = plain_lines([campaign_events()[0], event])
+    assert lines[-1] == f"     0.0 s  {line}"
+    for term in ("burst", "Δ", "ε", "UNFILTERED", "stale "):
+        assert term not in lines[-1]
+
+
+def test_a_rollback_is_said_once_with_its_burst() -> None:
+    reason = "stagnant: roll back from c0033 to c0013"
+    back = RolledBack(campaign=CID, at=T0, to_tag="accept/7", candidate_id="c0013", reason=reason)
+    burst = BurstStarted(campaign=CID, at=T0, reason=reason, operators=("i1",))
+    lines = plain_lines([campaign_events()[0], back, burst])
+    assert lines[1:] == [f"     0.0 s  went back to c0013, the best kept state: {reason}"]

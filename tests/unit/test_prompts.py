@@ -17,8 +17,9 @@ from evobus.agents.prompts.context import (
     skills_md,
     task_values,
     tools_md,
+    whole_answer,
 )
-from evobus.agents.roles.actor.blocks import outside_equal
+from evobus.agents.roles.actor.blocks import blocks_only, outside_equal, splice
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource
@@ -37,19 +38,23 @@ SKILL = Resource(
 TOOL = Resource(name="clamp", kind="tool", version=2, description="clamp a value", contract="")
 
 # What each role hands its prompt (agents/critic, agents/actor, agents/toolgen).
-ACTOR_VALUES = task_values("pendulum", PENDULUM) | {
-    "parent_code": SOURCE,
-    "fitness_score": "-950.5",
-    "diagnosis_json": msgspec.json.encode(DIAGNOSIS).decode(),
-    "co_parent_code": SOURCE.replace("2.0", "3.0"),
-    "co_fitness_score": "",
-    "skills": skills_md([SKILL]),
-    "tools": tools_md([TOOL]),
-    "context": "recent changes: none",
-    "operator": "m_diag",
-    "intensity": "0.50",
-    "evolve_blocks": "",
-}
+ACTOR_VALUES = (
+    task_values("pendulum", PENDULUM)
+    | {
+        "parent_code": SOURCE,
+        "fitness_score": "-950.5",
+        "diagnosis_json": msgspec.json.encode(DIAGNOSIS).decode(),
+        "co_parent_code": SOURCE.replace("2.0", "3.0"),
+        "co_fitness_score": "",
+        "skills": skills_md([SKILL]),
+        "tools": tools_md([TOOL]),
+        "context": "recent changes: none",
+        "operator": "m_diag",
+        "intensity": "0.50",
+        "evolve_blocks": "",
+    }
+    | whole_answer(PENDULUM)
+)
 VALUES: dict[str, dict[str, object]] = {
     "critic": task_values("pendulum", PENDULUM)
     | {
@@ -82,7 +87,8 @@ VALUES: dict[str, dict[str, object]] = {
         "pool_changes": "c0004 joined",
         "best_code": SOURCE.replace("2.0", "2.5"),
         "evolve_blocks": "",
-    },
+    }
+    | whole_answer(PENDULUM),
     "tool_generator": {"need": "clamp", "tests": "assert 1", "tools": "", "tool_name": "clamp"},
     "tool_refiner": {
         "need": "clamp",
@@ -162,26 +168,34 @@ if __name__ == "__main__":
 def test_actor_prompts_state_the_block_rule_only_for_a_parent_with_markers(name: str) -> None:
     marked = Artifact(source=MARKED)
     rule = evolve_blocks(marked)
-    text = render(name, VALUES[name] | {"parent_code": MARKED, "evolve_blocks": rule})
-    assert "Code outside the EVOLVE-BLOCK markers is fixed and must be returned unchanged" in text
+    shown = {"parent_code": MARKED, "evolve_blocks": rule} | whole_answer(marked)
+    text = render(name, VALUES[name] | shown)
+    assert "Code outside the EVOLVE-BLOCK markers is fixed: answer with the blocks alone" in text
     assert "the parent has one block" in text
+    assert "Answer format: EVOLVE-BLOCKs" in text and "new program's EVOLVE-BLOCKs only" in text
+    assert "Answer format: whole file" in render(name)  # no markers: the whole file
     assert "EVOLVE-BLOCK" not in render(name)
     assert evolve_blocks(PENDULUM) == "" == evolve_blocks(PROMPT_ARTIFACT)
 
 
 @pytest.mark.parametrize("name", ["actor.m_diag", "actor.m_text", "actor.x_div", "actor.i1"])
 def test_the_simulators_offline_answer_keeps_the_code_outside_the_blocks(name: str) -> None:
-    values = ACTOR_VALUES | {
-        "operator": name.removeprefix("actor."),
-        "parent_code": MARKED,
-        "co_parent_code": MARKED.replace("0.3 *", "0.7 *").replace("0.5:", "0.25:"),
-        "evolve_blocks": evolve_blocks(Artifact(source=MARKED)),
-    }
+    values = (
+        ACTOR_VALUES
+        | {
+            "operator": name.removeprefix("actor."),
+            "parent_code": MARKED,
+            "co_parent_code": MARKED.replace("0.3 *", "0.7 *").replace("0.5:", "0.25:"),
+            "evolve_blocks": evolve_blocks(Artifact(source=MARKED)),
+        }
+        | whole_answer(Artifact(source=MARKED))
+    )
     for seed in range(5):
         answer = offline_answer("ActorDraft", render(name, values), seed)
         draft = msgspec.json.decode(answer or "", type=ActorDraft)
-        assert draft.code != MARKED
-        assert outside_equal(draft.code, MARKED), draft.code
+        assert draft.code == blocks_only(draft.code) != blocks_only(MARKED)  # the blocks alone
+        child = splice(MARKED, draft.code)
+        assert child != MARKED and outside_equal(child, MARKED), child
 
 
 def test_offline_answer_edits_a_prompt_artifact_and_keeps_its_placeholder() -> None:

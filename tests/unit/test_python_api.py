@@ -85,8 +85,24 @@ def test_a_bad_setting_names_its_key(settings: dict[str, object], key: str) -> N
 
 
 def test_an_unknown_keyword_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="unexpected keywords propsals; settings: name, proposals"):
+    with pytest.raises(
+        TypeError,
+        match=r"unexpected keywords propsals; did you mean 'proposals'[?] settings: name, ",
+    ):
         evobus.Campaign("pendulum", propsals=3)  # type: ignore[call-arg]
+
+
+def test_an_unknown_task_is_refused_when_the_campaign_is_built() -> None:
+    with pytest.raises(evobus.CampaignConfigError) as info:
+        evobus.Campaign("pendulm")
+    assert info.value.key == "campaign.task"
+    assert "did you mean 'pendulum'?" in info.value.reason
+
+
+def test_an_unknown_setting_gets_a_suggestion() -> None:
+    with pytest.raises(evobus.CampaignConfigError) as info:
+        evobus.Campaign("pendulum", strategy={"minibach": 4})
+    assert info.value.reason.endswith("did you mean 'minibatch'?")
 
 
 @pytest.mark.parametrize(

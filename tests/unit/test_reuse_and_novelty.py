@@ -18,6 +18,7 @@ from evobus.agents.roles.orchestrator.reuse import (
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID
 from evobus.schemas.artifacts import Artifact
+from evobus.schemas.campaign import LLMSection
 from evobus.schemas.events import BestConfirmed, CandidateAccepted, CandidateFiltered
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Evaluation, InstanceScore, Proposal
@@ -171,3 +172,45 @@ def test_the_critic_is_not_asked_again_about_an_evaluation_it_diagnosed() -> Non
     assert again.parent.id == SEED_ID and again.diagnosis is not None
     assert again.diagnosis.root_cause == first.root_cause
     assert again.diagnosis.usage.total_tokens == 0  # counted once, when it came
+
+
+def text_critic_state(**strategy: object) -> CampaignState:
+    """``one_instance_state`` with a model critic that reads no image, in the asynchronous
+    pipeline: what ``chains.ahead`` needs to diagnose an improving child before its step."""
+    state = one_instance_state(mode="async", **strategy)
+    llm = LLMSection(provider="openai", critic_vision=False)
+    spec = msgspec.structs.replace(state.record.spec, llm=llm)
+    record = msgspec.structs.replace(state.record, spec=spec)
+    return CampaignState(record, state.plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
+
+
+def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:
+    state = text_critic_state(selection="mean", proposals=3)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    (prop,) = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    (child_work,) = of_type(
+        state.apply(child(prop, SOURCE + "GAIN = 2.0\n"), None, 3.0), EvaluateWork
+    )
+    # The child improves on the seed: the critic is asked about it at once, by no step.
+    step = state.apply(evaluation(child_work, -5.0), EVALUATOR, 4.0)
+    (ahead,) = of_type(step, DiagnoseWork)
+    assert ahead.candidate.id == child_work.candidate.id
+    assert state.flight.pending[ahead.work_id].chain == 0
+    # The next step chose the child (best mean) and waits for that diagnosis, not a second one.
+    assert not of_type(step, ProposeWork)
+    (waiting,) = state.flight.live.values()
+    assert waiting.stage == "explored" and waiting.parent_ids[0] == child_work.candidate.id
+    (again,) = of_type(state.apply(diagnosis(ahead), None, 5.0), ProposeWork)
+    assert again.parent.id == child_work.candidate.id and again.diagnosis is not None
+    assert not of_type(state.apply(diagnosis(ahead), None, 5.5), ProposeWork)  # a copy: no-op
+
+
+def test_steps_from_one_parent_share_the_critics_diagnosis_in_flight() -> None:
+    state = text_critic_state(selection="mean", proposals=4, in_flight=3)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    # Three steps start from the seed at once: one question to the critic, three proposals.
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    assert sum(chain.stage == "explored" for chain in state.flight.live.values()) == 2
+    proposals = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    assert len(proposals) == 3 and all(p.diagnosis is not None for p in proposals)

@@ -10,9 +10,9 @@ import pytest
 
 from evobus.agents.console.sim_answers import asks_for_diff, offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
-from evobus.agents.prompts.context import evolve_blocks, task_values
+from evobus.agents.prompts.context import evolve_blocks, task_values, whole_answer
 from evobus.agents.roles.actor.agent import _first_usable, actor_prompt, answer_format, ask_again
-from evobus.agents.roles.actor.blocks import outside_equal
+from evobus.agents.roles.actor.blocks import blocks_only, outside_equal, splice
 from evobus.agents.roles.actor.errors import DiffError
 from evobus.agents.roles.actor.mutation import propose
 from evobus.agents.roles.actor.search_replace import (
@@ -228,8 +228,8 @@ def test_the_actor_takes_the_first_draft_whose_blocks_apply() -> None:
     broken = ActorDraft(rationale="r", code=block("    gain = 6.0", "    gain = (6.0"))
     assert "does not parse" in _first_usable(artifact, [broken], "diff")[1]
     again = ask_again(artifact, problem, "diff")
-    assert again.endswith("Answer format: whole file") and "not SEARCH/REPLACE" in again
-    assert "Code outside the EVOLVE-BLOCK markers is fixed and must be returned unchanged" in again
+    assert again.endswith("Answer format: EVOLVE-BLOCKs") and "not SEARCH/REPLACE" in again
+    assert "Code outside the EVOLVE-BLOCK markers is fixed: answer with the blocks alone" in again
 
 
 def render(name: str, values: dict[str, object]) -> str:
@@ -239,19 +239,23 @@ def render(name: str, values: dict[str, object]) -> str:
 
 def actor_values(operator: str, source: str, answer: AnswerFormat) -> dict[str, object]:
     artifact = Artifact(source=source)
-    return task_values("pendulum", artifact) | {
-        "parent_code": source,
-        "fitness_score": "-950.5",
-        "diagnosis_json": "{}",
-        "co_parent_code": source.replace("0.5 * w", "0.8 * w"),
-        "co_fitness_score": "",
-        "skills": "",
-        "tools": "",
-        "context": "",
-        "operator": operator,
-        "intensity": "1.00",
-        "evolve_blocks": evolve_blocks(artifact, answer=answer),
-    }
+    return (
+        task_values("pendulum", artifact)
+        | {
+            "parent_code": source,
+            "fitness_score": "-950.5",
+            "diagnosis_json": "{}",
+            "co_parent_code": source.replace("0.5 * w", "0.8 * w"),
+            "co_fitness_score": "",
+            "skills": "",
+            "tools": "",
+            "context": "",
+            "operator": operator,
+            "intensity": "1.00",
+            "evolve_blocks": evolve_blocks(artifact, answer=answer),
+        }
+        | whole_answer(artifact)
+    )
 
 
 @pytest.mark.parametrize("operator", ["m_diag", "m_text", "x_div"])
@@ -262,7 +266,7 @@ def test_the_diff_prompts_say_so_and_the_simulator_answers_with_blocks(operator:
     assert "<<<<<<< SEARCH" in text and "NOT the\n  whole file" in text
     assert "every SEARCH must lie between two markers" in text
     file_text = render(f"actor.{operator}", actor_values(operator, PARENT, "file"))
-    assert "Answer format: whole file" in file_text and not asks_for_diff(file_text)
+    assert "Answer format: EVOLVE-BLOCKs" in file_text and not asks_for_diff(file_text)
     for seed in range(5):
         answer = offline_answer("ActorDraft", text, seed)
         draft = msgspec.json.decode(answer or "", type=ActorDraft)
@@ -277,7 +281,8 @@ def test_the_diff_prompts_say_so_and_the_simulator_answers_with_blocks(operator:
             offline_answer("ActorDraft", retry, seed) or "", type=ActorDraft
         )
         assert not asks_for_diff(retry) and "<<<<<<<" not in whole.code
-        assert outside_equal(whole.code, PARENT)
+        assert whole.code == blocks_only(whole.code)  # the blocks alone, not the whole file
+        assert outside_equal(splice(PARENT, whole.code), PARENT)
 
 
 def test_the_simulators_blocks_keep_the_entrypoint_and_say_no_change_as_a_block() -> None:

@@ -5,6 +5,7 @@ workspace."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -27,10 +28,11 @@ from evobus.agents.console.ui.details import (
     unified_diff,
 )
 from evobus.agents.console.ui.evidence import object_name
-from evobus.agents.console.ui.view import campaign_view
+from evobus.agents.console.ui.feeds import folder_campaigns
+from evobus.agents.console.ui.view import QUIET_SECONDS, best_program, campaign_view
 from evobus.agents.roles.evaluator.agent import evidence_name
 from evobus.agents.runtime import lineage
-from evobus.agents.runtime.events import score
+from evobus.agents.runtime.events import EVENT_LOG, append_events, score
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.agents import AgentRef, Heartbeat
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord
@@ -48,7 +50,7 @@ def _running() -> list[Event]:
 
 def test_a_running_campaign_shows_its_last_progress_event() -> None:
     events = _running()
-    view = campaign_view(CID, events)
+    view = campaign_view(CID, events, now=RUNNING_UNTIL)
     last = [e for e in events if isinstance(e, CampaignProgress)][-1]
     assert view.status == "running" and view.task == "pendulum"
     n = view.numbers
@@ -256,3 +258,91 @@ def test_the_page_asks_for_evidence_under_the_name_the_evaluator_stores_it() -> 
         instances=("1",),
     )
     assert object_name("camp", "c0004", "camp-w000007") == evidence_name(work)
+
+
+# --- at a glance -------------------------------------------------------------------------
+
+
+def test_a_campaign_silent_for_a_minute_without_a_summary_is_interrupted() -> None:
+    quiet = RUNNING_UNTIL + QUIET_SECONDS + 1.0
+    assert campaign_view(CID, _running(), now=RUNNING_UNTIL).status == "running"
+    assert campaign_view(CID, _running(), now=quiet).status == "interrupted"
+    assert campaign_view(CID, _campaign(), now=quiet + 3600).status == "completed"
+
+
+def test_the_tree_marks_the_best_path() -> None:
+    running = {n.id: n for n in campaign_view(CID, _running(), now=RUNNING_UNTIL).lineage}
+    finished = {n.id: n for n in campaign_view(CID, _campaign()).lineage}
+    # The best's ancestry, crossover parents included: all of this small tree.
+    assert {cid for cid, n in finished.items() if n.on_best_path} == {
+        "c0000",
+        "c0001",
+        "c0002",
+        "c0003",
+        "c0005",
+    }
+    best = next(n.id for n in running.values() if n.best)
+    assert running[best].on_best_path and running["c0000"].on_best_path
+
+
+def test_failures_are_grouped_by_error_and_each_candidate_has_its_own() -> None:
+    def failed(cid: str, error: str, at: float) -> CandidateEvaluated:
+        return CandidateEvaluated(
+            campaign=CID,
+            at=at,
+            candidate_id=cid,
+            score=-1e9,
+            isolation="bwrap",
+            error=error,
+        )
+
+    events = [
+        *_campaign(),
+        failed("c0002", "ValueError: bad shape\nTraceback …", T0 + 1),
+        failed("c0004", "ValueError: bad shape\nTraceback …", T0 + 2),
+        failed("c0004", "timed out after 30.2 s", T0 + 3),  # its second: not counted
+        failed("c0003", "timed out after 30.1 s", T0 + 4),
+    ]
+    view = campaign_view(CID, sorted(events, key=lambda e: e.at))
+    assert [(g.error, g.count, g.candidates) for g in view.failures] == [
+        ("ValueError: bad shape", 2, ["c0002", "c0004"]),
+        ("timed out", 1, ["c0003"]),
+    ]
+    errors = {c.id: c.error for c in view.candidates}
+    assert errors["c0004"] == "ValueError: bad shape" and errors["c0005"] == ""
+
+
+def test_the_best_program_is_its_code_and_its_diff_from_the_seed(tmp_path: Path) -> None:
+    workspace = CampaignWorkspace(tmp_path / "workspace")
+    seed = "def act(obs):\n    return 0.5\n"
+    best = "def act(obs):\n    return -obs[2]\n"
+    for cid, source in (("c0000", seed), ("c0005", best)):
+        candidate = Candidate(id=cid, artifact=Artifact(language="python", source=source))
+        record = LineageRecord(
+            candidate_id=cid, parent_ids=(), operator="m_diag", score=-1.0, tag="", diagnosis=""
+        )
+        lineage.commit_candidate(workspace, candidate, record, "plan", best=False)
+    workspace.close()
+    run = collect(_campaign(), CID)
+    shown = best_program(run, tmp_path)
+    assert (shown.candidate, shown.source, shown.note) == ("c0005", best, "")
+    assert shown.score == run.summary.best_score if run.summary else False
+    assert shown.diff == unified_diff(seed, best, "c0000", "c0005")
+    assert "no workspace" in best_program(run, tmp_path / "elsewhere").note
+    assert best_program(collect([], CID), tmp_path).note == "no candidate validated yet"
+
+
+def test_the_list_names_an_interrupted_campaign_its_task_and_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    events = _running()
+    for cid in ("quiet", "busy"):
+        (tmp_path / cid).mkdir()
+        append_events(tmp_path / cid / EVENT_LOG, events)
+    now = (tmp_path / "busy" / EVENT_LOG).stat().st_mtime
+    os.utime(tmp_path / "quiet" / EVENT_LOG, (now - QUIET_SECONDS - 1, now - QUIET_SECONDS - 1))
+    listed = folder_campaigns(tmp_path, now=now)
+    quiet, busy = listed["quiet"], listed["busy"]
+    assert (quiet.status, quiet.task) == ("interrupted", "pendulum")
+    assert quiet.resume == f"evobus resume quiet --out {tmp_path}"
+    assert (busy.status, busy.task, busy.resume) == ("running", "pendulum", "")

@@ -22,11 +22,12 @@ from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from evobus.agents.console.ui.view import QUIET_SECONDS
 from evobus.agents.runtime.events import EVENT_LOG, event_stream
 from evobus.bus import codec, subjects
 from evobus.schemas.agents import Heartbeat
 from evobus.schemas.campaign import CampaignSummary
-from evobus.schemas.events import CampaignFinished, Event
+from evobus.schemas.events import CampaignFinished, CampaignStarted, Event
 
 # A run folder's log has no notification of its growth: it is read again this often while its
 # campaign runs (a stat and, when it grew, the new bytes only).
@@ -170,10 +171,14 @@ class CampaignEntry(msgspec.Struct, frozen=True, kw_only=True):
     best_score: float | None = None
     proposals: int | None = None
     modified: float = 0.0  # its event log's last change, or 0 for one only on the bus
+    resume: str = ""  # the command that goes on with an interrupted campaign
 
 
-def folder_campaigns(out: Path) -> dict[str, CampaignEntry]:
-    """The campaigns with an event log under ``out`` (``out/<cid>/events.jsonl``)."""
+def folder_campaigns(out: Path, now: float | None = None) -> dict[str, CampaignEntry]:
+    """The campaigns with an event log under ``out`` (``out/<cid>/events.jsonl``); one
+    without a summary whose log has been still for ``QUIET_SECONDS`` is ``interrupted``, with
+    the command that resumes it."""
+    now = time.time() if now is None else now
     found: dict[str, CampaignEntry] = {}
     try:
         folders = [p for p in out.iterdir() if p.is_dir() and not p.name.startswith(".")]
@@ -186,17 +191,35 @@ def folder_campaigns(out: Path) -> dict[str, CampaignEntry]:
         summary = None  # none yet: the campaign runs, or was stopped
         with contextlib.suppress(OSError, msgspec.DecodeError, msgspec.ValidationError):
             summary = _summary_json.decode((folder / SUMMARY).read_bytes())
+        modified = log.stat().st_mtime
+        # A running campaign appends a progress event every couple of seconds.
+        stopped = summary is None and now - modified > QUIET_SECONDS
         found[folder.name] = CampaignEntry(
             id=folder.name,
             in_folder=True,
             finished=summary is not None,
-            task=summary.task if summary else "",
-            status=summary.status if summary else "running or stopped",
+            task=summary.task if summary else _started_task(log),
+            status=summary.status if summary else "interrupted" if stopped else "running",
             best_score=summary.best_score if summary else None,
             proposals=summary.proposals if summary else None,
-            modified=log.stat().st_mtime,
+            modified=modified,
+            resume=f"evobus resume {folder.name} --out {out}" if stopped else "",
         )
     return found
+
+
+def _started_task(log: Path) -> str:
+    """The task named by the log's ``campaign_started`` (its first event), or ""."""
+    with contextlib.suppress(OSError), log.open("rb") as file:
+        for line in file:
+            if b'"campaign_started"' not in line:
+                break
+            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                event = _event_json.decode(line)
+                if isinstance(event, CampaignStarted):
+                    return event.task
+            break
+    return ""
 
 
 async def bus_campaigns(js: JetStreamContext) -> tuple[dict[str, CampaignEntry], str]:

@@ -9,6 +9,7 @@ Routes (GET and HEAD):
 - ``/api/campaigns/<cid>/view``: the campaign's :class:`~evobus.agents.console.ui.view.CampaignView`
   once; ``/api/campaigns/<cid>/stream``: it again after every change (``event: view``).
 - ``/api/campaigns/<cid>/candidates/<id>``: one candidate in detail.
+- ``/api/campaigns/<cid>/best``: the validated best's code and its diff from the seed.
 - ``/api/campaigns/<cid>/evidence/<id>/<work id>.png``: an evaluation's evidence image.
 """
 
@@ -55,7 +56,7 @@ from evobus.agents.console.ui.http import (
     json_response,
     text_response,
 )
-from evobus.agents.console.ui.view import CampaignView, campaign_view
+from evobus.agents.console.ui.view import CampaignView, best_program, campaign_view
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.events import EVENT_LOG
 from evobus.bus.connection import connect, credentials_from_env, redact_url
@@ -263,6 +264,11 @@ class _App:
         feed = self.feed(cid)
         if rest == ["view"]:
             return json_response(self.view(feed))
+        if rest == ["best"]:
+            run, run_dir = collect(feed.events, cid), self.options.out / cid
+            folder = run_dir if run_dir.is_dir() else None
+            best = await anyio.to_thread.run_sync(best_program, run, folder)
+            return json_response(msgspec.json.encode(best))
         if len(rest) == 2 and rest[0] == "candidates":
             return await self.candidate(feed, rest[1])
         if len(rest) == 3 and rest[0] == "evidence" and rest[2].endswith(".png"):

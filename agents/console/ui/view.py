@@ -9,11 +9,15 @@ what ``summary.json`` holds.
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from evobus.agents.console.outcomes import error_kind
 from evobus.agents.console.report.series import (
     SEED_ID,
     LineageLayout,
@@ -22,6 +26,7 @@ from evobus.agents.console.report.series import (
     ScoreSeries,
     StageSeries,
     StalenessCounts,
+    ancestors,
     collect,
     lineage_layout,
     node_scores,
@@ -30,12 +35,17 @@ from evobus.agents.console.report.series import (
     stage_series,
     staleness_counts,
 )
+from evobus.agents.console.ui.details import read_workspace
 from evobus.agents.runtime.events import describe_splits, score
 from evobus.schemas.agents import Heartbeat
 from evobus.schemas.events import Event, StageLoad
 
-CANDIDATE_ROWS = 200  # the most recent candidates listed under the tree
-Status = Literal["waiting", "running", "completed", "failed"]
+CANDIDATE_ROWS = 1000  # the most recent candidates listed (and filtered) under the tree
+FAILURE_EXAMPLES = 5  # candidates named beside each kind of failure
+# A campaign without a summary whose last event is older than this has stopped: a running one
+# sends a progress event every couple of seconds.
+QUIET_SECONDS = 60.0
+Status = Literal["waiting", "running", "completed", "failed", "interrupted"]
 
 
 class Numbers(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +101,7 @@ class LineageNode(msgspec.Struct, frozen=True, kw_only=True):
     seed: bool
     score: float | None
     validation: float | None
+    on_best_path: bool = False  # the best or one of its ancestors
 
 
 class CandidateRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +113,25 @@ class CandidateRow(msgspec.Struct, frozen=True, kw_only=True):
     state: str  # proposed, evaluated, accepted, rejected, filtered
     score: float | None
     t: float
+    error: str = ""  # the kind of its first failed evaluation (outcomes.error_kind), if any
+
+
+class FailureGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """One kind of failure: how many candidates failed with it, and the first of them."""
+
+    error: str
+    count: int
+    candidates: list[str]
+
+
+class BestProgram(msgspec.Struct, frozen=True, kw_only=True):
+    """The validated best's code and its diff from the seed, for the top of the page."""
+
+    candidate: str = ""
+    score: float | None = None
+    source: str = ""
+    diff: str = ""  # unified, from the seed
+    note: str = ""  # why there is no source ("" when there is one)
 
 
 class SkillRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,17 +184,23 @@ class CampaignView(msgspec.Struct, frozen=True, kw_only=True):
     candidates: list[CandidateRow]
     skills: list[SkillRow]
     agents: list[AgentRow]
+    failures: list[FailureGroup] = []
 
 
 def campaign_view(
-    cid: str, events: Sequence[Event], heartbeats: Mapping[str, Heartbeat] | None = None
+    cid: str,
+    events: Sequence[Event],
+    heartbeats: Mapping[str, Heartbeat] | None = None,
+    *,
+    now: float | None = None,
 ) -> CampaignView:
     """The page's view of a campaign from its events (``heartbeats``: the last one of each
-    agent heard on the bus, by agent id)."""
+    agent heard on the bus, by agent id; ``now``: the clock, to tell an interrupted campaign
+    from a running one)."""
     run = collect(events, cid)
     return CampaignView(
         campaign=run.cid,
-        status=_status(run),
+        status=_status(run, time.time() if now is None else now),
         task=run.summary.task if run.summary else run.started.task if run.started else "",
         engine=run.summary.engine if run.summary else run.started.engine if run.started else "",
         stop_reason=run.summary.stop_reason if run.summary else "",
@@ -195,13 +231,16 @@ def campaign_view(
         candidates=candidate_rows(run),
         skills=skill_rows(run),
         agents=agent_rows(run, heartbeats or {}),
+        failures=failure_groups(run),
     )
 
 
-def _status(run: Run) -> Status:
+def _status(run: Run, now: float) -> Status:
     if run.summary is not None:
         return run.summary.status
-    return "running" if run.events else "waiting"
+    if not run.events:
+        return "waiting"
+    return "interrupted" if now - run.last_at > QUIET_SECONDS else "running"
 
 
 def numbers(run: Run) -> Numbers:
@@ -266,6 +305,7 @@ def lineage(run: Run, layout: LineageLayout) -> list[LineageNode]:
     validated = {c.candidate_id: c.validation_score for c in run.confirmed}
     scores = node_scores(run, layout.parents)
     best = run.best_candidate
+    best_path = ancestors(layout.parents, best) if best else set()
     return [
         LineageNode(
             id=cid,
@@ -278,6 +318,7 @@ def lineage(run: Run, layout: LineageLayout) -> list[LineageNode]:
             seed=cid == SEED_ID,
             score=scores[cid],
             validation=validated.get(cid),
+            on_best_path=cid in best_path,
         )
         for cid, parents in layout.parents.items()
     ]
@@ -286,6 +327,7 @@ def lineage(run: Run, layout: LineageLayout) -> list[LineageNode]:
 def candidate_rows(run: Run) -> list[CandidateRow]:
     """The latest ``CANDIDATE_ROWS`` candidates proposed, newest first, with their state."""
     accepted = {a.candidate_id: a.score for a in run.accepted}
+    errors = _first_errors(run)
     rows = []
     for cid, proposal in list(run.proposed.items())[-CANDIDATE_ROWS:]:
         scores = run.evaluated.get(cid)
@@ -306,9 +348,46 @@ def candidate_rows(run: Run) -> list[CandidateRow]:
                 state=state,
                 score=shown,
                 t=run.t(proposal.at),
+                error=errors.get(cid, ""),
             )
         )
     return rows[::-1]
+
+
+def _first_errors(run: Run) -> dict[str, str]:
+    """Each candidate's first failed evaluation's kind of failure."""
+    errors: dict[str, str] = {}
+    for evaluation in run.failed:
+        errors.setdefault(evaluation.candidate_id, error_kind(evaluation.error))
+    return errors
+
+
+def failure_groups(run: Run) -> list[FailureGroup]:
+    """The candidates that failed, grouped by kind of failure (a candidate counted once, by its
+    first failure), the most frequent first."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for cid, kind in _first_errors(run).items():
+        groups[kind].append(cid)
+    return [
+        FailureGroup(error=kind, count=len(cids), candidates=cids[:FAILURE_EXAMPLES])
+        for kind, cids in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+    ]
+
+
+def best_program(run: Run, run_dir: Path | None) -> BestProgram:
+    """The validated best's source and its diff from the seed, from the run folder's workspace
+    (blocking: git processes)."""
+    best = run.best_candidate
+    if not best:
+        return BestProgram(note="no candidate validated yet")
+    validated = [c.validation_score for c in run.confirmed if c.candidate_id == best]
+    shown = run.summary.best_score if run.summary is not None else None
+    if shown is None and validated:
+        shown = validated[-1]
+    files = read_workspace(run_dir, best, () if best == SEED_ID else (SEED_ID,))
+    return BestProgram(
+        candidate=best, score=shown, source=files.source, diff=files.diff, note=files.note
+    )
 
 
 def skill_rows(run: Run) -> list[SkillRow]:

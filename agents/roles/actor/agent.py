@@ -37,6 +37,7 @@ from evobus.agents.prompts.context import (
     skills_md,
     task_values,
     tools_md,
+    whole_answer,
 )
 from evobus.agents.roles.actor.blocks import block_rule, splice
 from evobus.agents.roles.actor.errors import ProposalError
@@ -128,16 +129,17 @@ def ask_again(parent: Artifact, problem: str, answer: AnswerFormat) -> str:
     Raises:
         BlockMarkerError: the parent's markers do not pair up.
     """
+    whole = whole_answer(parent)
     if answer == "file":
         return (
-            f"That child is not usable: {problem}. Answer again with the same JSON keys and a "
-            f"complete, valid {parent.kind}."
+            f"That child is not usable: {problem}. Answer again with the same JSON keys and as "
+            f'"code" {whole["code_form"]}: a valid {parent.kind}.'
         )
     rule = block_rule(parent.source, answer="file")
     return (
         f"That answer is not usable: {problem}. Answer again with the same JSON keys, and as "
-        f'"code" the whole file this time: the complete, valid new {parent.kind}, not '
-        f"SEARCH/REPLACE blocks.{' ' + rule if rule else ''}\n\nAnswer format: whole file"
+        f'"code" {whole["code_form"]} this time, not SEARCH/REPLACE blocks.'
+        f"{' ' + rule if rule else ''}\n\nAnswer format: {whole['answer_form']}"
     )
 
 
@@ -268,23 +270,29 @@ class Actor:
         parent = work.parent.artifact
         query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
         co = work.co_parent
-        values = task_values(work.task, parent, models.statement) | {
-            "parent_code": parent.source,
-            "fitness_score": f"{work.parent_evaluation.score:.4f}",
-            "diagnosis_json": msgspec.json.format(
-                msgspec.json.encode(work.diagnosis), indent=2
-            ).decode()
-            if work.diagnosis
-            else "{}",
-            "co_parent_code": co.artifact.source if co else "",
-            "co_fitness_score": "",
-            "skills": skills_md(skills),
-            "tools": tools_md(shown := await self.tools(query)),
-            "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
-            "operator": work.operator,
-            "intensity": f"{work.intensity:.2f}",
-            "evolve_blocks": evolve_blocks(parent, answer=answer),
-        }
+        values = (
+            task_values(work.task, parent, models.statement)
+            | {
+                "parent_code": parent.source,
+                "fitness_score": f"{work.parent_evaluation.score:.4f}",
+                "diagnosis_json": msgspec.json.format(
+                    msgspec.json.encode(work.diagnosis), indent=2
+                ).decode()
+                if work.diagnosis
+                else "{}",
+                "co_parent_code": co.artifact.source if co else "",
+                "co_fitness_score": (
+                    f"{work.co_parent_score:.4f}" if work.co_parent_score is not None else "unknown"
+                ),
+                "skills": skills_md(skills),
+                "tools": tools_md(shown := await self.tools(query)),
+                "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
+                "operator": work.operator,
+                "intensity": f"{work.intensity:.2f}",
+                "evolve_blocks": evolve_blocks(parent, answer=answer),
+            }
+            | whole_answer(parent)
+        )
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
         out = await models.actor.structured(
@@ -401,16 +409,20 @@ class Actor:
             LLMError: the model did not answer.
             BlockMarkerError: the proposal's EVOLVE-BLOCK markers do not pair up.
         """
-        values = task_values(work.task, work.artifact, models.statement) | {
-            "old_version": work.stale_version,
-            "new_version": work.pool_version,
-            "proposal_code": work.artifact.source,
-            "pool_changes": work.pool_changes,
-            "best_code": work.best.artifact.source,
-            "skills": "",
-            "tools": "",
-            "evolve_blocks": evolve_blocks(work.artifact),
-        }
+        values = (
+            task_values(work.task, work.artifact, models.statement)
+            | {
+                "old_version": work.stale_version,
+                "new_version": work.pool_version,
+                "proposal_code": work.artifact.source,
+                "pool_changes": work.pool_changes,
+                "best_code": work.best.artifact.source,
+                "skills": "",
+                "tools": "",
+                "evolve_blocks": evolve_blocks(work.artifact),
+            }
+            | whole_answer(work.artifact)
+        )
         # Always the whole file: "covered" is answered with the best's code, which SEARCH/REPLACE
         # blocks against the proposal could only spell out in full.
         out, prompt = await models.ask("actor", "stale_repair", values, ActorDraft)

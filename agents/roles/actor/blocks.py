@@ -16,6 +16,9 @@ from evobus.agents.roles.actor.errors import BlockMarkerError, BlockMismatchErro
 
 START_MARKER = "# EVOLVE-BLOCK-START"
 END_MARKER = "# EVOLVE-BLOCK-END"
+# The "Answer format:" of an answer that is a program's EVOLVE-BLOCKs alone, marker lines
+# included (agents/prompts/context.py ``whole_answer``; ``splice`` puts the rest back).
+BLOCKS_ANSWER = "EVOLVE-BLOCKs"
 
 # Line ends as Python's tokenizer counts them (so line numbers agree with the AST's); not
 # str.splitlines, which also breaks at form feeds and Unicode separators.
@@ -120,6 +123,24 @@ def splice(parent: str, child: str) -> str:
     return "".join(f + b for f, b in zip(fixed, blocks, strict=False)) + fixed[-1]
 
 
+def blocks_only(source: str) -> str:
+    """``source``'s EVOLVE-BLOCKs, each with its two marker lines, and nothing outside them (the
+    answer ``BLOCKS_ANSWER`` asks for; ``source`` itself when it has no markers).
+
+    Raises:
+        BlockMarkerError: its markers do not pair up.
+    """
+    layout = parse(source)
+    if not layout.marked:
+        return source
+    parts = []
+    for index, block in enumerate(layout.blocks):
+        start = source_lines(layout.fixed[index])[-1]  # a fixed part ends with a START line
+        end = source_lines(layout.fixed[index + 1])[0]  # and the next begins with the END line
+        parts.append(start + block + (end if end.endswith("\n") else end + "\n"))
+    return "".join(parts)
+
+
 def outside_equal(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` have the same number of blocks and the same text outside them.
 
@@ -150,7 +171,7 @@ def block_rule(source: str, *, answer: Literal["diff", "file"] = "file") -> str:
             "markers, the marker lines themselves excluded."
         )
     return rule + (
-        "Code outside the EVOLVE-BLOCK markers is fixed and must be returned unchanged: answer "
-        "with the whole file, every marker line kept where it is; whatever you write outside "
-        "the blocks is replaced by the parent's code."
+        "Code outside the EVOLVE-BLOCK markers is fixed: answer with the blocks alone, marker "
+        "lines included; the parent's code outside them is put back as it is (were you to "
+        "write it, it would be replaced by the parent's)."
     )

@@ -29,7 +29,7 @@ from evobus.agents.evolution.reordering import reorder
 from evobus.agents.evolution.speculative import speculative_prefix
 from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.novelty import duplicate_of, epsilon_text
-from evobus.agents.roles.orchestrator.reuse import known_evaluation
+from evobus.agents.roles.orchestrator.reuse import is_deterministic, known_evaluation
 from evobus.agents.roles.orchestrator.speculation import derive
 from evobus.agents.roles.orchestrator.steps import SEED_ID, AdmissionRequest, Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate, Operator
@@ -230,17 +230,58 @@ def diagnose(state: CampaignState, step: Step, chain: Chain) -> None:
     §3.2), with the evidence drawn there."""
     parent = chain.parent_ids[0]
     evaluation = chain.evaluations[parent]  # on the step's minibatch (POLCA Alg. 1, l. 5)
-    item = DiagnoseWork(
+    item = _diagnose_work(state, parent, evaluation)
+    chain.move("diagnose")
+    flight.send_work(state, step, "diagnose", item, Pending("diagnose", chain.key, parent))
+
+
+def diagnose_ahead(state: CampaignState, step: Step, chain: Chain) -> None:
+    """Ask the critic about ``chain``'s improving child now, before any step chose it as a
+    parent, when its diagnosis will be the one an ``m_diag`` step from it needs (``ahead``):
+    the critic's call then overlaps other steps instead of lengthening the step that needs it
+    (FlashEvolve §3.1: no stage waits on another when its input is known)."""
+    cid = chain.candidate_id
+    if cid is None or not ahead(state) or cid in state.observed.diagnoses:
+        return
+    item = _diagnose_work(state, cid, chain.evaluations[cid])
+    flight.send_work(state, step, "diagnose", item, Pending("diagnose", candidate_id=cid))
+
+
+def ahead(state: CampaignState) -> bool:
+    """Whether an improving child is diagnosed before it is chosen (``diagnose_ahead``): on a
+    deterministic campaign whose steps all score on the same instances (so an m_diag step's
+    parent evaluation is the one the critic saw, ``reuse.known_diagnosis``), with a model critic
+    that reads no evidence image (an image is drawn when a step re-scores its parent), in the
+    asynchronous pipeline, while steps may still start."""
+    return (
+        state.strategy.mode == "async"
+        and state.spec.llm.provider != "offline"  # the offline critic answers at once
+        and not _critic_sees(state)
+        and len(set(state.plan.train)) == 1
+        and is_deterministic(state)
+        and state.flight.proposals < state.spec.campaign.budget.proposals
+    )
+
+
+def diagnosing(state: CampaignState, candidate_id: str) -> bool:
+    """Whether a diagnosis of ``candidate_id`` is in flight on a deterministic campaign, which
+    a step from it waits for rather than asking the critic the same question again."""
+    return is_deterministic(state) and any(
+        p.kind == "diagnose" and p.candidate_id == candidate_id
+        for p in state.flight.pending.values()
+    )
+
+
+def _diagnose_work(state: CampaignState, candidate_id: str, evaluation: Evaluation) -> DiagnoseWork:
+    return DiagnoseWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
         pool_version=state.population.pool.version,
         task=state.plan.name,
-        candidate=state.candidates.by_id[parent],
+        candidate=state.candidates.by_id[candidate_id],
         evaluation=evaluation,
         context=_context(state, evaluation),
     )
-    chain.move("diagnose")
-    flight.send_work(state, step, "diagnose", item, Pending("diagnose", chain.key, parent))
 
 
 def _context(state: CampaignState, evaluation: Evaluation) -> str:
@@ -255,9 +296,10 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
     """Ask the actor for the step's child, as intense as the parent's distance to the best
     possible score says."""
     parent = chain.parent_ids[0]
+    co = chain.parent_ids[1] if len(chain.parent_ids) > 1 else ""
     pool, candidates = state.population.pool, state.candidates.by_id
-    stats = pool.stats(parent) if parent in pool else None
-    current = stats.mean if stats and stats.count else state.observed.last_evaluation[parent].score
+    current = _mean_score(state, parent)
+    assert current is not None  # a parent was scored before its step could propose
     seed_score = state.observed.seed_score
     intensity = mutation_intensity(
         current,
@@ -274,7 +316,8 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
         parent=candidates[parent],
         parent_evaluation=chain.evaluations[parent],
         diagnosis=chain.diagnosis,
-        co_parent=candidates[chain.parent_ids[1]] if len(chain.parent_ids) > 1 else None,
+        co_parent=candidates[co] if co else None,
+        co_parent_score=_mean_score(state, co) if co else None,
         rng_seed=state.selection.rng.randrange(2**31),
         intensity=intensity,
         context=_with_summary(state, state.decisions.history.render()),
@@ -282,6 +325,16 @@ def propose(state: CampaignState, step: Step, chain: Chain) -> None:
     )
     chain.move("propose")
     flight.send_work(state, step, "propose", item, Pending("propose", chain.key, parent))
+
+
+def _mean_score(state: CampaignState, candidate_id: str) -> float | None:
+    """``candidate_id``'s mean train score in the pool, else its latest evaluation's score."""
+    pool = state.population.pool
+    stats = pool.stats(candidate_id) if candidate_id in pool else None
+    if stats and stats.count:
+        return stats.mean
+    last = state.observed.last_evaluation.get(candidate_id)
+    return last.score if last is not None else None
 
 
 def on_proposal(

@@ -21,6 +21,7 @@ from evobus.agents.evolution.stagnation import StagnationDetector, on_stagnation
 from evobus.agents.roles.orchestrator import backlog, flight, islands, population
 from evobus.agents.roles.orchestrator.chains import (
     count_outcome,
+    diagnose_ahead,
     force_burst,
     reward,
     roll_back_to,
@@ -145,6 +146,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
                 proposals=state.flight.proposals,
             ),
         )
+        diagnose_ahead(state, step, chain)  # a likely parent: the critic starts on it now
         if state.strategy.skills:
             _extract(state, step, chain, delta)
     else:

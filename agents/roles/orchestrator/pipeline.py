@@ -34,6 +34,7 @@ from evobus.agents.evolution.workers import (
 from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.chains import (
     diagnose,
+    diagnosing,
     keep_candidate,
     propose,
     start_chain,
@@ -156,7 +157,8 @@ def _refill_async(state: CampaignState, step: Step, now: float) -> None:
     for chain in _waiting(state, "explored"):
         if _count(state, "diagnose") >= targets["diagnose"]:
             break
-        diagnose(state, step, chain)
+        if not diagnosing(state, chain.parent_ids[0]):  # else it waits for that diagnosis
+            diagnose(state, step, chain)
     # Every started step will need an evaluate slot: count them all against the queue, so
     # that proposals cannot pile up (and go stale) faster than they are evaluated.
     queue = state.strategy.queue or targets["propose"] + targets["evaluate"]

@@ -29,6 +29,7 @@ from evobus.agents.roles.orchestrator.pipeline import explored, on_repaired, pas
 from evobus.agents.roles.orchestrator.reuse import (
     REPEATS_TO_TRUST,
     is_deterministic,
+    known_diagnosis,
     known_evaluation,
     repeat_outcome,
 )
@@ -151,10 +152,11 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
             passed(state, "diagnose", now)
             chain.diagnosis = result
             parent = chain.parent_ids[0]
-            state.observed.diagnoses[parent] = result
-            instances = tuple(s.instance for s in chain.evaluations[parent].instances)
-            state.observed.diagnosed_on[parent] = instances
+            _diagnosed(state, parent, result, chain.evaluations[parent], now)
             chain.move("diagnosed")  # refill hands it a propose slot
+        case Diagnosis():  # asked ahead of any step (chains.diagnose_ahead)
+            cid = pending.candidate_id
+            _diagnosed(state, cid, result, state.observed.last_evaluation[cid], now)
         case Repaired() if chain is not None:
             passed(state, "repair", now)
             on_repaired(state, step, chain, result, now)
@@ -293,6 +295,18 @@ def _on_skill(
                 candidate_id=candidate_id,
             ),
         )
+
+
+def _diagnosed(
+    state: CampaignState, cid: str, diagnosis: Diagnosis, evaluation: Evaluation, now: float
+) -> None:
+    """Keep the critic's diagnosis of ``cid``'s ``evaluation`` for the steps that will need it
+    (``reuse.known_diagnosis``), and hand it to the steps waiting for it (``chains.diagnosing``)."""
+    state.observed.diagnoses[cid] = diagnosis
+    state.observed.diagnosed_on[cid] = tuple(s.instance for s in evaluation.instances)
+    for waiting in list(state.flight.live.values()):
+        if waiting.stage == "explored" and known_diagnosis(state, waiting) is not None:
+            explored(state, waiting, now)
 
 
 def _abandon(

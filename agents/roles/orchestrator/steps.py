@@ -106,7 +106,8 @@ FIRST_STAGE: ChainStage = "explore"
 MOVES: dict[ChainStage, frozenset[ChainStage]] = {
     # the parents are scored: m_diag waits for the critic, the other operators pass it
     "explore": frozenset({"explored", "diagnosed"}),
-    "explored": frozenset({"diagnose"}),  # a diagnose slot (refill)
+    # a diagnose slot (refill), or the diagnosis another step or ``diagnose_ahead`` asked for
+    "explored": frozenset({"diagnose", "diagnosed"}),
     "diagnose": frozenset({"diagnosed"}),  # the critic's diagnosis (REFLEX §3.2)
     "diagnosed": frozenset({"propose"}),  # a propose slot (refill)
     "propose": frozenset({"admitting", "ready"}),  # the proposal: to the ε-net when it is on

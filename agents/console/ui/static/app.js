@@ -4,10 +4,13 @@
 
 import { LineChart, bars, legend } from "./charts.js";
 import { PALETTE, clock, count, fill, h, left, score, seconds, table, text } from "./dom.js";
-import { lineageTree } from "./lineage.js";
+import { LineageView } from "./lineage.js";
 
 const STAGE_ORDER = ["diagnose", "propose", "repair", "evaluate"];
 const STALE_COLORS = { keep: PALETTE[0], discard: PALETTE[1], repair: PALETTE[2], repaired: PALETTE[3], repair_discarded: PALETTE[4] };
+const ENDED = ["completed", "failed"]; // a campaign that sends no more events
+const STATES = ["accepted", "rejected", "filtered", "evaluated", "proposed"];
+const SHOWN_ROWS = 200; // candidates listed at once (the view holds up to 1,000 to filter)
 
 const parts = location.pathname.split("/").filter(Boolean);
 if (parts[0] === "campaign" && parts[1]) {
@@ -35,20 +38,22 @@ async function listPage() {
     const rows = answer.campaigns.map((c) => [
       h("a", { href: `/campaign/${encodeURIComponent(c.id)}` }, c.id),
       c.task || "",
-      c.status || (c.finished ? "finished" : "running or stopped"),
+      h("span", {}, h("span", { class: `badge ${c.status || "running"}` }, c.status || (c.finished ? "finished" : "running")),
+        c.resume ? h("div", { class: "note" }, "resume it: ", h("code", {}, c.resume)) : null),
       score(c.best_score),
       c.proposals === null ? "" : count(c.proposals),
       [c.on_bus ? "bus" : "", c.in_folder ? "folder" : ""].filter(Boolean).join(" + "),
       c.modified ? new Date(c.modified * 1000).toLocaleString("en-GB") : "",
     ]);
-    main.replaceChildren(
+    // replaceChildren, unlike h(), would show a null as the text "null".
+    main.replaceChildren(...[
       h("h2", {}, "Campaigns"),
       h("p", { class: "note" }, `From ${where}.`),
       answer.note ? h("p", { class: "note warn" }, answer.note) : null,
       rows.length
         ? table(["campaign", "task", "status", "best", "proposals", "found on", "last event"], rows, { numeric: [3, 4] })
         : h("p", {}, "No campaign yet: `evobus run CAMPAIGN.toml --ui` starts one with this page beside it."),
-    );
+    ].filter(Boolean));
   };
   await refresh();
   setInterval(refresh, 5000);
@@ -59,8 +64,11 @@ async function listPage() {
 function campaignPage(cid) {
   document.title = `evobus: ${cid}`;
   text("title", cid);
-  const state = { cid, selected: null, selectedState: "", view: null };
-  layout();
+  const state = { cid, selected: null, selectedState: "", view: null, out: "runs", best: null,
+    filter: { state: "", operator: "", error: "", search: "" } };
+  layout(state);
+  state.tree = new LineageView(document.getElementById("lineage"), (id) => showCandidate(state, id));
+  fetch("/api/campaigns").then((r) => r.json()).then((a) => { state.out = a.out; }).catch(() => {});
   const charts = {
     time: new LineChart(document.getElementById("chart-time"), { xLabel: "seconds since start", yLabel: "score" }),
     evals: new LineChart(document.getElementById("chart-evals"), { xLabel: "evaluations", yLabel: "score" }),
@@ -70,7 +78,7 @@ function campaignPage(cid) {
   const source = new EventSource(`/api/campaigns/${encodeURIComponent(cid)}/stream`);
   source.addEventListener("open", () => text("connection", "live"));
   source.addEventListener("error", () => {
-    const done = state.view && ["completed", "failed"].includes(state.view.status);
+    const done = state.view && ENDED.includes(state.view.status);
     text("connection", done
       ? `the server stopped; the campaign has ended (evobus ui --campaign ${cid} shows it again)`
       : "connection lost, reconnecting…");
@@ -79,6 +87,12 @@ function campaignPage(cid) {
     const { view, source: from, note } = JSON.parse(message.data);
     state.view = view;
     render(view, from, note, charts, state);
+    if (ENDED.includes(view.status) || view.status === "interrupted") {
+      // An ended or interrupted campaign sends nothing more: closing the stream lets the page
+      // finish loading (a headless browser's screenshot or print waits for that).
+      source.close();
+      text("connection", view.status === "interrupted" ? "not live: reload once it is resumed" : "ended");
+    }
   });
 }
 
@@ -93,10 +107,13 @@ function card(label, id, subId) {
     subId ? h("div", { class: "sub", id: subId }, "") : null);
 }
 
-function layout() {
+function layout(state) {
+  const filter = (key, label) => h("label", {}, `${label} `, h("select", { id: `filter-${key}`,
+    onchange: (e) => { state.filter[key] = e.target.value; renderCandidates(state); } }, h("option", { value: "" }, "any")));
   document.getElementById("main").replaceChildren(
     h("p", { class: "note", id: "about" }, ""),
     h("p", { class: "note warn", id: "feed-note" }, ""),
+    h("div", { class: "resume", id: "resume", hidden: true }),
     h("div", { class: "cards" },
       card("best score (validated)", "best-score", "best-candidate"),
       card("seed score", "seed-score", "splits"),
@@ -105,6 +122,7 @@ function layout() {
       card("accepted", "accepted", "pool"),
       card("model calls", "model-calls", "tokens"),
       card("running time", "elapsed", "phase")),
+    section("Best program", h("div", { id: "best" }, h("p", { class: "note" }, "No candidate validated yet."))),
     section("Budget left", h("div", { id: "budget" })),
     section("Best score",
       h("div", { class: "grid2" },
@@ -123,8 +141,14 @@ function layout() {
       h("div", { class: "layout" },
         h("div", {},
           h("div", { class: "tree", id: "lineage" }),
-          h("p", { class: "note" }, "Accepted candidates (filled), their ancestors (hollow), the seed (square) and the validated best (star), by generation. Click a node or a row for its diff, diagnosis, scores per instance and evidence."),
-          h("h3", {}, "latest candidates"),
+          h("p", { class: "note" }, "Accepted candidates (filled), their ancestors (hollow), the seed (square) and the validated best (star) with its ancestry in red, by generation; a node's size is its score. Click a node or a row for its diff, diagnosis, scores per instance and evidence."),
+          h("h3", {}, "failures by error"),
+          h("div", { id: "failures" }),
+          h("h3", {}, "candidates"),
+          h("div", { class: "filters" }, filter("state", "state"), filter("operator", "operator"), filter("error", "error"),
+            h("input", { type: "search", id: "filter-search", placeholder: "search id, parent, error…",
+              oninput: (e) => { state.filter.search = e.target.value.trim().toLowerCase(); renderCandidates(state); } }),
+            h("span", { class: "note", id: "candidates-count" }, "")),
           h("div", { class: "scroll", id: "candidates" })),
         h("div", { class: "panel", id: "candidate" }, h("p", { class: "note" }, "Pick a candidate.")))),
     h("div", { class: "grid2" },
@@ -142,6 +166,7 @@ function render(view, from, note, charts, state) {
   text("about", [view.task && `task ${view.task}`, view.engine && `engine: ${view.engine}`,
     view.stop_reason && `stopped: ${view.stop_reason}`].filter(Boolean).join(" · "));
   text("feed-note", note || "");
+  renderResume(view, state);
   text("best-score", n.best_score_text);
   text("best-candidate", n.best_candidate || "");
   text("seed-score", n.seed_score_text);
@@ -156,6 +181,7 @@ function render(view, from, note, charts, state) {
   text("tokens", `${count(n.tokens)} tokens` + (n.tokens_per_second ? `, ${n.tokens_per_second.toFixed(0)} tok/s` : ""));
   text("elapsed", seconds(n.elapsed));
   text("phase", n.phase);
+  renderBest(view, state);
   renderBudget(view);
   renderScores(view, charts);
   renderStages(view, charts);
@@ -261,17 +287,57 @@ function renderOperators(view) {
   h("p", { class: "note" }, "The operator bandit at the last progress event (REFLEX §3) and proposals and acceptances counted from the events."));
 }
 
+function renderResume(view, state) {
+  const el = document.getElementById("resume");
+  const interrupted = view.status === "interrupted";
+  el.hidden = !interrupted;
+  if (!interrupted) return;
+  const command = `evobus resume ${view.campaign} --out ${state.out}`;
+  if (el.dataset.command === command) return;
+  el.dataset.command = command;
+  el.replaceChildren(
+    h("b", {}, "Interrupted: "),
+    `no event for over a minute and no summary, so nothing runs this campaign now${view.task ? ` (task ${view.task})` : ""}. `,
+    "Go on from its last snapshot with ", h("code", { id: "resume-command" }, command), ".");
+}
+
+async function renderBest(view, state) {
+  const best = view.numbers.best_candidate;
+  const key = `${best}|${view.status}`;
+  if (!best || state.best === key) return;
+  state.best = key;
+  let answer;
+  try {
+    answer = await (await fetch(`/api/campaigns/${encodeURIComponent(state.cid)}/best`)).json();
+  } catch (error) {
+    fill("best", h("p", { class: "note warn" }, `the best program could not be read: ${error}`));
+    return;
+  }
+  if (state.best !== key) return; // a newer best came meanwhile
+  const tab = (label, id, body) => h("details", { open: id === "best-diff" ? true : null },
+    h("summary", {}, label), h("div", { id }, body));
+  fill("best",
+    h("p", {}, h("b", { id: "best-id" }, answer.candidate), ` scores ${score(answer.score)} on validation · `,
+      h("a", { href: "#", onclick: (e) => { e.preventDefault(); showCandidate(state, answer.candidate); } }, "its details")),
+    answer.source
+      ? [tab(`diff from the seed (${diffStat(answer.diff)})`, "best-diff", answer.diff ? diffBlock(answer.diff) : h("p", { class: "note" }, "the same as the seed")),
+        tab("its code", "best-code", h("pre", { class: "code" }, answer.source))]
+      : h("p", { class: "note" }, answer.note));
+}
+
+function diffStat(diff) {
+  const lines = diff.split("\n");
+  const added = lines.filter((l) => l.startsWith("+") && !l.startsWith("+++")).length;
+  const removed = lines.filter((l) => l.startsWith("-") && !l.startsWith("---")).length;
+  return `${added} lines added, ${removed} removed`;
+}
+
 function renderLineage(view, state) {
-  const pick = (id) => showCandidate(state, id);
-  fill("lineage", lineageTree(view.lineage, pick, state.selected));
-  const rows = view.candidates;
-  fill("candidates", rows.length
-    ? table(["id", "operator", "parents", "state", "score", "t (s)"],
-      rows.map((c) => [c.id, c.operator, c.parents.join("+"), c.state, score(c.score), c.t.toFixed(1)]),
-      { numeric: [4, 5], onRow: (r) => pick(rows[r].id), selected: (r) => rows[r].id === state.selected })
-    : h("p", { class: "note" }, "No proposal yet."));
+  state.tree.update(view.lineage, state.selected);
+  renderFailures(view, state);
+  renderCandidates(state);
   if (state.selected) {
-    const row = rows.find((c) => c.id === state.selected);
+    const row = view.candidates.find((c) => c.id === state.selected);
     const now = row ? row.state : "";
     if (now !== state.selectedState) showCandidate(state, state.selected);
   }
@@ -358,4 +424,56 @@ function renderAgents(view) {
       : from === "summary" ? "From the campaign's summary."
         : "Named by the events (this page hears no heartbeats: no bus, or a user that may not read them).")]
     : h("p", { class: "note" }, "No agent heard yet."));
+}
+
+function renderFailures(view, state) {
+  const groups = view.failures;
+  fill("failures", groups.length
+    ? table(["error", "candidates", "first of them"], groups.map((g) => [
+      h("a", { href: "#", title: "list these candidates", onclick: (e) => { e.preventDefault(); setFilter(state, "error", g.error); } }, g.error),
+      g.count,
+      g.candidates.flatMap((id, i) => [i ? ", " : "", h("a", { href: "#", onclick: (e) => { e.preventDefault(); showCandidate(state, id); } }, id)]),
+    ]), { numeric: [1] })
+    : h("p", { class: "note" }, "No candidate failed."));
+}
+
+function setFilter(state, key, value) {
+  state.filter[key] = value;
+  renderCandidates(state);
+}
+
+/** The candidates table, filtered by the selects and the search box. */
+function renderCandidates(state) {
+  const view = state.view;
+  if (!view) return;
+  const all = view.candidates;
+  const f = state.filter;
+  options("filter-state", STATES.filter((s) => all.some((c) => c.state === s)), f.state);
+  options("filter-operator", [...new Set(all.map((c) => c.operator))].sort(), f.operator);
+  const errors = [...new Set(all.map((c) => c.error).filter(Boolean))].sort();
+  options("filter-error", ["(any error)", "(no error)", ...errors], f.error);
+  const rows = all.filter((c) => (!f.state || c.state === f.state)
+    && (!f.operator || c.operator === f.operator)
+    && (!f.error || (f.error === "(any error)" ? c.error : f.error === "(no error)" ? !c.error : c.error === f.error))
+    && (!f.search || [c.id, c.operator, c.state, c.error, ...c.parents].join(" ").toLowerCase().includes(f.search)));
+  const shown = rows.slice(0, SHOWN_ROWS); // the table is redrawn with every view: kept short
+  text("candidates-count", (rows.length === all.length ? `${count(all.length)} candidates` : `${count(rows.length)} of ${count(all.length)}`)
+    + (shown.length < rows.length ? `, the newest ${SHOWN_ROWS} listed: filter or search for others` : ""));
+  fill("candidates", shown.length
+    ? table(["id", "operator", "parents", "state", "score", "error", "t (s)"],
+      shown.map((c) => [c.id, c.operator, c.parents.join("+"), c.state, score(c.score), c.error, c.t.toFixed(1)]),
+      { numeric: [4, 6], onRow: (r) => showCandidate(state, shown[r].id), selected: (r) => shown[r].id === state.selected })
+    : h("p", { class: "note" }, all.length ? "No candidate matches." : "No proposal yet."));
+}
+
+/** Keep a select's options to ``values`` (plus "any") with ``chosen`` selected. */
+function options(id, values, chosen) {
+  const select = document.getElementById(id);
+  if (!select) return;
+  const wanted = ["", ...values, ...(chosen && !values.includes(chosen) ? [chosen] : [])];
+  const now = [...select.options].map((o) => o.value);
+  if (now.join("\u0000") !== wanted.join("\u0000")) {
+    select.replaceChildren(...wanted.map((v) => h("option", { value: v }, v || "any")));
+  }
+  if (select.value !== chosen) select.value = chosen;
 }

@@ -35,6 +35,7 @@ export class LineChart {
     const data = [xs, ...lines.map((l) => l.values.map((v) => (v === undefined ? null : v)))];
     if (this.plot && key === this.key) {
       this.plot.setData(data);
+      latestInLegend(this.plot);
       return;
     }
     if (this.plot) this.plot.destroy();
@@ -49,22 +50,40 @@ export class LineChart {
       ],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } },
+      // With the cursor off the plot the legend shows each line's latest value, not blanks.
+      hooks: { setLegend: [latestInLegend] },
       series: [
         { label: this.xLabel, value: (u, v) => (v === null ? "" : shortNumber(v)) },
         ...lines.map((l) => ({
           label: l.label,
           stroke: l.color,
-          width: l.width || 1.5,
+          width: l.width ?? 1.5,
           dash: l.dash,
           spanGaps: false,
-          paths: l.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
+          // A series of points (validations, accepted minibatch scores) draws no line at all.
+          paths: l.points ? () => null : l.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
           points: l.points ? { show: true, size: 7, fill: l.color } : { show: false },
           value: (u, v) => (v === null || v === undefined ? "" : this.format(v)),
         })),
       ],
     };
     this.plot = new uPlot(opts, data, this.el);
+    latestInLegend(this.plot);
   }
+}
+
+/** When no point is hovered, put each series' latest value in the legend. */
+function latestInLegend(u) {
+  if (u.legend.idx !== null && u.legend.idx !== undefined) return;
+  const xs = u.data[0];
+  if (!xs || !xs.length) return;
+  const idxs = u.data.map((values, i) => {
+    if (i === 0) return xs.length - 1;
+    for (let j = values.length - 1; j >= 0; j--) if (values[j] !== null && values[j] !== undefined) return j;
+    return null;
+  });
+  u.setLegend({ idxs }, false);
+  u.legend.idx = null; // still "nothing hovered": the next setData shows the latest again
 }
 
 function shortNumber(v) {
