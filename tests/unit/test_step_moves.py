@@ -15,6 +15,7 @@ from evobus.agents.roles.orchestrator.steps import FIRST_STAGE, MOVES, Chain, Ch
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.results import Repaired
 from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, RepairWork
+from tests.unit import test_reuse_and_novelty as reuse_tests
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, run_up_to_children
 from tests.unit.test_orchestrator_pipeline import two_proposals as two_queued_proposals
 from tests.unit.test_orchestrator_state import (
@@ -144,10 +145,17 @@ def crossover_without_diagnosis() -> None:
     assert chain is not None and chain.operator == "x_div"
 
 
+def a_diagnosis_in_flight() -> None:
+    """Steps from one parent wait (explored) for the diagnosis one of them asked for, and pass
+    the diagnose stage when it comes (``chains.diagnosing``)."""
+    reuse_tests.test_steps_from_one_parent_share_the_critics_diagnosis_in_flight()
+
+
 def test_every_move_of_the_table_is_made_by_a_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
     made = record_moves(monkeypatch)
     reflective_repair()
     sync_with_the_epsilon_net()
     crossover_without_diagnosis()
+    a_diagnosis_in_flight()
     allowed = {(stage, to) for stage, targets in MOVES.items() for to in targets}
     assert made == allowed, (sorted(allowed - made), sorted(made - allowed))
