@@ -20,7 +20,7 @@ from pathlib import Path
 
 import anyio
 
-from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import event_stream, score
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer

@@ -69,7 +69,7 @@ def agent_pids(nats_url: str, role: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        # A forked agent's title is its command line in one word (agents/console/launcher.py).
+        # A forked agent's title is its command line in one word (agents/runner/launcher.py).
         words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
         if "agent" in words and role in words and nats_url in words:
             pids.append(int(entry.name))

@@ -44,7 +44,7 @@ from evobus.agents.console.bench.throughput_report import (
 )
 from evobus.agents.console.bench.timings import machine_facts
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.events import event_stream
 from evobus.bus.connection import connect
