@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
-from evobus.agents.roles.actor.blocks import block_rule
 from evobus.agents.tasks import TaskError, get_task
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.registry import Resource
@@ -59,18 +57,6 @@ def below_headings(text: str) -> str:
 
 
 _TOP_HEADING = re.compile(r"^#{1,2} (?=\S)", re.MULTILINE)
-
-
-def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
-    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
-    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
-    worded for the answer asked for (the whole file, or SEARCH/REPLACE blocks).
-
-    Raises:
-        BlockMarkerError: the program's markers do not pair up.
-    """
-    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
-    return f"{rule}\n" if rule else ""
 
 
 class _InstanceView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from evobus.agents.roles.registry.errors import RegistryError
+from evobus.agents.registry_api.errors import RegistryError
 from evobus.agents.runtime.errors import AgentError, CampaignFailed
 from evobus.bus.errors import BusError
 from evobus.infra.errors import InfraError

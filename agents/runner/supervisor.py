@@ -23,8 +23,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryUnavailable
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryUnavailable
 from evobus.agents.runner import launcher
 from evobus.agents.runner.embedded_bus import EmbeddedBus, resume_command
 from evobus.agents.runner.follow import follow

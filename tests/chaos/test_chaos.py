@@ -22,6 +22,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from evobus.agents.runtime.events import EVENT_LOG, read_events
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams
@@ -39,7 +40,7 @@ from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 CAMPAIGN = f"""
 [campaign]
 task = "pendulum"

@@ -18,7 +18,7 @@ import anyio
 from nats.js.api import DeliverPolicy
 
 import evobus
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.runner.restarts import STOP_TIMEOUT_SECONDS, AgentChild
 from evobus.agents.runner.supervisor import agent_argv, ensure_registry
 from evobus.agents.runtime.errors import AgentError

@@ -13,12 +13,11 @@ from evobus.agents.console.sim_answers import offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import (
     evaluation_json,
-    evolve_blocks,
     skills_md,
     task_values,
     tools_md,
 )
-from evobus.agents.roles.actor.blocks import outside_equal
+from evobus.agents.roles.actor.blocks import evolve_blocks, outside_equal
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 async def command(args: argparse.Namespace) -> int:
     from evobus.agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
-    from evobus.agents.roles.registry.client import RegistryClient
+    from evobus.agents.registry_api.client import RegistryClient
 
     url = url_from_env(args.nats)
     if url is None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evobus.agents.roles.actor.errors import BlockMarkerError, BlockMismatchError
+from evobus.schemas.artifacts import Artifact
 
 START_MARKER = "# EVOLVE-BLOCK-START"
 END_MARKER = "# EVOLVE-BLOCK-END"
@@ -154,3 +155,15 @@ def block_rule(source: str, *, answer: Literal["diff", "file"] = "file") -> str:
         "with the whole file, every marker line kept where it is; whatever you write outside "
         "the blocks is replaced by the parent's code."
     )
+
+
+def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
+    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
+    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
+    worded for the answer asked for (the whole file, or SEARCH/REPLACE blocks).
+
+    Raises:
+        BlockMarkerError: the program's markers do not pair up.
+    """
+    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
+    return f"{rule}\n" if rule else ""
