@@ -34,8 +34,8 @@ async def test_a_lease_whose_holder_is_gone_from_this_host_is_taken_at_once(
 ) -> None:
     """A killed orchestrator's successor on the same host (its supervisor restarted it) does
     not wait out the lease's expiry; a live holder is waited for."""
-    exited = await anyio.open_process(["true"])
-    await exited.wait()  # reaped: its pid names no process now
+    async with await anyio.open_process(["true"]) as exited:
+        await exited.wait()  # reaped: its pid names no process now (and its pipes closed)
     nc = await connect(nats_session.url, name="test-lease-gone")
     try:
         leases = await key_value(nc.jetstream(), subjects.KV_LEASES, ttl=6.0)
