@@ -350,7 +350,7 @@ class ErrorCount(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChildOutcomes(msgspec.Struct, frozen=True, kw_only=True):
     """What became of a campaign's children (the seed and migrants left out), each counted
-    once, by its first outcome (agents/console/outcomes.py reads them from the events).
+    once, by its first outcome (agents/runner/outcomes.py reads them from the events).
 
     ``evaluated``: scored without an error; ``filtered``: refused by the ε-net as a
     near-duplicate (``candidate_filtered``); ``failed``: their evaluation failed on every

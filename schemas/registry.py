@@ -1,4 +1,4 @@
-"""The registry's records and its request/reply messages (DESIGN.md "registry").
+"""The registry's records and its request/reply messages (docs/architecture.md, "The registry").
 
 Records: AGP resources (skills included), embedder specs, ε-net admissions. Messages: one tagged
 union of requests (``RegistryRequest``, tag = the operation, sent on ``evo.registry.<op>``) and

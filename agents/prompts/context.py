@@ -8,17 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
-from evobus.agents.roles.actor.blocks import (
-    BLOCKS_ANSWER,
-    END_MARKER,
-    START_MARKER,
-    block_rule,
-    parse,
-)
 from evobus.agents.tasks import TaskError, get_task
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.registry import Resource
@@ -65,44 +57,6 @@ def below_headings(text: str) -> str:
 
 
 _TOP_HEADING = re.compile(r"^#{1,2} (?=\S)", re.MULTILINE)
-
-
-def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
-    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
-    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
-    worded for the answer asked for (the blocks themselves, or SEARCH/REPLACE blocks).
-
-    Raises:
-        BlockMarkerError: the program's markers do not pair up.
-    """
-    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
-    return f"{rule}\n" if rule else ""
-
-
-def whole_answer(artifact: Artifact) -> dict[str, str]:
-    """The ``$answer_form`` and ``$code_form`` values of an answer that is the child itself
-    rather than SEARCH/REPLACE blocks: for a program with EVOLVE-BLOCK markers only its blocks
-    (the code outside them is the parent's, put back as it is, so a model does not spend its
-    tokens copying it: about two thirds of a circle-packing program); else the whole file.
-
-    Raises:
-        BlockMarkerError: the program's markers do not pair up.
-    """
-    entry = f", defining `{artifact.entrypoint}`" if artifact.entrypoint else ""
-    if artifact.kind == "program" and parse(artifact.source).marked:
-        return {
-            "answer_form": BLOCKS_ANSWER,
-            "code_form": (
-                f"the new program's EVOLVE-BLOCKs only, in order: each one's `{START_MARKER}` "
-                f"line, its new code, and its `{END_MARKER}` line, and nothing outside them "
-                f"(the parent's code outside the blocks is kept as it is; the child must still "
-                f"work{entry})"
-            ),
-        }
-    return {
-        "answer_form": "whole file",
-        "code_form": f"the complete new {artifact.kind} (the whole file{entry})",
-    }
 
 
 class _InstanceView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -20,9 +20,9 @@ import msgspec
 import pytest
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.actor.agent import Actor
 from evobus.agents.roles.actor.blocks import outside_equal, parse
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.models import ModelAccess
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref
 from evobus.bus import subjects

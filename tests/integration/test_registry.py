@@ -12,9 +12,9 @@ import anyio
 import git
 import pytest
 
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.agent import RegistryProcess, run_registry
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.service import Registry
 from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
 from evobus.agents.runtime.process import AgentSettings

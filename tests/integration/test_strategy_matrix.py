@@ -60,7 +60,8 @@ import pytest
 
 import evobus
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.tasks import seed_file
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import (
@@ -92,7 +93,7 @@ from tests.integration.campaigns_at_once import Outcome, run_at_once
 
 pytestmark = [pytest.mark.integration]
 
-SEED = Path(__file__).parents[2] / "examples" / "pendulum_seed.py"
+SEED = seed_file("pendulum")
 SEED_ID = "c0000"  # the seed's candidate id (schemas/artifacts.py)
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"

@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.tasks import seed_file
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from tests.processes import start_evobus
@@ -34,7 +35,7 @@ from tests.processes import start_evobus
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 ROOT = Path(__file__).parent.parent.parent
-SEED = (ROOT / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
 API_KEY = "sk-evobus-test-9f3c2a7d5e1b4c08"

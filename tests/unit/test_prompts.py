@@ -13,13 +13,17 @@ from evobus.agents.console.sim_answers import offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import (
     evaluation_json,
-    evolve_blocks,
     skills_md,
     task_values,
     tools_md,
+)
+from evobus.agents.roles.actor.blocks import (
+    blocks_only,
+    evolve_blocks,
+    outside_equal,
+    splice,
     whole_answer,
 )
-from evobus.agents.roles.actor.blocks import blocks_only, outside_equal, splice
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource

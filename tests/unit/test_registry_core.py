@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from evobus.agents.roles.registry import lifecycle
-from evobus.agents.roles.registry.contracts import consolidated, generate_contract
-from evobus.agents.roles.registry.errors import (
+from evobus.agents.registry_api.errors import (
     InvalidRequest,
     InvalidSetting,
     RegistryError,
     ResourceNotFound,
     VersionNotFound,
 )
-from evobus.agents.roles.registry.protocol import error_from_reply, error_reply, operation
+from evobus.agents.registry_api.protocol import error_from_reply, error_reply, operation
+from evobus.agents.roles.registry import lifecycle
+from evobus.agents.roles.registry.contracts import consolidated, generate_contract
 from evobus.agents.roles.registry.skill_library import (
     MERGE_DISTANCE_ENV,
     MERGED_FROM,

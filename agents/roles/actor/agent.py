@@ -33,21 +33,19 @@ from evobus.agents.evolution.skills import skill_from_diff, skill_slug
 from evobus.agents.prompts.context import (
     MAX_CONTEXT_CHARS,
     clip,
-    evolve_blocks,
     skills_md,
     task_values,
     tools_md,
-    whole_answer,
 )
-from evobus.agents.roles.actor.blocks import block_rule, splice
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryError
+from evobus.agents.roles.actor.blocks import block_rule, evolve_blocks, splice, whole_answer
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import Offspring, propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
 from evobus.agents.roles.actor.search_replace import AnswerFormat, apply_diff
 from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import expect, on_dead, result_outbound, work_failed

@@ -16,8 +16,8 @@ from nats.js.object_store import ObjectStore
 
 from evobus.agents.prompts import Prompt
 from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.critic.rules import as_diagnosis, diagnose
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import expect, on_dead, result_outbound

@@ -13,6 +13,7 @@ import anyio
 import msgspec
 from nats.js.errors import KeyNotFoundError
 
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.effects import Effects
 from evobus.agents.roles.orchestrator.messages import Emit
@@ -28,7 +29,6 @@ from evobus.agents.roles.orchestrator.persist import (
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import Step, TaskPlan
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.errors import CampaignNotFound
 from evobus.agents.runtime.events import (
     EVENT_LOG,

@@ -19,14 +19,14 @@ from typing import TypeVar
 
 import anyio
 
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryError, RegistryUnavailable
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.admission import protected
 from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Outgoing, Send
 from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryError, RegistryUnavailable
 from evobus.agents.runtime import lineage
 from evobus.bus import subjects
 from evobus.bus.publisher import Outbound, event_outbound

@@ -24,8 +24,8 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from evobus.agents.evolution.skills import skill_stats
+from evobus.agents.registry_api.errors import RegistryError
 from evobus.agents.roles.registry.dispatch import Answer, answer
-from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.roles.registry.service import Registry
 from evobus.agents.roles.registry.skill_library import SkillEviction
 from evobus.agents.runtime.events import describe

@@ -11,8 +11,8 @@ import logging
 
 import msgspec
 
-from evobus.agents.roles.registry.errors import InvalidRequest, RegistryError
-from evobus.agents.roles.registry.protocol import error_reply, operation
+from evobus.agents.registry_api.errors import InvalidRequest, RegistryError
+from evobus.agents.registry_api.protocol import error_reply, operation
 from evobus.agents.roles.registry.service import Registry
 from evobus.agents.roles.registry.skill_library import SkillEviction
 from evobus.bus import codec, subjects

@@ -25,9 +25,9 @@ import anyio.to_thread
 import msgspec
 
 from evobus.agents.evolution.skills import RETRIEVAL_DEPTH, eviction_order, rank_for_retrieval
+from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry import lifecycle
 from evobus.agents.roles.registry.contracts import consolidated
-from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.pools import EpsilonPools
 from evobus.agents.roles.registry.skill_library import (
     Registered,

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from evobus.agents.evolution.skills import skill_stats, skill_stem
-from evobus.agents.roles.registry.errors import InvalidSetting
+from evobus.agents.registry_api.errors import InvalidSetting
 from evobus.infra.library import valid_name
 from evobus.schemas.registry import RegisterRequest, Resource
 

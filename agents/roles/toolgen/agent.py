@@ -26,8 +26,8 @@ from typing import TypeVar
 import anyio
 
 from evobus.agents.prompts.context import tools_md
-from evobus.agents.roles.registry.client import RegistryClient, until_answered
-from evobus.agents.roles.registry.errors import RegistryError, ResourceNotFound
+from evobus.agents.registry_api.client import RegistryClient, until_answered
+from evobus.agents.registry_api.errors import RegistryError, ResourceNotFound
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import expect, on_dead, result_outbound

@@ -19,8 +19,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from evobus.agents.roles.registry.errors import RegistryError, RegistryUnavailable
-from evobus.agents.roles.registry.protocol import error_from_reply, operation
+from evobus.agents.registry_api.errors import RegistryError, RegistryUnavailable
+from evobus.agents.registry_api.protocol import error_from_reply, operation
 from evobus.bus import codec, subjects, tracing
 from evobus.bus.errors import Retry
 from evobus.schemas.registry import (
