@@ -52,6 +52,9 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     # had generated): what the models wrote for this child, the whole file or SEARCH/REPLACE
     # blocks; the diagnosis is not counted.
     answer_tokens: int = 0
+    # The mutation intensity the child was asked for, in [0, 1] (A-Evolve's graduated
+    # intensity: how far the parent is from the best); None before the field existed.
+    intensity: float | None = None
 
 
 class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
@@ -410,6 +413,20 @@ class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired
     registered: str
 
 
+class SkillToolsChecked(msgspec.Struct, frozen=True, kw_only=True, tag="skill_tools_checked"):
+    """A skill to register imported tools no active tool is named (A-Evolve Phase 4, "fix
+    hallucinated tool names in skills"): each renamed to the registered tool it is close to
+    (``fixed``, in the order of ``unknown``), or, when one is close to none ("" in ``fixed``),
+    the skill refused. Published on the reserved campaign id ``registry``."""
+
+    campaign: str
+    at: float
+    name: str
+    unknown: tuple[str, ...]
+    fixed: tuple[str, ...]
+    refused: bool
+
+
 class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_migrated"):
     """A candidate went from one island of a campaign to another (``strategy.islands``).
 
@@ -488,6 +505,7 @@ Event = (
     | AgentRestarted
     | StoreRecovered
     | SkillRetired
+    | SkillToolsChecked
     | ParetoFrontChanged
     | CandidateMigrated
     | IslandReseeded

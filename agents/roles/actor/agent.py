@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Sequence
 
 import msgspec
+from opentelemetry import trace
 
 from evobus.agents.evolution.skills import skill_from_diff, skill_slug
 from evobus.agents.prompts.context import (
@@ -192,12 +193,16 @@ class Actor:
 
     async def retrieve(self, work: ProposeWork) -> list[Resource]:
         """Top-K skills for the diagnosis, best first as the registry ranks them (similarity
-        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``); none
-        when there is no diagnosis or no registry."""
+        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``): skills
+        of the work's task, or of every task with ``[strategy] skill_scope = "all"`` (REFLEX
+        §4.5); none when there is no diagnosis or no registry."""
         if not work.skills or work.diagnosis is None:
             return []
+        scope = (await self.models.record(work.campaign)).spec.strategy.skill_scope
         try:
-            hits = await self.registry.search("skill", skill_query(work.diagnosis), work.skills)
+            hits = await self.registry.search(
+                "skill", skill_query(work.diagnosis), work.skills, task=work.task, scope=scope
+            )
         except RegistryError as exc:
             log.warning("skills not retrieved: %s", exc)
             return []
@@ -215,6 +220,10 @@ class Actor:
     async def propose(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         """Propose a child; an unusable parent or answer is a typed failure, not a crash."""
         work = expect(item, ProposeWork)
+        # A-Evolve's intensity on the proposal's span, so a trace shows it varying.
+        span = trace.get_current_span()
+        span.set_attribute("evobus.intensity", work.intensity)
+        span.set_attribute("evobus.operator", work.operator)
         skills = await self.retrieve(work)
         models = await self.models.for_campaign(work.campaign)
         if models is not None:
@@ -247,6 +256,7 @@ class Actor:
             rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
             engine=child.engine,
             skills_used=used,
+            intensity=work.intensity,
         )
         return [result_outbound(proposal, "propose")]
 
@@ -347,6 +357,7 @@ class Actor:
             skills_used=tuple(s.name for s in skills),
             tools=tuple(tools.refs),
             usage=usage + tools.usage,
+            intensity=work.intensity,
         )
 
     async def repair(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
