@@ -52,8 +52,9 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     # had generated): what the models wrote for this child, the whole file or SEARCH/REPLACE
     # blocks; the diagnosis is not counted.
     answer_tokens: int = 0
-    # The mutation intensity the child was asked for, in [0, 1] (A-Evolve's graduated
-    # intensity: how far the parent is from the best); None before the field existed.
+    # The mutation intensity the child was asked for: A-Evolve's graduated scope as a
+    # multiplier on the mutation's size (2.0 comprehensive, 1.0 targeted, 0.5 minimal;
+    # agents/evolution/intensity.py). None before the field existed.
     intensity: float | None = None
 
 

@@ -1,0 +1,173 @@
+"""Skills that live, through the real processes (issue 30): three ``evobus run`` campaigns on
+one bus and one output folder, so that they share one registry library (``<out>/.registry``).
+
+1. Pendulum, offline, with the registry's cap at 3 (``EVOBUS_SKILL_CAP``): the library passes
+   its cap and skills are retired (``skill_retired`` events on the registry's campaign id),
+   although none was used 5 times — the skills that had their chance go (REFLEX §3.4,
+   agents/evolution/skills.py ``eviction_order``).
+2. Acrobot, its models served by ``evobus llm-sim``, with ``[strategy] skill_scope = "all"``:
+   pendulum skills are retrieved and credited in an acrobot campaign (REFLEX §4.5).
+3. Acrobot again with the default ``skill_scope = "task"``: only acrobot skills are.
+
+Every ``candidate_proposed`` event of each carries the intensity the child was asked for
+(A-Evolve's graduated scope).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import msgspec
+import pytest
+from nats.js.api import DeliverPolicy
+
+from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
+from evobus.agents.runtime.events import EVENT_LOG, read_events
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
+from evobus.infra.nats_server import NatsServer
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
+    CandidateProposed,
+    Event,
+    SkillLearned,
+    SkillRetired,
+    SkillUtilityUpdated,
+)
+from tests.conftest import time_left
+from tests.processes import run_evobus
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+MODEL = "Qwen/Qwen3-8B"
+CAP = 3
+INTENSITIES = {0.5, 1.0, 2.0}  # agents/evolution/intensity.py MULTIPLIERS
+CAMPAIGN = """
+[campaign]
+name = "{name}"
+task = "{task}"
+seed_artifact = "{seed}"
+[campaign.budget]
+proposals = {proposals}
+wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
+[task]
+validation_episodes = 2
+train_instances = 3
+max_steps = 100
+[strategy]
+in_flight = 2
+minibatch = 2
+min_evaluations = 2
+skills = 3
+skill_scope = "{scope}"
+rng_seed = 2
+"""
+MODELS = """
+[llm]
+provider = "openai"
+base_urls = ["{url}"]
+actor_model = "{model}"
+critic_model = "{model}"
+"""
+
+
+@pytest.fixture
+def sim() -> Iterator[RunningSim]:
+    options = {"answerer": OfflineAnswerer(), "time_scale": 0.02, "models": (MODEL,), "seed": 5}
+    with serve_sim_in_thread(**options) as running:
+        yield running
+
+
+async def campaign(
+    name: str,
+    task: str,
+    scope: str,
+    proposals: int,
+    *,
+    nats: str,
+    tmp: Path,
+    sim_url: str = "",
+    env: dict[str, str] | None = None,
+) -> list[Event]:
+    """Run one campaign with ``evobus run`` (its run folder under ``tmp/runs``, where every
+    campaign finds the same registry library); its events once it completed."""
+    seed = EXAMPLES / f"{task}_seed.py"
+    text = CAMPAIGN.format(name=name, task=task, seed=seed, proposals=proposals, scope=scope)
+    if sim_url:
+        text += MODELS.format(url=sim_url, model=MODEL)
+    (tmp / f"{name}.toml").write_text(text)
+    out = tmp / "runs"
+    code, output = await run_evobus(
+        "run",
+        str(tmp / f"{name}.toml"),
+        "--nats",
+        nats,
+        "--id",
+        name,
+        "--out",
+        str(out),
+        log=tmp / f"{name}.log",
+        env=env,
+    )
+    assert code == 0, output
+    summary = msgspec.json.decode((out / name / "summary.json").read_bytes(), type=CampaignSummary)
+    assert summary.status == "completed" and summary.proposals == proposals, output
+    events = read_events(out / name / EVENT_LOG)
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    assert len(proposed) == proposals
+    assert all(e.intensity in INTENSITIES for e in proposed), proposed
+    return events
+
+
+async def registry_events(url: str) -> list[Event]:
+    """Every event the registry published on the bus (its reserved campaign id)."""
+    nc = await connect(url, name="skill-life-test")
+    try:
+        js = nc.jetstream()
+        filter_ = subjects.events_filter(subjects.REGISTRY_EVENTS)
+        sub = await js.subscribe(filter_, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        info = await js.stream_info(subjects.STREAM_EVENTS, subjects_filter=filter_)
+        count = sum((info.state.subjects or {}).values())
+        with anyio.fail_after(time_left(0.95)):
+            return [
+                codec.EVENT_DECODER.decode((await sub.next_msg(timeout=None)).data)
+                for _ in range(count)
+            ]
+    finally:
+        await nc.drain()
+
+
+def credited(events: list[Event]) -> set[str]:
+    """The skills whose utility a campaign credited: those its proposals were made with."""
+    return {e.name for e in events if isinstance(e, SkillUtilityUpdated)}
+
+
+def learned(events: list[Event]) -> set[str]:
+    return {e.name for e in events if isinstance(e, SkillLearned)}
+
+
+@pytest.mark.timeout(600)
+async def test_skills_are_retired_past_the_cap_and_cross_tasks_only_when_asked(
+    nats_server: NatsServer, sim: RunningSim, tmp_path: Path
+) -> None:
+    nats, cap = nats_server.url, {SKILL_CAP_ENV: str(CAP)}
+    pendulum = await campaign("pendulum", "pendulum", "task", 24, nats=nats, tmp=tmp_path, env=cap)
+    assert len(learned(pendulum)) > CAP, pendulum  # enough to pass the cap
+    retired = [e for e in await registry_events(nats_server.url) if isinstance(e, SkillRetired)]
+    assert retired, "no skill_retired event"
+    assert all(e.cap == CAP and e.active <= CAP + 1 for e in retired), retired
+    assert {e.name for e in retired} <= learned(pendulum)
+    assert any(e.uses < 5 for e in retired)  # had its chance, never used enough to "fail"
+
+    url = sim.base_url
+    every = await campaign("acrobot-all", "acrobot", "all", 8, nats=nats, tmp=tmp_path, sim_url=url)
+    assert credited(every) & learned(pendulum), (credited(every), learned(pendulum))
+
+    own = await campaign("acrobot-task", "acrobot", "task", 8, nats=nats, tmp=tmp_path, sim_url=url)
+    assert credited(own), own
+    assert credited(own) <= learned(every) | learned(own), credited(own) & learned(pendulum)
