@@ -260,7 +260,8 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         task_model: the model that runs candidates of model-run tasks (``prompt_qa``); empty
             means ``actor_model``.
         temperature, max_tokens: sampling settings of every call.
-        samples: completions per proposal call (``n``); the first valid one is used.
+        samples: samples per proposal, each its own request, sent at once; the first usable
+            one goes on as soon as it is ready and the rest are cancelled (FlashEvolve §3.3).
         timeout_seconds: per HTTP request.
         max_retries: retries on 429, 5xx and connection errors, with exponential backoff.
         concurrency: requests in flight per endpoint, per agent process.
