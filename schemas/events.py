@@ -398,7 +398,9 @@ class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recov
 
 class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired"):
     """The registry retired a skill that failed (REFLEX §3.4: used ``uses`` times, gaining less
-    than 0.05 per use) because a registration left more than ``cap`` active skills; it leaves
+    than 0.05 per use), or one that had its chance and was used fewer than 5 times
+    (agents/evolution/skills.py ``eviction_order``), because a registration left more than
+    ``cap`` active skills; it leaves
     search, its history stays (``registered``: the skill whose registration passed the cap;
     ``active``: active skills afterwards). Published on the reserved campaign id ``registry``:
     the library is shared by every campaign."""
