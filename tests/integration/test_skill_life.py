@@ -7,6 +7,7 @@ one bus and one output folder, so that they share one registry library (``<out>/
    agents/evolution/skills.py ``eviction_order``).
 2. Acrobot, its models served by ``evobus llm-sim``, with ``[strategy] skill_scope = "all"``:
    pendulum skills are retrieved and credited in an acrobot campaign (REFLEX §4.5).
+   The actor's prompt shows them as skills of another task, to be rewritten.
 3. Acrobot again with the default ``skill_scope = "task"``: only acrobot skills are.
 
 Every ``candidate_proposed`` event of each carries the intensity the child was asked for
@@ -28,6 +29,7 @@ from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
 from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
+from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
@@ -77,9 +79,14 @@ critic_model = "{model}"
 
 
 @pytest.fixture
-def sim() -> Iterator[RunningSim]:
-    options = {"answerer": OfflineAnswerer(), "time_scale": 0.02, "models": (MODEL,), "seed": 5}
-    with serve_sim_in_thread(**options) as running:
+def sim(tmp_path: Path) -> Iterator[RunningSim]:
+    with serve_sim_in_thread(
+        answerer=OfflineAnswerer(),
+        time_scale=0.02,
+        models=(MODEL,),
+        seed=5,
+        request_log=tmp_path / "requests.jsonl",
+    ) as running:
         yield running
 
 
@@ -167,6 +174,13 @@ async def test_skills_are_retired_past_the_cap_and_cross_tasks_only_when_asked(
     url = sim.base_url
     every = await campaign("acrobot-all", "acrobot", "all", 8, nats=nats, tmp=tmp_path, sim_url=url)
     assert credited(every) & learned(pendulum), (credited(every), learned(pendulum))
+    # The actor's prompt shows a pendulum skill as one to rewrite for acrobot (REFLEX §4.5).
+    prompts = [
+        str(r.messages[-1]["text"])
+        for r in read_request_log(tmp_path / "requests.jsonl")
+        if r.schema == "ActorDraft"
+    ]
+    assert any("Learned on the task 'pendulum'" in text for text in prompts)
 
     own = await campaign("acrobot-task", "acrobot", "task", 8, nats=nats, tmp=tmp_path, sim_url=url)
     assert credited(own), own

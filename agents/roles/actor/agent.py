@@ -296,7 +296,7 @@ class Actor:
             else "{}",
             "co_parent_code": co.artifact.source if co else "",
             "co_fitness_score": "",
-            "skills": skills_md(skills),
+            "skills": skills_md(skills, work.task),
             "tools": tools_md(shown := await self.tools(query)),
             "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
             "operator": work.operator,
