@@ -11,11 +11,14 @@ one bus and one output folder, so that they share one registry library (``<out>/
 3. Acrobot again with the default ``skill_scope = "task"``: only acrobot skills are.
 
 Every ``candidate_proposed`` event of each carries the intensity the child was asked for
-(A-Evolve's graduated scope).
+(A-Evolve's graduated scope). The simulated skill extractor's first two skills import tools by
+wrong names: the one close to a registered tool is fixed, the other refused, each with a
+``skill_tools_checked`` event (A-Evolve Phase 4).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.infra.llm_sim.request_log import read_request_log
+from evobus.infra.llm_sim.script import parse_rules
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
@@ -38,6 +42,7 @@ from evobus.schemas.events import (
     Event,
     SkillLearned,
     SkillRetired,
+    SkillToolsChecked,
     SkillUtilityUpdated,
 )
 from tests.conftest import time_left
@@ -60,7 +65,7 @@ wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work
 [task]
 validation_episodes = 2
 train_instances = 3
-max_steps = 100
+max_steps = {max_steps}
 [strategy]
 in_flight = 2
 minibatch = 2
@@ -78,10 +83,37 @@ critic_model = "{model}"
 """
 
 
+# The first two skills the simulated extractor writes import a tool by a wrong name: one
+# close to the tool ``energy`` the pendulum campaign registered, one close to no tool.
+MISNAMED = [
+    {
+        "pattern": ".",
+        "schema": "SkillDraft",
+        "times": 1,
+        "response": {
+            "name": "pump-with-the-energy-tool",
+            "trigger": "the arm swings too little: pump energy",
+            "snippet": "from tools.enrgy import energy\n# ...\n    torque = energy(state)",
+        },
+    },
+    {
+        "pattern": ".",
+        "schema": "SkillDraft",
+        "times": 1,
+        "response": {
+            "name": "teleport-to-the-top",
+            "trigger": "the arm never reaches the top",
+            "snippet": "import tools.teleport\nstate = tools.teleport.top()",
+        },
+    },
+]
+
+
 @pytest.fixture
 def sim(tmp_path: Path) -> Iterator[RunningSim]:
     with serve_sim_in_thread(
         answerer=OfflineAnswerer(),
+        rules=parse_rules(json.dumps(MISNAMED).encode(), source="test_skill_life"),
         time_scale=0.02,
         models=(MODEL,),
         seed=5,
@@ -104,7 +136,12 @@ async def campaign(
     """Run one campaign with ``evobus run`` (its run folder under ``tmp/runs``, where every
     campaign finds the same registry library); its events once it completed."""
     seed = EXAMPLES / f"{task}_seed.py"
-    text = CAMPAIGN.format(name=name, task=task, seed=seed, proposals=proposals, scope=scope)
+    # Acrobot at Gymnasium's own limit: its seed swings up in about 400 steps, so that children
+    # can improve on it (and skills be extracted); at 100 every program scores -100.
+    steps = 500 if task == "acrobot" else 100
+    text = CAMPAIGN.format(
+        name=name, task=task, seed=seed, proposals=proposals, scope=scope, max_steps=steps
+    )
     if sim_url:
         text += MODELS.format(url=sim_url, model=MODEL)
     (tmp / f"{name}.toml").write_text(text)
@@ -185,3 +222,14 @@ async def test_skills_are_retired_past_the_cap_and_cross_tasks_only_when_asked(
     own = await campaign("acrobot-task", "acrobot", "task", 8, nats=nats, tmp=tmp_path, sim_url=url)
     assert credited(own), own
     assert credited(own) <= learned(every) | learned(own), credited(own) & learned(pendulum)
+
+    # A-Evolve Phase 4: the skills naming tools by a wrong name were fixed or refused.
+    log = read_request_log(tmp_path / "requests.jsonl")
+    assert sum(r.schema == "SkillDraft" for r in log) >= len(MISNAMED)
+    checks = [e for e in await registry_events(nats) if isinstance(e, SkillToolsChecked)]
+    fixed = [e for e in checks if e.name == "pump-with-the-energy-tool"]
+    assert [(e.unknown, e.fixed, e.refused) for e in fixed] == [(("enrgy",), ("energy",), False)]
+    refused = [e for e in checks if e.name == "teleport-to-the-top"]
+    assert [(e.unknown, e.refused) for e in refused] == [(("teleport",), True)]
+    assert "pump-with-the-energy-tool" in learned(every) | learned(own)
+    assert "teleport-to-the-top" not in learned(every) | learned(own)
