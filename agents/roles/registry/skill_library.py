@@ -1,4 +1,5 @@
-"""The skill library's upkeep in the registry: its settings, near-duplicate merging, eviction.
+"""The skill library's upkeep in the registry: its settings, near-duplicate merging, eviction,
+task scope and tool names.
 
 The rules are agents/evolution/skills.py's (REFLEX §3.4 utility, retrieval and eviction); what
 the registry adds is where they apply:
@@ -21,7 +22,6 @@ the registry adds is where they apply:
   transfer), every task's, other tasks' skills ranked by what they have gained, without the
   optimism an unused skill of the query's own task gets (agents/evolution/skills.py).
   Near-duplicates merge within a task.
-
 * **Tool names** (A-Evolve Phase 4, "fix hallucinated tool names in skills"): a skill whose
   snippet imports ``tools.<name>`` for a name no active tool has is fixed — the name becomes
   the registered tool's it is close to (``difflib``, ratio ≥ ``TOOL_NAME_CUTOFF``) — or,
@@ -32,7 +32,7 @@ the registry adds is where they apply:
   what similarity and utility rank (REFLEX §3.4's retrieval score): near-duplicates with more
   utility never crowd a skill out of a search for it by its own name.
 
-Both are registry settings, not campaign keys: one library serves every campaign on the bus,
+The cap and the merge distance are registry settings, not campaign keys: one library serves every campaign on the bus,
 so its size and what counts as the same skill are properties of the library; two campaigns
 with different caps would retire each other's skills. They come from the environment of the
 registry process (``evobus run`` starts it with its own environment).
