@@ -32,10 +32,10 @@ the registry adds is where they apply:
   what similarity and utility rank (REFLEX §3.4's retrieval score): near-duplicates with more
   utility never crowd a skill out of a search for it by its own name.
 
-The cap and the merge distance are registry settings, not campaign keys: one library serves every campaign on the bus,
-so its size and what counts as the same skill are properties of the library; two campaigns
-with different caps would retire each other's skills. They come from the environment of the
-registry process (``evobus run`` starts it with its own environment).
+The cap and the merge distance are registry settings, not campaign keys: one library serves
+every campaign on the bus, so its size and what counts as the same skill are properties of the
+library; two campaigns with different caps would retire each other's skills. They come from the
+environment of the registry process (``evobus run`` starts it with its own environment).
 """
 
 from __future__ import annotations
