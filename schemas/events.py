@@ -52,6 +52,10 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     # had generated): what the models wrote for this child, the whole file or SEARCH/REPLACE
     # blocks; the diagnosis is not counted.
     answer_tokens: int = 0
+    # The mutation intensity the child was asked for: A-Evolve's graduated scope as a
+    # multiplier on the mutation's size (2.0 comprehensive, 1.0 targeted, 0.5 minimal;
+    # agents/evolution/intensity.py). None before the field existed.
+    intensity: float | None = None
 
 
 class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
@@ -394,7 +398,9 @@ class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recov
 
 class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired"):
     """The registry retired a skill that failed (REFLEX §3.4: used ``uses`` times, gaining less
-    than 0.05 per use) because a registration left more than ``cap`` active skills; it leaves
+    than 0.05 per use), or one that had its chance and was used fewer than 5 times
+    (agents/evolution/skills.py ``eviction_order``), because a registration left more than
+    ``cap`` active skills; it leaves
     search, its history stays (``registered``: the skill whose registration passed the cap;
     ``active``: active skills afterwards). Published on the reserved campaign id ``registry``:
     the library is shared by every campaign."""
@@ -408,6 +414,20 @@ class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired
     active: int
     cap: int
     registered: str
+
+
+class SkillToolsChecked(msgspec.Struct, frozen=True, kw_only=True, tag="skill_tools_checked"):
+    """A skill to register imported tools no active tool is named (A-Evolve Phase 4, "fix
+    hallucinated tool names in skills"): each renamed to the registered tool it is close to
+    (``fixed``, in the order of ``unknown``), or, when one is close to none ("" in ``fixed``),
+    the skill refused. Published on the reserved campaign id ``registry``."""
+
+    campaign: str
+    at: float
+    name: str
+    unknown: tuple[str, ...]
+    fixed: tuple[str, ...]
+    refused: bool
 
 
 class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_migrated"):
@@ -488,6 +508,7 @@ Event = (
     | AgentRestarted
     | StoreRecovered
     | SkillRetired
+    | SkillToolsChecked
     | ParetoFrontChanged
     | CandidateMigrated
     | IslandReseeded

@@ -82,6 +82,9 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_fi
     skills_used: tuple[str, ...] = ()
     tools: tuple[ToolRef, ...] = ()  # registered tools the child imports (requested by the actor)
     usage: Usage = Usage()
+    # The mutation intensity the work item asked for (A-Evolve's graduated intensity), echoed
+    # so the orchestrator's candidate_proposed event carries it; None from an older actor.
+    intensity: float | None = None
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", tag_field="type"):

@@ -98,15 +98,24 @@ def evaluation_json(evaluation: Evaluation) -> str:
     return msgspec.json.format(msgspec.json.encode(view), indent=2).decode()
 
 
-def skills_md(skills: Sequence[Resource]) -> str:
-    """Retrieved skills, skills.md style: name, when to use it, the snippet."""
+def skills_md(skills: Sequence[Resource], task: str = "") -> str:
+    """Retrieved skills, skills.md style: name, when to use it, the snippet; a skill learned on
+    another task than ``task`` says so, to be rewritten for this one (REFLEX §4.5: "any
+    transferred skill must be rewritten, not copied")."""
     if not skills:
         return "(none retrieved)"
     parts = []
     for skill in skills:
         utility = skill.params.get("utility", 0.0)
+        learned_on = skill.metadata.get("task", "")
+        other = (
+            f"\nLearned on the task {learned_on!r}, not this one: adapt the idea to this "
+            "task's inputs and outputs; do not copy the code."
+            if task and learned_on and learned_on != task
+            else ""
+        )
         parts.append(
-            f"### {skill.name} (utility {utility})\nWhen: {skill.description}\n"
+            f"### {skill.name} (utility {utility})\nWhen: {skill.description}{other}\n"
             f"```python\n{skill.source.strip()}\n```"
         )
     return "\n\n".join(parts)

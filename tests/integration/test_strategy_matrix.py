@@ -34,7 +34,8 @@ each migration received was sent and is received once.
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
 every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``,
 ``adaptive_workers`` with ``workers_min`` and ``workers_max``, ``bandit`` and ``delta_max``,
-``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills``, ``selection``
+``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills`` and
+``skill_scope`` (``all`` in odd rows), ``selection``
 (by turns ``ucb``, ``mean``, ``pareto`` and ``pareto`` over two metrics) with ``ucb_beta`` and
 ``pareto_metrics``, ``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
@@ -188,6 +189,8 @@ def strategy_of(row: Row, index: int) -> dict[str, object]:
         "staleness": row["staleness"],
         "bandit": row["operators"] == "bandit",
         "skills": 3 if row["skills"] == "skills" else 0,
+        # Other tasks' skills too, by turns (REFLEX §4.5): the library is every row's.
+        "skill_scope": "all" if index % 2 else "task",
         "burst_after": 2,
         "stagnation_window": 3,
         "stagnation_threshold": 5.0,
@@ -452,6 +455,10 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
     assert all(
         spec.workers_min <= e.new <= spec.workers_max and abs(e.new - e.old) == 1 for e in moves
     ), moves
+    # A-Evolve's graduated scope: every child says how intense a change it was asked for.
+    assert all(
+        e.intensity in (0.5, 1.0, 2.0) for e in events if isinstance(e, CandidateProposed)
+    ), [e for e in events if isinstance(e, CandidateProposed)]
     operators = {e.operator for e in events if isinstance(e, CandidateProposed)}
     if row["operators"] == "nobandit":  # m_diag, x_div at the crossover rate, or a burst's
         assert "m_text" not in operators, operators  # (i1, x_div, m_diag): never m_text

@@ -293,6 +293,12 @@ async def test_a_candidates_life_is_one_trace_across_the_agents(
         assert attributes["reason"]
     (decide,) = [s for s in members if s.name == "decide"]
     assert decide.attributes["evobus.outcome"] == root.attributes["evobus.outcome"]
+    # A-Evolve's intensity: on the actor's span of the proposal and the step's proposal event.
+    (proposing,) = [s for s in consumers if s.name.endswith(".work.propose")]
+    intensity = proposing.attributes["evobus.intensity"]
+    assert intensity in (0.5, 1.0, 2.0), proposing.attributes
+    proposed = {n: a for n, a in root.events if n == "candidate_proposed"}
+    assert proposed["candidate_proposed"]["intensity"] == intensity, root.events
 
     # No secret in any span, exported or on disk; the span file has the same trace.
     run_dir = out / campaign_id

@@ -235,3 +235,10 @@ def test_offline_answers_for_skills_summaries_and_stale_repair() -> None:
 def test_the_offline_engine_has_no_answer_for_tool_synthesis() -> None:
     assert offline_answer("ToolDraft", render("tool_generator")) is None
     assert offline_answer("Unknown", "anything") is None
+
+
+def test_a_skill_of_another_task_is_shown_to_be_rewritten_not_copied() -> None:
+    pendulum = msgspec.structs.replace(SKILL, metadata={"task": "pendulum"})
+    assert "Learned on the task 'pendulum'" in skills_md([pendulum], "acrobot")
+    assert "Learned on" not in skills_md([pendulum], "pendulum")
+    assert "Learned on" not in skills_md([SKILL], "acrobot")  # a skill that does not say

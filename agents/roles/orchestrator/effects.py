@@ -319,7 +319,7 @@ class Effects:
                         description=skill.trigger,
                         source=skill.snippet,
                         params=_NEW_SKILL,
-                        metadata=_skill_metadata(state.cid, skill),
+                        metadata=_skill_metadata(state.cid, state.plan.name, skill),
                     ),
                     patience=self.call_seconds,
                 )
@@ -446,9 +446,9 @@ class Effects:
 _NEW_SKILL: dict[str, ParamValue] = {"utility": 0.0, "uses": 0}
 
 
-def _skill_metadata(campaign: str, skill: SkillRegistration) -> dict[str, str]:
-    """What the registry records of where a skill came from."""
-    metadata = {"origin": skill.origin, "campaign": campaign}
+def _skill_metadata(campaign: str, task: str, skill: SkillRegistration) -> dict[str, str]:
+    """What the registry records of where a skill came from (its task scopes retrieval)."""
+    metadata = {"origin": skill.origin, "campaign": campaign, "task": task}
     if skill.candidate_id:
         metadata["from"] = skill.candidate_id
     return metadata
