@@ -3,7 +3,9 @@
 Starts ``evobus llm-sim`` (default profile) as a process of its own and sends chat completions
 from a raw asyncio HTTP/1.1 client (keep-alive, one connection per concurrent request, no HTTP
 library on the client side: what is measured is the server). For each concurrency it reports
-requests per second, completion tokens per second and the median latency.
+requests per second, completion tokens per second, the median latency, and the server's CPU
+time per request (user + system, read from ``/proc``: unlike the others, it holds on a machine
+that other work keeps busy).
 
 At ``--time-scale 1`` the engine model decides (tokens/s as a vLLM server would give them); at a
 small time scale (0.001) the simulated work is nearly free and the numbers are the HTTP
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,10 +67,18 @@ async def _connection(port: int, requests: int) -> tuple[list[float], int]:
     return latencies, tokens
 
 
-async def _measure(port: int, concurrency: int, requests: int) -> dict[str, float]:
-    start = time.perf_counter()
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(port: int, pid: int, concurrency: int, requests: int) -> dict[str, float]:
+    start, cpu = time.perf_counter(), _cpu_seconds(pid)
     done = await asyncio.gather(*(_connection(port, requests) for _ in range(concurrency)))
     wall = time.perf_counter() - start
+    cpu = _cpu_seconds(pid) - cpu
     latencies = [t for each, _ in done for t in each]
     tokens = sum(n for _, n in done)
     return {
@@ -75,6 +86,7 @@ async def _measure(port: int, concurrency: int, requests: int) -> dict[str, floa
         "requests_per_s": len(latencies) / wall,
         "tokens_per_s": tokens / wall,
         "p50_ms": statistics.median(latencies) * 1000,
+        "cpu_ms_per_request": cpu / len(latencies) * 1000,
     }
 
 
@@ -98,10 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not port:
             raise SystemExit("evobus llm-sim did not start")
         for concurrency in args.concurrency:
-            row = asyncio.run(_measure(port, concurrency, args.requests))
+            row = asyncio.run(_measure(port, sim.pid, concurrency, args.requests))
             print(
                 f"concurrency {concurrency:4d}: {row['requests_per_s']:8.1f} requests/s "
-                f"{row['tokens_per_s']:9.0f} tokens/s  p50 {row['p50_ms']:7.1f} ms",
+                f"{row['tokens_per_s']:9.0f} tokens/s  p50 {row['p50_ms']:7.1f} ms  "
+                f"server CPU {row['cpu_ms_per_request']:.2f} ms/request",
                 flush=True,
             )
     finally:
