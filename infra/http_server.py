@@ -28,6 +28,10 @@ from starlette.types import ASGIApp
 # starts and stops servers by the dozen.
 GRACE_SECONDS = 3
 BACKLOG = 2048  # uvicorn's
+# An idle keep-alive connection is closed by the client first (httpx: after 5 s), never by the
+# server: a server that closes it as the client sends the next request on it (uvicorn's default
+# is 5 s, the same as httpx's) makes that request fail with no answer.
+KEEP_ALIVE_SECONDS = 75
 
 
 def bind(host: str, port: int) -> list[socket.socket]:
@@ -70,6 +74,7 @@ async def serve_asgi(
     *,
     headers: Sequence[tuple[str, str]] = (),
     close: Callable[[], None] = lambda: None,
+    max_head_bytes: int | None = None,
 ) -> AsyncIterator[None]:
     """Serve ``app`` on ``sockets`` (from :func:`bind`) for the duration of the block.
 
@@ -79,6 +84,7 @@ async def serve_asgi(
         headers: headers every answer carries, errors from uvicorn itself included.
         close: called first on the way out, to end the app's long answers (event streams,
             requests held open) so that they finish instead of being cancelled.
+        max_head_bytes: the longest request line and headers taken (None: h11's 16 KiB).
     """
     config = uvicorn.Config(
         app,
@@ -92,7 +98,9 @@ async def serve_asgi(
         server_header=False,
         date_header=False,
         headers=list(headers),
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=GRACE_SECONDS,
+        h11_max_incomplete_event_size=max_head_bytes,
     )
     config.load()
     server = uvicorn.Server(config)

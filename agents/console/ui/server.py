@@ -79,6 +79,7 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain", ".t
 # view.py says of an interrupted one) ends its event stream.
 LIVE = ("waiting", "running")
 SERVER = "evobus-ui"
+MAX_HEAD = 65536  # a browser's request line and headers, its cookies for localhost included
 # Headers every answer carries: the page loads only its own files (no inline script, nothing
 # from another origin) and may not be framed by another site.
 # (uPlot sizes its elements with style attributes: inline styles are allowed, scripts are not.)
@@ -181,7 +182,9 @@ async def serve_ui(options: UiOptions) -> AsyncIterator[RunningUI]:
                 tg.start_soon(app.agents.listen, nc)
             headers = (("server", SERVER), *SECURITY_HEADERS)
             try:
-                async with serve_asgi(app.asgi, sockets, headers=headers, close=app.close):
+                async with serve_asgi(
+                    app.asgi, sockets, headers=headers, close=app.close, max_head_bytes=MAX_HEAD
+                ):
                     port = sockets[0].getsockname()[1]
                     yield RunningUI(options.host, port, options.campaign)
             finally:
