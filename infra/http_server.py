@@ -4,13 +4,13 @@ loop, for as long as an ``async with`` block lasts.
 Both ``evobus llm-sim`` (infra/llm_sim/server.py) and ``evobus ui`` (agents/console/ui/server.py)
 serve through it. The sockets are bound here, before uvicorn starts, so that port 0 gives a free
 port the caller can read and an address in use is an ``OSError`` at once. uvicorn's own process
-concerns are left out: no signal handlers (the command's own handle SIGTERM), no logging
+concerns are left out: no signal handlers (the command handles SIGTERM itself), no logging
 configuration (the process's stays as it is), no lifespan, no ``server`` or ``date`` header
-unless the app gives them.
+but those the caller gives.
 
-On leaving the block the app has been told to end its long answers (its ``close`` callback):
-uvicorn then closes the idle connections, waits up to ``GRACE_SECONDS`` for the answers still
-running and cancels what is left.
+On leaving the block, the ``close`` callback tells the app to end its long answers; uvicorn
+then closes the idle connections, waits up to ``GRACE_SECONDS`` for the answers still running
+and cancels what is left.
 """
 
 from __future__ import annotations
