@@ -106,8 +106,13 @@ class ActorHandlers:
             attempt=1,
             sender=None,
         )
-        handler = self.actor.propose if stage == "propose" else self.actor.repair
-        (out,) = await handler(item, context)
+        match item:  # each handler takes its own stage's item
+            case ProposeWork() if stage == "propose":
+                (out,) = await self.actor.propose(item, context)
+            case RepairWork() if stage == "repair":
+                (out,) = await self.actor.repair(item, context)
+            case _:
+                raise AssertionError(f"no {stage} handler here for {type(item).__name__}")
         return out.message
 
 

@@ -50,7 +50,7 @@ from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
-from evobus.agents.runtime.work import expect, on_dead, result_outbound, work_failed
+from evobus.agents.runtime.work import result_outbound, work_failed
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
 from evobus.infra.llm import (
@@ -66,7 +66,7 @@ from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
 from evobus.schemas.registry import Resource
 from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
 from evobus.schemas.tools import ToolRef, imported_tools
-from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork, Work
+from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,8 @@ class Actor:
             return []
         return [tool for tool, _ in hits]
 
-    async def propose(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def propose(self, work: ProposeWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Propose a child; an unusable parent or answer is a typed failure, not a crash."""
-        work = expect(item, ProposeWork)
         # A-Evolve's intensity on the proposal's span, so a trace shows it varying.
         span = trace.get_current_span()
         span.set_attribute("evobus.intensity", work.intensity)
@@ -390,11 +389,10 @@ class Actor:
             intensity=work.intensity,
         )
 
-    async def repair(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def repair(self, work: RepairWork, ctx: MessageContext) -> Sequence[Outbound]:
         """FlashEvolve §3.2 (reflective staleness): patch a stale proposal against the pool's
         changes since it was made, or discard it as covered. Offline, the classical stand-in
         crosses it with the current best (x_div), so it builds on the pool as it is now."""
-        work = expect(item, RepairWork)
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             try:
@@ -476,13 +474,12 @@ class Actor:
             usage=out.usage,
         )
 
-    async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def extract(self, work: ExtractWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Turn an improving parent → child change into a skill's draft (REFLEX §3.4).
 
         The draft goes back in the result; the orchestrator registers it, and holds it in the
         campaign state while the registry is away, so extraction never waits for the registry.
         """
-        work = expect(item, ExtractWork)
         trigger = skill_query(work.diagnosis) if work.diagnosis else ""
         models = await self.models.for_campaign(work.campaign)
         usage = Usage()
@@ -562,7 +559,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     registry = RegistryClient(proc.nc)
     actor = Actor(proc, registry, ModelAccess(proc, registry))
     return [
-        WorkBinding("propose", actor.propose, on_dead("propose")),
-        WorkBinding("extract", actor.extract, on_dead("extract")),
-        WorkBinding("repair", actor.repair, on_dead("repair")),
+        WorkBinding.typed("propose", ProposeWork, actor.propose),
+        WorkBinding.typed("extract", ExtractWork, actor.extract),
+        WorkBinding.typed("repair", RepairWork, actor.repair),
     ]
