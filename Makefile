@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test test-cluster check lint typecheck unit clean llm-check
+.PHONY: demo test test-cluster check lint typecheck imports unit clean llm-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-check: lint typecheck
+# The layers of docs/architecture.md as import-linter contracts ([tool.importlinter] in
+# pyproject.toml): every import, those in functions and under TYPE_CHECKING included.
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+check: lint typecheck imports
 
 # The suite starts hundreds of agent processes: their modules compiled once here, not in each
 # (PYTHONDONTWRITEBYTECODE, set on some machines, would otherwise keep every start compiling).
@@ -69,4 +74,4 @@ llm-check: $(STAMP) $(LLM_VENV)/.installed
 		--json tests/bench/results/llm_check.json $(LLM_CHECK_ARGS)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

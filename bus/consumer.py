@@ -1,6 +1,6 @@
 """The pull-consumer loop every agent runs: fetch, decode, handle, publish, then ack.
 
-Delivery rules (DESIGN.md "Delivery"):
+Delivery rules (docs/architecture.md, "Delivery"):
 - ack only after everything the handler returned is published (at-least-once end to end);
 - ``in_progress()`` keeps a long handler's message from being redelivered;
 - ``Retry`` (or an unexpected exception) naks with a delay; a message that can never succeed —

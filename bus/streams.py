@@ -111,8 +111,8 @@ def replicas_for(js: JetStreamContext) -> int:
 
 
 def stream_configs(replicas: int = 1) -> list[StreamConfig]:
-    """The four streams (DESIGN.md "The bus"), on disk so work survives a server restart, each
-    with ``replicas`` copies."""
+    """The four streams (docs/architecture.md, "Streams, buckets and subjects"), on disk so
+    work survives a server restart, each with ``replicas`` copies."""
     subject_map = subjects.stream_subjects()
 
     def config(name: str, retention: RetentionPolicy, max_age: float) -> StreamConfig:

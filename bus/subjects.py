@@ -1,6 +1,6 @@
 """Every NATS subject, stream and consumer name evobus uses is built here and nowhere else.
 
-Layout (DESIGN.md "The bus"):
+Layout (docs/architecture.md, "Streams, buckets and subjects"):
     evo.<cid>.work.<stage>       EVO_WORK (work-queue retention)
     evo.<cid>.result.<stage>     EVO_RESULTS
     evo.<cid>.event.<kind>       EVO_EVENTS

@@ -18,9 +18,9 @@ from typing import TypedDict, TypeVar, Unpack
 import anyio
 import msgspec
 
-from evobus.agents.console.peer_config import given_keys
-from evobus.agents.console.peer_files import read_beside
-from evobus.agents.console.supervisor import (
+from evobus.agents.runner.peer_config import given_keys
+from evobus.agents.runner.peer_files import read_beside
+from evobus.agents.runner.supervisor import (
     PYTHON_ORIGIN,
     WORKER_ROLES,
     RunOptions,

@@ -34,7 +34,7 @@ from opentelemetry import context as otel_context
 from evobus.agents.roles.evaluator.agent import bounded, evaluation_of
 from evobus.agents.runtime.events import event_stream
 from evobus.agents.runtime.process import make_agent_ref
-from evobus.agents.runtime.work import expect, on_dead, result_outbound
+from evobus.agents.runtime.work import for_stage, on_dead, result_outbound
 from evobus.agents.tasks import get_task
 from evobus.bus import codec, subjects
 from evobus.bus.connection import Credentials, connect
@@ -178,7 +178,7 @@ class Driver:
                 stream=subjects.STREAM_WORK,
                 durable=durable,
                 decoder=codec.WORK_DECODER,
-                handler=self._handle,
+                handler=for_stage(STAGE, EvaluateWork, self._handle),
                 on_dead=on_dead(STAGE),
                 concurrency=self._concurrency,
             )
@@ -278,9 +278,8 @@ class Driver:
         stack.push_async_callback(_drain, nc)
         return nc
 
-    async def _handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def _handle(self, work: EvaluateWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Hand the work to ``ask`` and wait for its ``tell``; the consumer acks after."""
-        work = expect(item, EvaluateWork)
         if work.campaign != self.campaign:
             raise Retry(
                 f"this driver serves campaign {self.campaign}, not {work.campaign}",

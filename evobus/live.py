@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import campaign_dir
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect

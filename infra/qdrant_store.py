@@ -90,14 +90,16 @@ def _point_id(*parts: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, "/".join(parts)))
 
 
-def _active(kind: str) -> models.Filter:
-    """The filter of the active (not retired) resources of ``kind``."""
-    return models.Filter(
-        must=[
-            models.FieldCondition(key="kind", match=models.MatchValue(value=kind)),
-            models.FieldCondition(key="retired", match=models.MatchValue(value=False)),
-        ]
-    )
+def _active(kind: str, task: str | None = None) -> models.Filter:
+    """The filter of the active (not retired) resources of ``kind`` (learned on ``task``, when
+    given: a resource's ``task`` metadata)."""
+    must: list[models.Condition] = [
+        models.FieldCondition(key="kind", match=models.MatchValue(value=kind)),
+        models.FieldCondition(key="retired", match=models.MatchValue(value=False)),
+    ]
+    if task is not None:
+        must.append(models.FieldCondition(key="task", match=models.MatchValue(value=task)))
+    return models.Filter(must=must)
 
 
 def pool_collection(campaign: str) -> str:
@@ -208,6 +210,9 @@ class QdrantStore:
                 await self._client.create_payload_index(
                     RESOURCES, "retired", models.PayloadSchemaType.BOOL
                 )
+                await self._client.create_payload_index(
+                    RESOURCES, "task", models.PayloadSchemaType.KEYWORD
+                )
             return True
 
     async def index_resource(
@@ -225,6 +230,7 @@ class QdrantStore:
                 "name": resource.name,
                 "version": resource.version,
                 "retired": resource.retired,
+                "task": resource.metadata.get("task", ""),
                 "resource": msgspec.json.encode(resource).decode(),
             },
         )
@@ -258,14 +264,21 @@ class QdrantStore:
             )
 
     async def search_resources(
-        self, kind: str, query: str, dense: list[float] | None, k: int
+        self,
+        kind: str,
+        query: str,
+        dense: list[float] | None,
+        k: int,
+        *,
+        task: str | None = None,
     ) -> list[tuple[Resource, float]]:
-        """Active resources of ``kind`` best matching ``query``, best first.
+        """Active resources of ``kind`` best matching ``query``, best first (only those whose
+        ``task`` metadata is ``task``, when given).
 
         BM25 alone without a dense query vector; with one, the sparse and the dense prefetches
         are fused by Qdrant with reciprocal rank fusion.
         """
-        active = _active(kind)
+        active = _active(kind, task)
         sparse = _sparse(query_weights(text_tokens(query)))
         with _translated(f"search {kind}"):
             if dense is None:
@@ -310,18 +323,19 @@ class QdrantStore:
         ]
 
     async def nearest_resource(
-        self, kind: str, dense: list[float], max_distance: float
+        self, kind: str, dense: list[float], max_distance: float, *, task: str | None = None
     ) -> tuple[Resource, float] | None:
-        """The active resource of ``kind`` whose dense vector is closest to ``dense`` by cosine,
-        with its distance, when that is below ``max_distance`` (Qdrant's score threshold on the
-        cosine similarity); None otherwise or when the collection has no dense vectors."""
+        """The active resource of ``kind`` (of ``task``, when given) whose dense vector is
+        closest to ``dense`` by cosine, with its distance, when that is below ``max_distance``
+        (Qdrant's score threshold on the cosine similarity); None otherwise or when the
+        collection has no dense vectors."""
         threshold = 1.0 - max_distance
         with _translated(f"nearest {kind}"):
             response = await self._client.query_points(
                 RESOURCES,
                 query=dense,
                 using=DENSE,
-                query_filter=_active(kind),
+                query_filter=_active(kind, task),
                 limit=1,
                 score_threshold=threshold,
             )

@@ -2,7 +2,7 @@
 
 Layout: ``best.<ext>`` (the best artifact; the ``best`` tag follows it), ``plan.md`` (the plan
 and current state), ``candidates/<id>.<ext>`` and ``candidates/<id>.json`` (its lineage record).
-A-Evolve's tagged workspace; DESIGN.md "State, versions, resume". The repository is an
+A-Evolve's tagged workspace; docs/architecture.md, "The workspace". The repository is an
 ``infra.gitstore.GitStore``: a commit (with its tags) is one ref update, and opening the
 workspace recovers what an orchestrator killed mid-commit left (``CampaignWorkspace.recovery``).
 """

@@ -14,7 +14,7 @@ import msgspec.inspect
 from evobus.schemas.agents import Role
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import ProseText, SourceText, source_problem
-from evobus.schemas.registry import EmbedderSpec
+from evobus.schemas.registry import EmbedderSpec, SkillScope
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -151,6 +151,9 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             the task description alone (REFLEX Algorithm 1, line 2: the zero-shot initial
             population); 0 starts from the seed alone.
         skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
+        skill_scope: which skills of the shared library retrieval sees: ``task``, those learned
+            on the campaign's own task; ``all``, every task's as well (REFLEX §4.5's
+            cross-task transfer; another task's skill then ranks by the gain it has shown).
         stagnation_window: steps without an improvement of at least ``stagnation_threshold``
             before rolling back to the best tagged state (A-Evolve).
         mode: ``async`` runs every stage as a queue with its own in-flight target
@@ -196,6 +199,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     burst_after: Annotated[int, msgspec.Meta(ge=1)] = 12
     initial_population: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0
     skills: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3
+    skill_scope: SkillScope = "task"
     stagnation_window: Annotated[int, msgspec.Meta(ge=1)] = 30
     stagnation_threshold: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
     mode: Literal["async", "sync"] = "async"
@@ -261,7 +265,8 @@ class LLMSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         task_model: the model that runs candidates of model-run tasks (``prompt_qa``); empty
             means ``actor_model``.
         temperature, max_tokens: sampling settings of every call.
-        samples: completions per proposal call (``n``); the first valid one is used.
+        samples: samples per proposal, each its own request, sent at once; the first usable
+            one goes on as soon as it is ready and the rest are cancelled (FlashEvolve §3.3).
         timeout_seconds: per HTTP request.
         max_retries: retries on 429, 5xx and connection errors, with exponential backoff.
         concurrency: requests in flight per endpoint, per agent process.
@@ -350,7 +355,7 @@ class ErrorCount(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChildOutcomes(msgspec.Struct, frozen=True, kw_only=True):
     """What became of a campaign's children (the seed and migrants left out), each counted
-    once, by its first outcome (agents/console/outcomes.py reads them from the events).
+    once, by its first outcome (agents/runner/outcomes.py reads them from the events).
 
     ``evaluated``: scored without an error; ``filtered``: refused by the ε-net as a
     near-duplicate (``candidate_filtered``); ``failed``: their evaluation failed on every

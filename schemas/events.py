@@ -1,6 +1,7 @@
 """Events: the EVO_EVENTS stream's union — the public, replayable log of a campaign.
 
-Each event is published on ``evo.<campaign>.event.<tag>``; the tag is the event's kind.
+Each event is published on ``evo.<campaign>.event.<tag>``; the tag is the event's kind. Every
+event is a subclass of :class:`CampaignEvent`, which holds the fields they all carry.
 """
 
 from __future__ import annotations
@@ -13,12 +14,23 @@ from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
 
 
-class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_started"):
-    """The orchestrator took the campaign and is evaluating the seed (``splits``: which
-    instances its scores are on; None in logs written before they were recorded)."""
+class CampaignEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """What every event carries: the envelope of the EVO_EVENTS union's members, each of
+    which is a subclass whose ``type`` tag is its kind.
+
+    Attributes:
+        campaign: the campaign it belongs to (``registry`` for the registry's own events).
+        at: when it happened, in epoch seconds.
+    """
 
     campaign: str
     at: float
+
+
+class CampaignStarted(CampaignEvent, frozen=True, kw_only=True, tag="campaign_started"):
+    """The orchestrator took the campaign and is evaluating the seed (``splits``: which
+    instances its scores are on; None in logs written before they were recorded)."""
+
     task: str
     engine: str
     budget_proposals: int
@@ -26,21 +38,17 @@ class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_s
     splits: Splits | None = None
 
 
-class ToolRegistered(msgspec.Struct, frozen=True, kw_only=True, tag="tool_registered"):
+class ToolRegistered(CampaignEvent, frozen=True, kw_only=True, tag="tool_registered"):
     """A tool version is validated and registered (or an identical one was found)."""
 
-    campaign: str
-    at: float
     name: str
     version: int
     reused: bool
 
 
-class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_proposed"):
+class CandidateProposed(CampaignEvent, frozen=True, kw_only=True, tag="candidate_proposed"):
     """The actor returned a child; it goes to evaluation."""
 
-    campaign: str
-    at: float
     candidate_id: str
     parent_ids: tuple[str, ...]
     operator: Operator
@@ -52,13 +60,15 @@ class CandidateProposed(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     # had generated): what the models wrote for this child, the whole file or SEARCH/REPLACE
     # blocks; the diagnosis is not counted.
     answer_tokens: int = 0
+    # The mutation intensity the child was asked for: A-Evolve's graduated scope as a
+    # multiplier on the mutation's size (2.0 comprehensive, 1.0 targeted, 0.5 minimal;
+    # agents/evolution/intensity.py). None before the field existed.
+    intensity: float | None = None
 
 
-class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_evaluated"):
+class CandidateEvaluated(CampaignEvent, frozen=True, kw_only=True, tag="candidate_evaluated"):
     """An evaluation of a candidate came back."""
 
-    campaign: str
-    at: float
     candidate_id: str
     score: float
     isolation: str
@@ -71,11 +81,9 @@ class CandidateEvaluated(msgspec.Struct, frozen=True, kw_only=True, tag="candida
     tokens: int = 0  # tokens of the model calls the evaluation made (prompt_qa's task model)
 
 
-class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_accepted"):
+class CandidateAccepted(CampaignEvent, frozen=True, kw_only=True, tag="candidate_accepted"):
     """A candidate beat the best so far and joined the pool (git tag ``accept/<n>``)."""
 
-    campaign: str
-    at: float
     candidate_id: str
     score: float
     previous_best: float
@@ -84,22 +92,18 @@ class CandidateAccepted(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     proposals: int
 
 
-class CandidateRejected(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_rejected"):
+class CandidateRejected(CampaignEvent, frozen=True, kw_only=True, tag="candidate_rejected"):
     """A candidate was not accepted, with why."""
 
-    campaign: str
-    at: float
     candidate_id: str
     score: float
     best_score: float
     reason: str
 
 
-class CandidateFiltered(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_filtered"):
+class CandidateFiltered(CampaignEvent, frozen=True, kw_only=True, tag="candidate_filtered"):
     """The ε-net refused a proposal: too close to a pool member (POLCA Algorithm 4)."""
 
-    campaign: str
-    at: float
     candidate_id: str
     nearest_id: str
     distance: float
@@ -107,11 +111,9 @@ class CandidateFiltered(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     late: bool = False  # admitted unfiltered while the registry was away, filtered once back
 
 
-class BestConfirmed(msgspec.Struct, frozen=True, kw_only=True, tag="best_confirmed"):
+class BestConfirmed(CampaignEvent, frozen=True, kw_only=True, tag="best_confirmed"):
     """The best by mean on the train minibatches was scored on the held-out validation set."""
 
-    campaign: str
-    at: float
     candidate_id: str
     train_mean: float
     evaluations: int
@@ -119,62 +121,50 @@ class BestConfirmed(msgspec.Struct, frozen=True, kw_only=True, tag="best_confirm
     is_best: bool
 
 
-class BurstStarted(msgspec.Struct, frozen=True, kw_only=True, tag="burst_started"):
+class BurstStarted(CampaignEvent, frozen=True, kw_only=True, tag="burst_started"):
     """Forced exploration: these operators run next, whatever the bandit says (REFLEX §3.4)."""
 
-    campaign: str
-    at: float
     reason: str
     operators: tuple[Operator, ...]
 
 
-class RolledBack(msgspec.Struct, frozen=True, kw_only=True, tag="rolled_back"):
+class RolledBack(CampaignEvent, frozen=True, kw_only=True, tag="rolled_back"):
     """Stagnation: the search went back to the best tagged state (A-Evolve)."""
 
-    campaign: str
-    at: float
     to_tag: str
     candidate_id: str
     reason: str
 
 
-class SkillLearned(msgspec.Struct, frozen=True, kw_only=True, tag="skill_learned"):
+class SkillLearned(CampaignEvent, frozen=True, kw_only=True, tag="skill_learned"):
     """A skill was extracted from an improving change, or seeded from a failure pattern."""
 
-    campaign: str
-    at: float
     name: str
     version: int
     origin: str
 
 
-class SkillUtilityUpdated(msgspec.Struct, frozen=True, kw_only=True, tag="skill_utility"):
+class SkillUtilityUpdated(CampaignEvent, frozen=True, kw_only=True, tag="skill_utility"):
     """A skill's utility moved with the fitness delta of a child that used it."""
 
-    campaign: str
-    at: float
     name: str
     utility: float
     uses: int
     delta: float
 
 
-class WorkAbandoned(msgspec.Struct, frozen=True, kw_only=True, tag="work_abandoned"):
+class WorkAbandoned(CampaignEvent, frozen=True, kw_only=True, tag="work_abandoned"):
     """A work item failed for good; its slot is freed and the campaign goes on."""
 
-    campaign: str
-    at: float
     work_id: str
     stage: str
     error: str
     error_type: str = ""  # e.g. "InvalidModelOutput" when a model's answer could not be used
 
 
-class DeadLettered(msgspec.Struct, frozen=True, kw_only=True, tag="dead_lettered"):
+class DeadLettered(CampaignEvent, frozen=True, kw_only=True, tag="dead_lettered"):
     """A message could never be processed: terminated and copied to EVO_DLQ (an error event)."""
 
-    campaign: str
-    at: float
     subject: str
     stream: str
     consumer: str
@@ -183,15 +173,13 @@ class DeadLettered(msgspec.Struct, frozen=True, kw_only=True, tag="dead_lettered
     dlq_subject: str
 
 
-class CampaignFinished(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_finished"):
+class CampaignFinished(CampaignEvent, frozen=True, kw_only=True, tag="campaign_finished"):
     """The campaign stopped; the summary is final."""
 
-    campaign: str
-    at: float
     summary: CampaignSummary
 
 
-class StaleDecided(msgspec.Struct, frozen=True, kw_only=True, tag="stale_decided"):
+class StaleDecided(CampaignEvent, frozen=True, kw_only=True, tag="stale_decided"):
     """What the staleness policy did with a proposal made from an older pool (FlashEvolve §3.2).
 
     ``delta`` is Δ = v − vᵢ (the pool version now minus the one the proposal was made from);
@@ -200,8 +188,6 @@ class StaleDecided(msgspec.Struct, frozen=True, kw_only=True, tag="stale_decided
     covered by the pool).
     """
 
-    campaign: str
-    at: float
     candidate_id: str
     policy: str
     delta: int
@@ -209,13 +195,11 @@ class StaleDecided(msgspec.Struct, frozen=True, kw_only=True, tag="stale_decided
     reason: str = ""
 
 
-class SpeculativeDecided(msgspec.Struct, frozen=True, kw_only=True, tag="speculative"):
+class SpeculativeDecided(CampaignEvent, frozen=True, kw_only=True, tag="speculative"):
     """A speculative candidate (FlashEvolve §3.3): ``admitted`` on a partial score above the
     threshold, then ``confirmed`` or ``removed`` on its full evaluation; ``stale`` counts the
     items derived from a removed one that went to the staleness policy."""
 
-    campaign: str
-    at: float
     candidate_id: str
     action: str
     score: float
@@ -224,11 +208,9 @@ class SpeculativeDecided(msgspec.Struct, frozen=True, kw_only=True, tag="specula
     stale: int = 0
 
 
-class WorkersChanged(msgspec.Struct, frozen=True, kw_only=True, tag="workers_changed"):
+class WorkersChanged(CampaignEvent, frozen=True, kw_only=True, tag="workers_changed"):
     """A stage's in-flight target moved by one toward balanced production rates (§3.4)."""
 
-    campaign: str
-    at: float
     stage: str
     old: int
     new: int
@@ -236,7 +218,7 @@ class WorkersChanged(msgspec.Struct, frozen=True, kw_only=True, tag="workers_cha
     reason: str
 
 
-class ParetoFrontChanged(msgspec.Struct, frozen=True, kw_only=True, tag="pareto_front_changed"):
+class ParetoFrontChanged(CampaignEvent, frozen=True, kw_only=True, tag="pareto_front_changed"):
     """The front Pareto selection draws parents from changed (GEPA §3), seen as a step chose
     its parents.
 
@@ -247,8 +229,6 @@ class ParetoFrontChanged(msgspec.Struct, frozen=True, kw_only=True, tag="pareto_
     scatter), members with an objective never measured left out.
     """
 
-    campaign: str
-    at: float
     objectives: tuple[str, ...]
     front: tuple[str, ...]
     coverage: tuple[int, ...]
@@ -278,7 +258,7 @@ class OperatorShare(msgspec.Struct, frozen=True, kw_only=True):
     mean_reward: float
 
 
-class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"):
+class CampaignProgress(CampaignEvent, frozen=True, kw_only=True, tag="progress"):
     """Where a campaign is, every few seconds: its stages, counts, model use, best and budget.
 
     ``best_score`` is the validated best (the campaign's answer so far), ``best_train_mean`` and
@@ -288,8 +268,6 @@ class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"
     ``*_left`` fields are ``-1`` where the budget has no limit.
     """
 
-    campaign: str
-    at: float
     elapsed: float
     phase: str
     stages: dict[str, StageLoad]
@@ -311,15 +289,13 @@ class CampaignProgress(msgspec.Struct, frozen=True, kw_only=True, tag="progress"
     seconds_left: float
 
 
-class CampaignResumed(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_resumed"):
+class CampaignResumed(CampaignEvent, frozen=True, kw_only=True, tag="campaign_resumed"):
     """An orchestrator took the campaign over from its snapshot (a restart, `evobus resume`).
 
     ``digest`` fingerprints the stored snapshot and ``restored_digest`` the state rebuilt from
     it, snapshotted again: equal when nothing was lost. ``in_flight``: work items still out.
     """
 
-    campaign: str
-    at: float
     revision: int
     results_applied: int
     last_applied: str
@@ -329,25 +305,21 @@ class CampaignResumed(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_r
     phase: str
 
 
-class AdmittedUnfiltered(msgspec.Struct, frozen=True, kw_only=True, tag="admitted_unfiltered"):
+class AdmittedUnfiltered(CampaignEvent, frozen=True, kw_only=True, tag="admitted_unfiltered"):
     """The ε-net could not be asked (no registry answered): the proposal went on unfiltered and
     is filtered once the registry is back (``candidate_filtered`` with ``late``, or kept)."""
 
-    campaign: str
-    at: float
     candidate_id: str
     reason: str
 
 
-class AgentExited(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exited"):
+class AgentExited(CampaignEvent, frozen=True, kw_only=True, tag="agent_exited"):
     """An agent process of the campaign's supervisor exited unexpectedly.
 
     ``restart_in``: seconds until it is started again (backoff for one that keeps crashing);
     -1 when it is not restarted. ``restarts``: how often this role was restarted before.
     """
 
-    campaign: str
-    at: float
     role: str
     pid: int
     exit_code: int
@@ -355,19 +327,17 @@ class AgentExited(msgspec.Struct, frozen=True, kw_only=True, tag="agent_exited")
     restarts: int
 
 
-class AgentRestarted(msgspec.Struct, frozen=True, kw_only=True, tag="agent_restarted"):
+class AgentRestarted(CampaignEvent, frozen=True, kw_only=True, tag="agent_restarted"):
     """A restarted agent process answers again (its first heartbeat); ``down_seconds``: since
     the one it replaces exited."""
 
-    campaign: str
-    at: float
     role: str
     pid: int
     down_seconds: float
     restarts: int
 
 
-class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recovered"):
+class StoreRecovered(CampaignEvent, frozen=True, kw_only=True, tag="store_recovered"):
     """A store was found as a killed writer left it and put right on open.
 
     ``store``: ``library`` (the registry's git repo), ``workspace`` (a campaign's git repo) or
@@ -381,8 +351,6 @@ class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recov
     reserved id ``registry`` (``evobus events --campaign registry``).
     """
 
-    campaign: str
-    at: float
     store: str
     path: str
     stale_locks: tuple[str, ...] = ()
@@ -392,15 +360,15 @@ class StoreRecovered(msgspec.Struct, frozen=True, kw_only=True, tag="store_recov
     removed: tuple[str, ...] = ()
 
 
-class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired"):
+class SkillRetired(CampaignEvent, frozen=True, kw_only=True, tag="skill_retired"):
     """The registry retired a skill that failed (REFLEX §3.4: used ``uses`` times, gaining less
-    than 0.05 per use) because a registration left more than ``cap`` active skills; it leaves
+    than 0.05 per use), or one that had its chance and was used fewer than 5 times
+    (agents/evolution/skills.py ``eviction_order``), because a registration left more than
+    ``cap`` active skills; it leaves
     search, its history stays (``registered``: the skill whose registration passed the cap;
     ``active``: active skills afterwards). Published on the reserved campaign id ``registry``:
     the library is shared by every campaign."""
 
-    campaign: str
-    at: float
     name: str
     version: int
     utility: float
@@ -410,7 +378,19 @@ class SkillRetired(msgspec.Struct, frozen=True, kw_only=True, tag="skill_retired
     registered: str
 
 
-class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidate_migrated"):
+class SkillToolsChecked(CampaignEvent, frozen=True, kw_only=True, tag="skill_tools_checked"):
+    """A skill to register imported tools no active tool is named (A-Evolve Phase 4, "fix
+    hallucinated tool names in skills"): each renamed to the registered tool it is close to
+    (``fixed``, in the order of ``unknown``), or, when one is close to none ("" in ``fixed``),
+    the skill refused. Published on the reserved campaign id ``registry``."""
+
+    name: str
+    unknown: tuple[str, ...]
+    fixed: tuple[str, ...]
+    refused: bool
+
+
+class CandidateMigrated(CampaignEvent, frozen=True, kw_only=True, tag="candidate_migrated"):
     """A candidate went from one island of a campaign to another (``strategy.islands``).
 
     Both islands announce it: the sender (``direction`` "out", ``candidate_id`` its own id,
@@ -419,8 +399,6 @@ class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     same on both sides; ``train_mean`` is the candidate's mean train score on the sender.
     """
 
-    campaign: str
-    at: float
     direction: Literal["out", "in"]
     migration: str
     candidate_id: str
@@ -430,20 +408,18 @@ class CandidateMigrated(msgspec.Struct, frozen=True, kw_only=True, tag="candidat
     local_id: str = ""
 
 
-class IslandReseeded(msgspec.Struct, frozen=True, kw_only=True, tag="island_reseeded"):
+class IslandReseeded(CampaignEvent, frozen=True, kw_only=True, tag="island_reseeded"):
     """A stagnating island re-seeded from the others (ShinkaEvolve's dynamic islands): its
     worst members left the pool, the best migrants it received stay, and its next forced steps
     start from the best of them (``restart_from``)."""
 
-    campaign: str
-    at: float
     removed: tuple[str, ...]
     migrants: tuple[str, ...]
     restart_from: str
     reason: str
 
 
-class InFlightChanged(msgspec.Struct, frozen=True, kw_only=True, tag="in_flight_changed"):
+class InFlightChanged(CampaignEvent, frozen=True, kw_only=True, tag="in_flight_changed"):
     """The pipeline's in-flight target moved (async mode, ``adaptive_in_flight``: FlashEvolve
     §3.4 applied to the whole pipeline): ``old`` → ``new`` steps, because of the window that
     closed: its proposals per minute (``per_minute``; the window's before it:
@@ -451,8 +427,6 @@ class InFlightChanged(msgspec.Struct, frozen=True, kw_only=True, tag="in_flight_
     ``targets``: the stages' targets after the move (the stages the campaign did not pin follow
     the total)."""
 
-    campaign: str
-    at: float
     old: int
     new: int
     per_minute: float
@@ -488,6 +462,7 @@ Event = (
     | AgentRestarted
     | StoreRecovered
     | SkillRetired
+    | SkillToolsChecked
     | ParetoFrontChanged
     | CandidateMigrated
     | IslandReseeded

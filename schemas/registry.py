@@ -1,4 +1,4 @@
-"""The registry's records and its request/reply messages (DESIGN.md "registry").
+"""The registry's records and its request/reply messages (docs/architecture.md, "The registry").
 
 Records: AGP resources (skills included), embedder specs, ε-net admissions. Messages: one tagged
 union of requests (``RegistryRequest``, tag = the operation, sent on ``evo.registry.<op>``) and
@@ -14,6 +14,8 @@ import msgspec
 from evobus.schemas.limits import MAX_EMBEDDING_DIM, MAX_NGRAM
 
 ResourceKind = Literal["prompt", "agent", "tool", "environment", "skill"]
+SkillScope = Literal["task", "all"]
+"""Which skills a search for a task sees: that task's only, or every task's (REFLEX §4.5)."""
 ParamValue = int | float | str | bool
 
 
@@ -148,11 +150,17 @@ class HistoryRequest(msgspec.Struct, frozen=True, kw_only=True, tag="history"):
 
 class SearchRequest(msgspec.Struct, frozen=True, kw_only=True, tag="search"):
     """The ``k`` active resources of ``kind`` that best match ``query`` (BM25, fused with dense;
-    skills re-ranked with their utility)."""
+    skills re-ranked with their utility).
+
+    ``task``: for skills, the task the query is for ("" for none: every skill, as before the
+    field); ``scope``: with a task, whether skills of other tasks are searched too.
+    """
 
     kind: ResourceKind
     query: str
     k: int = 5
+    task: str = ""
+    scope: SkillScope = "task"
 
 
 class ContractRequest(msgspec.Struct, frozen=True, kw_only=True, tag="contract"):

@@ -1,4 +1,5 @@
-"""Results: the EVO_RESULTS stream's union, one member per stage plus a failure record."""
+"""Results: the EVO_RESULTS stream's union, one member per stage plus a failure record, each
+a subclass of :class:`WorkResult` (the envelope fields every result carries)."""
 
 from __future__ import annotations
 
@@ -34,15 +35,26 @@ class InstanceScore(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float = 0.0
 
 
-class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", tag_field="type"):
+class WorkResult(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """What every result carries: the envelope of the EVO_RESULTS union's members, each of
+    which is a subclass with its own ``type`` tag.
+
+    Attributes:
+        work_id: the work item it answers (a migration's own id for ``Migrants``).
+        campaign: the campaign it belongs to.
+    """
+
+    work_id: str
+    campaign: str
+
+
+class Evaluation(WorkResult, frozen=True, kw_only=True, tag="evaluation"):
     """A candidate's scores on the instances of an EvaluateWork.
 
     ``score`` is the mean over instances; a contained failure (crash, timeout, memory) gives every
     instance the task's failure score and sets ``error``.
     """
 
-    work_id: str
-    campaign: str
     candidate_id: str
     score: float
     instances: tuple[InstanceScore, ...]
@@ -55,11 +67,9 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True, tag="evaluation", ta
     usage: Usage = Usage()  # model calls the evaluation made (tasks such as prompt_qa)
 
 
-class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_field="type"):
+class Diagnosis(WorkResult, frozen=True, kw_only=True, tag="diagnosis"):
     """The critic's structured verdict on a candidate (REFLEX §3.2); it never contains code."""
 
-    work_id: str
-    campaign: str
     candidate_id: str
     failure_mode: ProseText
     visual_evidence: ProseText
@@ -69,11 +79,9 @@ class Diagnosis(msgspec.Struct, frozen=True, kw_only=True, tag="diagnosis", tag_
     usage: Usage = Usage()
 
 
-class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_field="type"):
+class Proposal(WorkResult, frozen=True, kw_only=True, tag="proposal"):
     """A child artifact proposed by the actor."""
 
-    work_id: str
-    campaign: str
     operator: Operator
     parent_ids: tuple[str, ...]
     artifact: Artifact
@@ -82,13 +90,14 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True, tag="proposal", tag_fi
     skills_used: tuple[str, ...] = ()
     tools: tuple[ToolRef, ...] = ()  # registered tools the child imports (requested by the actor)
     usage: Usage = Usage()
+    # The mutation intensity the work item asked for (A-Evolve's graduated intensity), echoed
+    # so the orchestrator's candidate_proposed event carries it; None from an older actor.
+    intensity: float | None = None
 
 
-class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", tag_field="type"):
+class ToolResult(WorkResult, frozen=True, kw_only=True, tag="tool_result"):
     """The outcome of a ToolWork: the registered record, or why it was refused."""
 
-    work_id: str
-    campaign: str
     name: str
     record: ToolRecord | None = None
     error: str = ""
@@ -96,20 +105,16 @@ class ToolResult(msgspec.Struct, frozen=True, kw_only=True, tag="tool_result", t
     usage: Usage = Usage()
 
 
-class WorkFailed(msgspec.Struct, frozen=True, kw_only=True, tag="work_failed", tag_field="type"):
+class WorkFailed(WorkResult, frozen=True, kw_only=True, tag="work_failed"):
     """A decodable work item that can never succeed, so its requester can stop waiting."""
 
-    work_id: str
-    campaign: str
     stage: str
     error: str
     usage: Usage = Usage()  # tokens spent before it failed still count against the budget
     error_type: str = ""  # the typed error, e.g. "InvalidModelOutput", when there is one
 
 
-class SkillExtracted(
-    msgspec.Struct, frozen=True, kw_only=True, tag="skill_extracted", tag_field="type"
-):
+class SkillExtracted(WorkResult, frozen=True, kw_only=True, tag="skill_extracted"):
     """The outcome of an ExtractWork: the skill's draft, or why there is none (REFLEX §3.4).
 
     The actor drafts; the orchestrator registers the draft (``name``, ``trigger``, ``snippet``,
@@ -118,8 +123,6 @@ class SkillExtracted(
     ``source_candidate``: the improving child the change was taken from.
     """
 
-    work_id: str
-    campaign: str
     name: str = ""
     version: int = 0
     reason: str = ""
@@ -130,24 +133,18 @@ class SkillExtracted(
     source_candidate: str = ""
 
 
-class Summary(msgspec.Struct, frozen=True, kw_only=True, tag="summary", tag_field="type"):
+class Summary(WorkResult, frozen=True, kw_only=True, tag="summary"):
     """The outcome of a SummarizeWork: the run so far in words (POLCA's c_history)."""
 
-    work_id: str
-    campaign: str
     text: ProseText
     engine: str = "offline-statistics"
     usage: Usage = Usage()
 
 
-class PartialEvaluation(
-    msgspec.Struct, frozen=True, kw_only=True, tag="partial_evaluation", tag_field="type"
-):
+class PartialEvaluation(WorkResult, frozen=True, kw_only=True, tag="partial_evaluation"):
     """The scores of the first ``speculative_prefix`` instances of an EvaluateWork, published
     before the rest run (FlashEvolve §3.3); the full Evaluation of the same work id follows."""
 
-    work_id: str
-    campaign: str
     candidate_id: str
     score: float
     instances: tuple[InstanceScore, ...]
@@ -155,12 +152,10 @@ class PartialEvaluation(
     usage: Usage = Usage()  # always empty: the full Evaluation carries the whole cost
 
 
-class Repaired(msgspec.Struct, frozen=True, kw_only=True, tag="repaired", tag_field="type"):
+class Repaired(WorkResult, frozen=True, kw_only=True, tag="repaired"):
     """The outcome of a RepairWork: the patched artifact, or None when the actor judged the
     stale proposal covered by the current pool (it is discarded)."""
 
-    work_id: str
-    campaign: str
     candidate_id: str
     artifact: Artifact | None
     rationale: ProseText = ""
@@ -186,7 +181,7 @@ class Migrant(msgspec.Struct, frozen=True, kw_only=True):
     metrics: dict[str, dict[str, list[float]]] = {}
 
 
-class Migrants(msgspec.Struct, frozen=True, kw_only=True, tag="migrants", tag_field="type"):
+class Migrants(WorkResult, frozen=True, kw_only=True, tag="migrants"):
     """An island's best, sent to another island of the same campaign (a migration).
 
     It travels as a result of the receiving island (``campaign``), applied by its single
@@ -194,8 +189,6 @@ class Migrants(msgspec.Struct, frozen=True, kw_only=True, tag="migrants", tag_fi
     that resumed and sent it again) is dropped by JetStream and by the receiver.
     """
 
-    work_id: str
-    campaign: str
     source: str
     number: int
     migrants: tuple[Migrant, ...]

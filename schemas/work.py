@@ -1,4 +1,5 @@
-"""Work items: the EVO_WORK stream's union, one member per stage."""
+"""Work items: the EVO_WORK stream's union, one member per stage, each a subclass of
+:class:`WorkItem` (the envelope fields every item carries)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,32 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
-class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", tag_field="type"):
+class WorkItem(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """What every work item carries: the envelope of the EVO_WORK union's members, each of
+    which is a subclass with its stage as its ``type`` tag.
+
+    Attributes:
+        work_id: the item's id, from which its results' message ids are derived.
+        campaign: the campaign it belongs to.
+        pool_version: the pool version it was made from (FlashEvolve §3.2's vᵢ).
+    """
+
+    work_id: str
+    campaign: str
+    pool_version: int
+
+
+class TaskWork(WorkItem, frozen=True, kw_only=True):
+    """A work item about the campaign's task (every stage's but the tool generator's).
+
+    Attributes:
+        task: the task's name.
+    """
+
+    task: str
+
+
+class EvaluateWork(TaskWork, frozen=True, kw_only=True, tag="evaluate"):
     """Run a candidate on task instances inside the sandbox.
 
     Attributes:
@@ -33,10 +59,6 @@ class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", ta
         tools: registered tool versions the candidate may import from the ``tools`` package.
     """
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     candidate: Candidate
     instances: tuple[str, ...]
     task_params: dict[str, int | float | str | bool] = {}
@@ -45,23 +67,19 @@ class EvaluateWork(msgspec.Struct, frozen=True, kw_only=True, tag="evaluate", ta
     speculative_prefix: int = 0  # report a partial score after this many instances (§3.3)
 
 
-class DiagnoseWork(msgspec.Struct, frozen=True, kw_only=True, tag="diagnose", tag_field="type"):
+class DiagnoseWork(TaskWork, frozen=True, kw_only=True, tag="diagnose"):
     """Ask the critic why a candidate scores as it does (REFLEX's REFLECT).
 
     ``context`` is the orchestrator's analysis (A-Evolve: per-instance and per-category
     breakdowns, failure patterns) and the rolling history of recent changes, as text.
     """
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     candidate: Candidate
     evaluation: Evaluation
     context: str = ""
 
 
-class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_field="type"):
+class ProposeWork(TaskWork, frozen=True, kw_only=True, tag="propose"):
     """Ask the actor for a child of ``parent`` made with ``operator``.
 
     ``co_parent`` is set for crossover (x_div), with ``co_parent_score`` its mean score when it
@@ -71,10 +89,6 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
     how many skills the actor retrieves from the registry for the diagnosis (REFLEX §3.4).
     """
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     operator: Operator
     parent: Candidate
     parent_evaluation: Evaluation
@@ -87,42 +101,31 @@ class ProposeWork(msgspec.Struct, frozen=True, kw_only=True, tag="propose", tag_
     skills: int = 0
 
 
-class ToolWork(msgspec.Struct, frozen=True, kw_only=True, tag="tool", tag_field="type"):
+class ToolWork(WorkItem, frozen=True, kw_only=True, tag="tool"):
     """Ask the tool generator for a tool: validate and register ``spec`` as given (a task's own
     tools), or serve ``request`` by search, validation, refinement or synthesis (AGS §5.2)."""
 
-    work_id: str
-    campaign: str
-    pool_version: int
     spec: ToolSpec | None = None
     request: ToolNeed | None = None
 
 
-class ExtractWork(msgspec.Struct, frozen=True, kw_only=True, tag="extract", tag_field="type"):
+class ExtractWork(TaskWork, frozen=True, kw_only=True, tag="extract"):
     """Ask the actor to turn an improving parent → child change into a skill (REFLEX §3.4)."""
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     parent: Candidate
     child: Candidate
     delta: float
     diagnosis: Diagnosis | None = None
 
 
-class SummarizeWork(msgspec.Struct, frozen=True, kw_only=True, tag="summarize", tag_field="type"):
+class SummarizeWork(TaskWork, frozen=True, kw_only=True, tag="summarize"):
     """Ask the critic for POLCA's global history context (c_history, polca.md §3): the pool and
     the recent changes in a few sentences, which later proposals and diagnoses receive."""
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     context: str
 
 
-class RepairWork(msgspec.Struct, frozen=True, kw_only=True, tag="repair", tag_field="type"):
+class RepairWork(TaskWork, frozen=True, kw_only=True, tag="repair"):
     """Ask the actor to patch a stale proposal against the pool changes since it was made
     (FlashEvolve §3.2, reflective staleness), or to judge it covered and discard it.
 
@@ -130,10 +133,6 @@ class RepairWork(msgspec.Struct, frozen=True, kw_only=True, tag="repair", tag_fi
     changes between them; ``best`` is the pool's current best by mean.
     """
 
-    work_id: str
-    campaign: str
-    pool_version: int
-    task: str
     candidate_id: str
     artifact: Artifact
     rationale: str

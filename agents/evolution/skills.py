@@ -17,8 +17,20 @@ The rules here (the registry applies them, agents/roles/registry/skill_library.p
   unused skill ranks as if it had helped, and the prior fades as real uses come in — UCB's
   optimism in the face of uncertainty (REFLEX's bandit spirit) without a second bandit.
   λ = 0.5 lets utility reorder skills whose similarity differs by at most half the best one's.
-* **Eviction** (``eviction_order``): past the library's cap, the skills ``should_evict`` says
-  failed, lowest mean utility first; a skill not yet tried enough is never evicted.
+  The optimism is for skills of the query's own task: a skill learned on another task (shown
+  only when a campaign asks for other tasks' skills, REFLEX §4.5) ranks by what it has gained
+  (its plain mean), since nothing says it transfers — an unused ccaa skill never pushes a
+  proven pendulum skill out of a pendulum query.
+* **Eviction** (``eviction_order``): past the library's cap, first the skills ``should_evict``
+  says failed, lowest mean utility first; then, when the library is still over its cap, the
+  skills that had their chance and did not prove themselves (fewer than ``EVICT_MIN_USES``
+  uses): a skill is given its chance while it is among the ``cap`` most recently changed
+  skills (registered, merged into or used), and past that it goes lowest mean utility first,
+  then least used, then least recently changed — a capped cache's LRU rule for skills that
+  retrieval passes over. (With only "≥ 5 uses and a low mean", two campaigns grew a library
+  capped at 10 to 82 skills and retired none: most skills are never retrieved again, so they
+  never reach 5 uses.) A proven skill (enough uses, a mean at least ``EVICT_MIN_MEAN``) is
+  never evicted.
 * **Near-duplicates** (``skill_stem``): a diff skill's name is its trigger's slug plus the
   snippet's digest, so skills for the same trigger share the stem before the digest.
 """
@@ -111,6 +123,15 @@ def skill_stats(skill: Resource) -> tuple[float, int]:
     return number(skill.params.get("utility")), max(0, int(number(skill.params.get("uses"))))
 
 
+TASK_KEY = "task"
+"""The metadata key of the task a skill was learned on ("" for a skill of an older evobus)."""
+
+
+def skill_task(skill: Resource) -> str:
+    """The task a skill was learned on ("" when its record does not say)."""
+    return skill.metadata.get(TASK_KEY, "")
+
+
 def optimistic_utility(
     utility: float, uses: int, *, prior: float = PRIOR_UTILITY, prior_uses: float = PRIOR_USES
 ) -> float:
@@ -119,20 +140,35 @@ def optimistic_utility(
     return (utility + prior * prior_uses) / (uses + prior_uses)
 
 
+def retrieval_utility(skill: Resource, task: str = "") -> float:
+    """What a skill's utility adds to its retrieval score for a query of ``task``: the
+    optimistic mean for a skill of that task (or for any skill when ``task`` is ""), the plain
+    mean for one learned on another task (see the module docstring)."""
+    utility, uses = skill_stats(skill)
+    if task and skill_task(skill) != task:
+        return mean_utility(utility, uses)
+    return optimistic_utility(utility, uses)
+
+
 def rank_for_retrieval(
-    hits: Sequence[tuple[Resource, float]], k: int, *, weight: float = UTILITY_WEIGHT
+    hits: Sequence[tuple[Resource, float]],
+    k: int,
+    *,
+    weight: float = UTILITY_WEIGHT,
+    task: str = "",
 ) -> list[tuple[Resource, float]]:
     """The ``k`` best skills of ``hits`` (similarity-ranked, best first) by retrieval score.
 
-    The score is ``similarity / best similarity + weight · optimistic_utility`` (see the module
+    The score is ``similarity / best similarity + weight · retrieval_utility`` (see the module
     docstring): the similarity is made relative because BM25 and RRF scores have no fixed
-    scale. Equal scores keep the similarity order.
+    scale. Equal scores keep the similarity order. ``task``: the query's task ("" when it
+    has none: every skill gets the optimistic prior).
     """
     best = max((score for _, score in hits), default=0.0)
     scored = [
         (
             skill,
-            (score / best if best > 0 else 0.0) + weight * optimistic_utility(*skill_stats(skill)),
+            (score / best if best > 0 else 0.0) + weight * retrieval_utility(skill, task),
         )
         for skill, score in hits
     ]
@@ -140,19 +176,45 @@ def rank_for_retrieval(
     return [hit for _, hit in ranked[:k]]
 
 
-def eviction_order(skills: Sequence[Resource], *, over: int, keep: str = "") -> list[Resource]:
+def proven(skill: Resource) -> bool:
+    """Whether a skill was tried enough (``EVICT_MIN_USES``) and did not fail."""
+    utility, uses = skill_stats(skill)
+    return uses >= EVICT_MIN_USES and not should_evict(utility, uses)
+
+
+def eviction_order(
+    skills: Sequence[Resource], *, over: int, keep: str = "", young: int | None = None
+) -> list[Resource]:
     """Which of the active ``skills`` to retire when the library holds ``over`` too many.
 
-    Only skills ``should_evict`` says failed qualify (REFLEX §3.4 evicts "those that fail"),
-    lowest mean utility first, then the most used (the surer verdict), then by name; ``keep``
-    (the skill just registered) never does. Fewer than ``over`` come back when fewer failed:
-    the cap yields to skills that have not had their chance.
+    First the skills ``should_evict`` says failed (REFLEX §3.4 evicts "those that fail"),
+    lowest mean utility first, then the most used (the surer verdict), then by name. With
+    ``young`` set (the registry passes its cap), then the skills that had their chance — not
+    proven, and not among the ``young`` most recently changed skills — lowest mean utility
+    first, then least used, then least recently changed (see the module docstring). ``keep``
+    (the skill just registered) never goes. Fewer than ``over`` come back when fewer qualify:
+    the cap yields to skills that have not had their chance, and to proven ones.
     """
     if over <= 0:
         return []
-    failed = [s for s in skills if s.name != keep and should_evict(*skill_stats(s))]
+    others = [s for s in skills if s.name != keep]
+    failed = [s for s in others if should_evict(*skill_stats(s))]
     failed.sort(key=lambda s: (mean_utility(*skill_stats(s)), -skill_stats(s)[1], s.name))
-    return failed[:over]
+    if young is None:
+        return failed[:over]
+    by_recency = sorted(others, key=lambda s: (-s.updated_at, s.name))
+    given_chance = {s.name for s in by_recency[:young]}
+    out = given_chance | {s.name for s in failed}
+    stale = [s for s in others if s.name not in out and not proven(s)]
+    stale.sort(
+        key=lambda s: (
+            mean_utility(*skill_stats(s)),
+            skill_stats(s)[1],
+            s.updated_at,
+            s.name,
+        )
+    )
+    return [*failed, *stale][:over]
 
 
 def skill_stem(name: str) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from evobus.agents.prompts.templates import BUILT_IN, Template
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryError, ResourceNotFound
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryError, ResourceNotFound
 from evobus.schemas.registry import Resource
 
 log = logging.getLogger(__name__)

@@ -8,17 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 
-from evobus.agents.roles.actor.blocks import (
-    BLOCKS_ANSWER,
-    END_MARKER,
-    START_MARKER,
-    block_rule,
-    parse,
-)
 from evobus.agents.tasks import TaskError, get_task
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.registry import Resource
@@ -67,44 +59,6 @@ def below_headings(text: str) -> str:
 _TOP_HEADING = re.compile(r"^#{1,2} (?=\S)", re.MULTILINE)
 
 
-def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
-    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
-    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
-    worded for the answer asked for (the blocks themselves, or SEARCH/REPLACE blocks).
-
-    Raises:
-        BlockMarkerError: the program's markers do not pair up.
-    """
-    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
-    return f"{rule}\n" if rule else ""
-
-
-def whole_answer(artifact: Artifact) -> dict[str, str]:
-    """The ``$answer_form`` and ``$code_form`` values of an answer that is the child itself
-    rather than SEARCH/REPLACE blocks: for a program with EVOLVE-BLOCK markers only its blocks
-    (the code outside them is the parent's, put back as it is, so a model does not spend its
-    tokens copying it: about two thirds of a circle-packing program); else the whole file.
-
-    Raises:
-        BlockMarkerError: the program's markers do not pair up.
-    """
-    entry = f", defining `{artifact.entrypoint}`" if artifact.entrypoint else ""
-    if artifact.kind == "program" and parse(artifact.source).marked:
-        return {
-            "answer_form": BLOCKS_ANSWER,
-            "code_form": (
-                f"the new program's EVOLVE-BLOCKs only, in order: each one's `{START_MARKER}` "
-                f"line, its new code, and its `{END_MARKER}` line, and nothing outside them "
-                f"(the parent's code outside the blocks is kept as it is; the child must still "
-                f"work{entry})"
-            ),
-        }
-    return {
-        "answer_form": "whole file",
-        "code_form": f"the complete new {artifact.kind} (the whole file{entry})",
-    }
-
-
 class _InstanceView(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     instance: str
     score: float
@@ -144,15 +98,24 @@ def evaluation_json(evaluation: Evaluation) -> str:
     return msgspec.json.format(msgspec.json.encode(view), indent=2).decode()
 
 
-def skills_md(skills: Sequence[Resource]) -> str:
-    """Retrieved skills, skills.md style: name, when to use it, the snippet."""
+def skills_md(skills: Sequence[Resource], task: str = "") -> str:
+    """Retrieved skills, skills.md style: name, when to use it, the snippet; a skill learned on
+    another task than ``task`` says so, to be rewritten for this one (REFLEX §4.5: "any
+    transferred skill must be rewritten, not copied")."""
     if not skills:
         return "(none retrieved)"
     parts = []
     for skill in skills:
         utility = skill.params.get("utility", 0.0)
+        learned_on = skill.metadata.get("task", "")
+        other = (
+            f"\nLearned on the task {learned_on!r}, not this one: adapt the idea to this "
+            "task's inputs and outputs; do not copy the code."
+            if task and learned_on and learned_on != task
+            else ""
+        )
         parts.append(
-            f"### {skill.name} (utility {utility})\nWhen: {skill.description}\n"
+            f"### {skill.name} (utility {utility})\nWhen: {skill.description}{other}\n"
             f"```python\n{skill.source.strip()}\n```"
         )
     return "\n\n".join(parts)

@@ -42,6 +42,7 @@ from evobus.schemas.events import (
     RolledBack,
     SkillLearned,
     SkillRetired,
+    SkillToolsChecked,
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
@@ -245,6 +246,13 @@ def describe(event: Event) -> str:
                 f"{head} skill {event.name} RETIRED (v{event.version}): utility "
                 f"{event.utility:.3f} over {event.uses} uses; {event.active} active skills, cap "
                 f"{event.cap} (passed by {event.registered})"
+            )
+        case SkillToolsChecked():
+            renamed = [f"{u} → {f}" for u, f in zip(event.unknown, event.fixed, strict=True) if f]
+            unknown = [u for u, f in zip(event.unknown, event.fixed, strict=True) if not f]
+            what = f"REFUSED: imports unknown tools {', '.join(unknown)}" if event.refused else ""
+            return f"{head} skill {event.name} " + (
+                what or f"tool names fixed: {', '.join(renamed)}"
             )
         case StaleDecided():
             return (

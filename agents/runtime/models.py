@@ -18,7 +18,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from evobus.agents.prompts import Prompt, PromptBook
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.runtime.process import AgentProcess
 from evobus.agents.runtime.work import work_failed
 from evobus.bus import subjects

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -25,6 +25,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from evobus.agents.runtime.errors import AgentError
+from evobus.agents.runtime.work import for_stage, on_dead
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.consumer import Handler, OnDead, PullConsumer
@@ -44,6 +45,9 @@ def make_agent_ref(role: Role) -> AgentRef:
         pid=os.getpid(),
         host=socket.gethostname(),
     )
+
+
+W = TypeVar("W")
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,12 @@ class WorkBinding:
     stage: str
     handler: Handler[Work]
     on_dead: OnDead[Work] | None = None
+
+    @classmethod
+    def typed(cls, stage: str, kind: type[W], handle: Handler[W]) -> WorkBinding:
+        """The binding of a handler typed to its stage's work item (``kind``): any other item
+        is rejected, and a dead item is answered with a ``WorkFailed``."""
+        return cls(stage, for_stage(stage, kind, handle), on_dead(stage))
 
 
 @dataclass

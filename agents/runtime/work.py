@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from evobus.bus import subjects
-from evobus.bus.consumer import OnDead
+from evobus.bus.consumer import Handler, OnDead
 from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import Reject
 from evobus.bus.publisher import Outbound
@@ -54,6 +54,19 @@ def on_dead(stage: str) -> OnDead[Work]:
         return [work_failed(item, stage, error)]
 
     return answer
+
+
+def for_stage(stage: str, kind: type[W], handle: Handler[W]) -> Handler[Work]:
+    """The consumer's handler of a stage whose own handler takes one kind of work item
+    (``handle`` is typed to its message): an item of another kind can never succeed on this
+    stage, and is rejected (dead-lettered, its requester answered by ``on_dead``)."""
+
+    async def dispatch(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+        if not isinstance(item, kind):
+            raise Reject(f"{type(item).__name__} does not belong on the {stage} stage")
+        return await handle(item, ctx)
+
+    return dispatch
 
 
 def expect(item: Work, kind: type[W]) -> W:

@@ -1,4 +1,4 @@
-"""Tasks: what is evolved and how it is scored (DESIGN.md, "Tasks").
+"""Tasks: what is evolved and how it is scored (docs/tasks.md).
 
 ``get_task`` finds a task by name: the built-ins first, then the ``evobus.tasks`` entry-point
 group, whose entries name a zero-argument callable (a task class will do) returning a ``Task``.
@@ -26,6 +26,7 @@ from evobus.agents.tasks.base import (
     campaign_seed,
     evidence_files,
     parse_result_line,
+    seed_file,
     wants_evidence,
 )
 from evobus.agents.tasks.ccaa import CcaaTask
@@ -69,6 +70,7 @@ __all__ = [
     "evidence_files",
     "get_task",
     "parse_result_line",
+    "seed_file",
     "wants_evidence",
 ]
 

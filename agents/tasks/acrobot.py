@@ -9,6 +9,7 @@ was applied, and classes each episode by the side the first link starts on.
 
 from __future__ import annotations
 
+from evobus.agents.tasks.base import package_source
 from evobus.agents.tasks.control import ControlTask
 
 # Worse than any real return, which is at least -500 (step_limit).
@@ -20,25 +21,7 @@ STEP_LIMIT = 500
 # seeds 0-4 (500 steps). A larger elbow-speed gain or a narrower dead band solves every episode
 # in about 100 steps. Actions are picked by name, not written as 0/1/2, so that the offline
 # engine's edits of numeric literals never produce an invalid action.
-SEED_SOURCE = '''\
-"""Acrobot swing-up: pump energy into the swing by torquing the elbow, then reach up."""
-
-import math
-
-# Acrobot-v1's actions, by index: elbow torque -1, none, +1.
-ACTIONS = ("-1", "0", "+1")
-
-
-def policy(obs: list[float]) -> int:
-    c2, s2, w1, w2 = obs[2:]  # cos/sin of the elbow angle, shoulder and elbow speeds
-    elbow = math.atan2(s2, c2)  # the second link's angle relative to the first
-    push = 1.0 * w1 + 0.3 * w2 - 0.5 * elbow  # which way to torque the elbow
-    if push > 0.2:
-        return ACTIONS.index("+1")
-    if push < -0.2:
-        return ACTIONS.index("-1")
-    return ACTIONS.index("0")
-'''
+SEED_SOURCE = package_source("seeds/acrobot.py")
 
 DESCRIPTION = (
     "Swing up Gymnasium's Acrobot-v1: two links hang from a fixed shoulder joint and only the "

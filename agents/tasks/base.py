@@ -1,4 +1,4 @@
-"""What a task is (an Environment resource, DESIGN.md "Tasks") and how its harness reports.
+"""What a task is (an Environment resource, docs/tasks.md) and how its harness reports.
 
 A task gives proposers a description and a function signature, gives the orchestrator a seed
 artifact and instances, and gives the evaluator the files of a sandboxed run: ``harness.py``,
@@ -17,6 +17,7 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -145,6 +146,15 @@ def campaign_seed(task: Task, params: TaskSection, source: str) -> Artifact:
 def package_source(module: str) -> str:
     """The text of a module file of this package: harnesses travel to the sandbox as text."""
     return resources.files("evobus.agents.tasks").joinpath(module).read_text(encoding="utf-8")
+
+
+def seed_file(task: str) -> Path:
+    """The file of a built-in task's seed program (``seeds/<task>.py``, package data: installed
+    with the wheel), which the task starts from and a campaign file may name as its seed."""
+    path = Path(str(resources.files("evobus.agents.tasks").joinpath("seeds", f"{task}.py")))
+    if not path.is_file():
+        raise FileNotFoundError(f"no seed of a built-in task {task!r}: {path} is missing")
+    return path
 
 
 @runtime_checkable

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from evobus.agents.tasks.base import package_source
 from evobus.agents.tasks.control import ControlTask
 from evobus.agents.tasks.errors import TaskLoadError
 
@@ -27,34 +28,7 @@ STEP_LIMIT = 1000
 # every episode: mean return -70 over seeds 0-4. Raising the two dampings back towards 0.5 and
 # 1.0 lands it (about +260). Actions are picked by name so that edits of numeric literals never
 # produce an invalid action.
-SEED_SOURCE = '''\
-"""Lunar lander: tilt towards the pad, hover at a height that shrinks with the offset, land."""
-
-# LunarLander-v3's actions, by index.
-ACTIONS = ("nothing", "left engine", "main engine", "right engine")
-
-
-def policy(obs: list[float]) -> int:
-    x, y, vx, vy, angle, spin, left_leg, right_leg = obs
-    angle_target = 0.5 * x + 1.0 * vx  # lean towards the pad centre, against the drift
-    if angle_target > 0.4:
-        angle_target = 0.4
-    if angle_target < -0.4:
-        angle_target = -0.4
-    hover_target = 0.55 * abs(x)  # stay higher while still far to the side
-    angle_todo = 0.5 * (angle_target - angle) - 0.3 * spin
-    hover_todo = 0.5 * (hover_target - y) - 0.15 * vy
-    if left_leg > 0.5 or right_leg > 0.5:  # touching down: only soften the landing
-        angle_todo = 0.0
-        hover_todo = -0.5 * vy
-    if hover_todo > abs(angle_todo) and hover_todo > 0.05:
-        return ACTIONS.index("main engine")
-    if angle_todo < -0.05:
-        return ACTIONS.index("right engine")
-    if angle_todo > 0.05:
-        return ACTIONS.index("left engine")
-    return ACTIONS.index("nothing")
-'''
+SEED_SOURCE = package_source("seeds/lunar_lander.py")
 
 DESCRIPTION = (
     "Land Gymnasium's LunarLander-v3 on the pad at x = 0, y = 0. The lander starts at the top "

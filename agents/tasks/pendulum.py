@@ -21,21 +21,7 @@ FAILURE_SCORE = -2000.0
 # it never swings up: mean return -1133 over seeds 0-4. Every constant is a literal, for the
 # offline engine to perturb; the capture test is an angle, not a cosine, because a relative step
 # on a cosine threshold near 1 pushes it past 1 about half the time (PD everywhere, a trap).
-SEED_SOURCE = '''\
-"""Pendulum swing-up: PD control near the top, energy pumping everywhere else."""
-
-import math
-
-
-def policy(obs: list[float]) -> float:
-    c, s, w = obs  # cos(theta), sin(theta), angular velocity; theta = 0 is upright
-    th = math.atan2(s, c)
-    if abs(th) < 0.3:  # near the top: PD control holds it upright
-        return -6.0 * th - 0.5 * w
-    # swing-up: pump energy towards that of upright rest (zero)
-    energy = 0.5 * w * w + 8.0 * (c - 1.0)
-    return -0.1 * w * energy
-'''
+SEED_SOURCE = package_source("seeds/pendulum.py")
 
 ENERGY_TESTS = """\
 import math

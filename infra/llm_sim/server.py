@@ -1,14 +1,16 @@
-"""The simulator's HTTP face: an OpenAI-compatible server on anyio TCP listeners and h11.
+"""The simulator's HTTP face: an OpenAI-compatible Starlette app, served by the one HTTP layer
+(infra/http_server.py, uvicorn).
 
 Endpoints: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/embeddings``, ``GET
 /health``, and the simulator's own ``GET /sim/stats``, ``POST /sim/script`` and ``DELETE
-/sim/script``. HTTP/1.1 with keep-alive, bodies with Content-Length (or chunked, which h11
-reads), JSON in and out, OpenAI-style errors. Every response carries ``x-evobus-simulator:
-true``; chat completions also ``system_fingerprint: "evobus-llm-sim"``.
+/sim/script``. HTTP/1.1 with keep-alive, bodies with Content-Length or chunked, JSON in and
+out, OpenAI-style errors. Every response carries ``x-evobus-simulator: true``; chat
+completions also ``system_fingerprint: "evobus-llm-sim"``.
 
 A chat completion is answered at once (script rules, then the answerer), its target lengths
 drawn, and the request is then held until the engine (engine.py), driven by the wall clock,
-says its sequences have finished: the answer's latency is the simulated deployment's.
+says its sequences have finished: the answer's latency is the simulated deployment's. A request
+still held when the server stops is answered 503.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
-from http import HTTPStatus
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
-import anyio.abc
-import h11
 import msgspec
 from anyio.from_thread import start_blocking_portal
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from evobus.infra.errors import InfraError
+from evobus.infra.http_server import bind, serve_asgi
 from evobus.infra.llm_sim.answers import (
     SIMULATOR_NAME,
     Answerer,
@@ -182,17 +185,17 @@ async def serve_sim(
         request_log=Path(request_log) if request_log else None,
     )
     try:
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+        sockets = bind(host, port)
     except OSError as exc:
         raise InfraError(f"llm-sim cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    async with listener, anyio.create_task_group() as tasks:
-        bound = listener.extra(anyio.abc.SocketAttribute.local_port)
-        settings = replace(settings, port=bound)
-        app = _App(settings, answerer or GenericAnswerer(), Script(rules))
+    settings = replace(settings, port=sockets[0].getsockname()[1])
+    app = _App(settings, answerer or GenericAnswerer(), Script(rules))
+    headers = ((SIMULATOR_HEADER, "true"), ("server", SIMULATOR_NAME))
+    async with anyio.create_task_group() as tasks:
         tasks.start_soon(app.driver.run)
-        tasks.start_soon(listener.serve, app.serve_connection)
         try:
-            yield RunningSim(settings)
+            async with serve_asgi(app.asgi, sockets, headers=headers, close=app.driver.close):
+                yield RunningSim(settings)
         finally:
             tasks.cancel_scope.cancel()
 
@@ -225,6 +228,7 @@ class _Driver:
         self._origin = clock()
         self._waiters: dict[int, _Waiter] = {}
         self._kick = anyio.Event()
+        self._closed = False
 
     def now(self) -> float:
         """Seconds since the server started (engine time)."""
@@ -251,37 +255,42 @@ class _Driver:
     async def complete(
         self, prompt_tokens: int, output_tokens: Sequence[int], prefix: tuple[int, ...] = ()
     ) -> Completed:
-        """Submit a request and wait until its every sequence has finished."""
+        """Submit a request and wait until its every sequence has finished; ``prefix`` is its
+        prompt's ``prefix_blocks`` (the prefix cache).
+
+        Raises:
+            ShuttingDown: the server stops before they finish.
+        """
+        if self._closed:
+            raise ShuttingDown
         request_id = self.engine.submit(prompt_tokens, output_tokens, self.now(), prefix)
         waiter = self._waiters[request_id] = _Waiter()
         self._kick.set()
         await waiter.done.wait()
-        assert waiter.result is not None
+        if waiter.result is None:
+            raise ShuttingDown
         return waiter.result
 
-
-@dataclass(frozen=True)
-class _HttpRequest:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: bytes
-
-
-@dataclass(frozen=True)
-class _HttpResponse:
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
+    def close(self) -> None:
+        """Release every waiting request (each answers 503): the server is stopping."""
+        self._closed = True
+        for waiter in self._waiters.values():
+            waiter.done.set()
+        self._waiters.clear()
 
 
-def _json(status: int, value: Any) -> _HttpResponse:
-    return _HttpResponse(status, msgspec.json.encode(value))
+class ShuttingDown(Exception):
+    """The server stops while a request waits for the engine."""
 
 
-def _error(
-    status: int, message: str, kind: str, code: str, param: str | None = None
-) -> _HttpResponse:
+_Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _json(status: int, value: Any) -> Response:
+    return Response(msgspec.json.encode(value), status, media_type="application/json")
+
+
+def _error(status: int, message: str, kind: str, code: str, param: str | None = None) -> Response:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return _json(status, body)
 
@@ -305,7 +314,7 @@ class _App:
         self.log = RequestLog(settings.request_log) if settings.request_log else None
         self.requests = 0
         self.failed = 0
-        self._routes: dict[str, dict[str, Callable[[_HttpRequest], Awaitable[_HttpResponse]]]] = {
+        self.routes: dict[str, dict[str, _Handler]] = {
             "/v1/models": {"GET": self._models},
             "/v1/chat/completions": {"POST": self._chat},
             "/v1/embeddings": {"POST": self._embeddings},
@@ -313,37 +322,56 @@ class _App:
             "/sim/stats": {"GET": self._stats},
             "/sim/script": {"POST": self._add_rules, "DELETE": self._clear_rules},
         }
+        self.asgi = Starlette(
+            routes=[
+                Route(path, self._guarded(handler), methods=[method])
+                for path, methods in self.routes.items()
+                for method, handler in methods.items()
+            ],
+            exception_handlers={404: self._not_found, 405: self._not_allowed},
+        )
 
-    async def respond(self, request: _HttpRequest) -> _HttpResponse:
-        """The answer to one HTTP request; never raises."""
-        methods = self._routes.get(request.path)
-        if methods is None:
-            return _error(404, f"no route {request.path}", "not_found_error", "not_found")
-        handler = methods.get(request.method)
-        if handler is None:
-            allowed = ", ".join(methods)
-            response = _error(
-                405, f"{request.method} not allowed", "invalid_request_error", "method_not_allowed"
-            )
-            return replace(response, headers=(("allow", allowed),))
-        try:
-            return await handler(request)
-        except InvalidRequest as exc:
-            return _error(400, str(exc), "invalid_request_error", "invalid_request", exc.param)
-        except ScriptError as exc:
-            return _error(400, str(exc), "invalid_request_error", "invalid_script")
-        except Exception as exc:  # the server's boundary: record it, answer 500, keep serving
-            logger.exception("llm-sim: %s %s failed", request.method, request.path)
-            return _error(500, f"{type(exc).__name__}: {exc}", "server_error", "internal_error")
+    def _guarded(self, handler: _Handler) -> _Handler:
+        """``handler`` with the simulator's errors turned into OpenAI-style answers."""
 
-    def _unknown_model(self, model: str) -> _HttpResponse | None:
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except InvalidRequest as exc:
+                return _error(400, str(exc), "invalid_request_error", "invalid_request", exc.param)
+            except ScriptError as exc:
+                return _error(400, str(exc), "invalid_request_error", "invalid_script")
+            except _BodyTooLarge:
+                message = f"request body over {MAX_BODY_BYTES} bytes"
+                return _error(413, message, "invalid_request_error", "too_big")
+            except ShuttingDown:
+                message = f"{SIMULATOR_NAME} is shutting down"
+                return _error(503, message, "server_error", "shutting_down")
+            except Exception as exc:  # the server's boundary: record it, answer 500, keep serving
+                logger.exception("llm-sim: %s %s failed", request.method, request.url.path)
+                return _error(500, f"{type(exc).__name__}: {exc}", "server_error", "internal_error")
+
+        return answer
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        path = request.url.path
+        return _error(404, f"no route {path}", "not_found_error", "not_found")
+
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        response = _error(
+            405, f"{request.method} not allowed", "invalid_request_error", "method_not_allowed"
+        )
+        response.headers["allow"] = ", ".join(self.routes.get(request.url.path, ()))
+        return response
+
+    def _unknown_model(self, model: str) -> Response | None:
         if model in self.settings.profile.models:
             return None
         served = ", ".join(self.settings.profile.models)
         message = f"the model {model!r} does not exist; served: {served}"
         return _error(404, message, "not_found_error", "model_not_found", "model")
 
-    async def _models(self, request: _HttpRequest) -> _HttpResponse:
+    async def _models(self, request: Request) -> Response:
         profile = self.settings.profile
         data = [
             {
@@ -358,12 +386,13 @@ class _App:
         ]
         return _json(200, {"object": "list", "data": data})
 
-    async def _health(self, request: _HttpRequest) -> _HttpResponse:
+    async def _health(self, request: Request) -> Response:
         return _json(200, {"status": "ok", "simulator": SIMULATOR_NAME})
 
-    async def _chat(self, http: _HttpRequest) -> _HttpResponse:
+    async def _chat(self, http: Request) -> Response:
         number, self.requests = self.requests, self.requests + 1
-        request = read_chat_request(http.body, fallback_seed=f"{self.settings.seed}:{number}")
+        data = await _body(http)
+        request = read_chat_request(data, fallback_seed=f"{self.settings.seed}:{number}")
         unknown = self._unknown_model(request.model)
         if unknown is not None:
             return unknown
@@ -424,8 +453,8 @@ class _App:
         }
         return _json(200, body)
 
-    async def _embeddings(self, http: _HttpRequest) -> _HttpResponse:
-        model, texts, dimensions = read_embeddings_request(http.body)
+    async def _embeddings(self, http: Request) -> Response:
+        model, texts, dimensions = read_embeddings_request(await _body(http))
         unknown = self._unknown_model(model)
         if unknown is not None:
             return unknown
@@ -437,9 +466,9 @@ class _App:
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return _json(200, {"object": "list", "data": data, "model": model, "usage": usage})
 
-    async def _stats(self, http: _HttpRequest) -> _HttpResponse:
+    async def _stats(self, http: Request) -> Response:
         try:
-            since = float(http.query.get("since", ["60"])[0])
+            since = float(http.query_params.get("since", "60"))
         except ValueError:
             raise InvalidRequest("since must be a number of seconds", "since") from None
         if not since > 0:
@@ -469,35 +498,13 @@ class _App:
         }
         return _json(200, body)
 
-    async def _add_rules(self, http: _HttpRequest) -> _HttpResponse:
-        self.script.add(parse_rules(http.body, source="POST /sim/script"))
+    async def _add_rules(self, http: Request) -> Response:
+        self.script.add(parse_rules(await _body(http), source="POST /sim/script"))
         return _json(200, {"rules": len(self.script)})
 
-    async def _clear_rules(self, http: _HttpRequest) -> _HttpResponse:
+    async def _clear_rules(self, http: Request) -> Response:
         self.script.clear()
         return _json(200, {"rules": 0})
-
-    async def serve_connection(self, stream: anyio.abc.ByteStream) -> None:
-        """Answer the requests of one connection in turn until either side closes it."""
-        async with stream:
-            connection = h11.Connection(h11.SERVER)
-            while True:
-                try:
-                    request = await _read_request(connection, stream)
-                except h11.RemoteProtocolError as exc:
-                    status = exc.error_status_hint
-                    await _send(connection, stream, _error(status, str(exc), "bad_request", "bad"))
-                    return
-                except _BodyTooLarge:
-                    message = f"request body over {MAX_BODY_BYTES} bytes"
-                    await _send(connection, stream, _error(413, message, "bad_request", "too_big"))
-                    return
-                if request is None:
-                    return
-                await _send(connection, stream, await self.respond(request))
-                if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
-                    return
-                connection.start_next_cycle()
 
 
 def rendered(request: ChatRequest) -> str:
@@ -529,60 +536,15 @@ class _BodyTooLarge(Exception):
     """A request body passed ``MAX_BODY_BYTES``."""
 
 
-async def _read_request(
-    connection: h11.Connection, stream: anyio.abc.ByteStream
-) -> _HttpRequest | None:
-    """The next complete request on the connection, or ``None`` when the client closed it."""
-    head: h11.Request | None = None
+async def _body(request: Request) -> bytes:
+    """The request's body, read up to ``MAX_BODY_BYTES``.
+
+    Raises:
+        _BodyTooLarge: it is longer.
+    """
     body = bytearray()
-    while True:
-        event = connection.next_event()
-        if event is h11.NEED_DATA:
-            if connection.they_are_waiting_for_100_continue:  # curl does, for large bodies
-                go_on = h11.InformationalResponse(status_code=100, headers=[])
-                await stream.send(connection.send(go_on) or b"")
-            try:
-                data = await stream.receive(65536)
-            except anyio.EndOfStream:
-                data = b""
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return None
-            connection.receive_data(data)
-        elif isinstance(event, h11.Request):
-            head = event
-        elif isinstance(event, h11.Data):
-            body += event.data
-            if len(body) > MAX_BODY_BYTES:
-                raise _BodyTooLarge
-        elif isinstance(event, h11.EndOfMessage):
-            assert head is not None
-            target = urlsplit(head.target.decode("latin-1"))
-            method = head.method.decode("ascii")
-            return _HttpRequest(method, target.path, parse_qs(target.query), bytes(body))
-        else:  # ConnectionClosed, or PAUSED after a request h11 will not read past
-            return None
-
-
-async def _send(
-    connection: h11.Connection, stream: anyio.abc.ByteStream, response: _HttpResponse
-) -> None:
-    """Write one response with Content-Length; a client that went away is not an error."""
-    if connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return
-    headers = [
-        ("content-type", "application/json"),
-        ("content-length", str(len(response.body))),
-        (SIMULATOR_HEADER, "true"),
-        ("server", SIMULATOR_NAME),
-        *response.headers,
-    ]
-    reason = HTTPStatus(response.status).phrase.encode()
-    data = connection.send(
-        h11.Response(status_code=response.status, headers=headers, reason=reason)
-    )
-    data = (data or b"") + (connection.send(h11.Data(data=response.body)) or b"")
-    data += connection.send(h11.EndOfMessage()) or b""
-    try:
-        await stream.send(data)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-        logger.debug("llm-sim: client closed the connection before the answer")
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise _BodyTooLarge
+    return bytes(body)

@@ -33,7 +33,7 @@ from typing import Any
 
 import anyio
 
-from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import event_stream
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer

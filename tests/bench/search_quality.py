@@ -42,9 +42,9 @@ from pathlib import Path
 import anyio
 import cma  # type: ignore[import-untyped]
 
-from evobus.agents.console.supervisor import RunOptions, run_campaign, seed_source
 from evobus.agents.roles.actor.mutation import levers, with_levers
 from evobus.agents.roles.evaluator.agent import run_harness
+from evobus.agents.runner.supervisor import RunOptions, run_campaign, seed_source
 from evobus.agents.tasks import Task, get_task
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.zygote import Zygotes

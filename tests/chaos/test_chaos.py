@@ -22,6 +22,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from evobus.agents.runtime.events import EVENT_LOG, read_events
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams
@@ -39,7 +40,7 @@ from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 CAMPAIGN = f"""
 [campaign]
 task = "pendulum"
@@ -69,7 +70,7 @@ def agent_pids(nats_url: str, role: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        # A forked agent's title is its command line in one word (agents/console/launcher.py).
+        # A forked agent's title is its command line in one word (agents/runner/launcher.py).
         words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
         if "agent" in words and role in words and nats_url in words:
             pids.append(int(entry.name))

@@ -14,6 +14,7 @@ import anyio
 import msgspec
 import pytest
 
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams
@@ -42,7 +43,6 @@ from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 
 CAMPAIGN = """
 [campaign]
@@ -82,7 +82,7 @@ async def run_campaign(
     registry is back from the kill before). Returns the campaign's events, the registry's
     (``evo.registry.event.>``) and the summary."""
     campaign = tmp / f"{cid}.toml"
-    seed = (EXAMPLES / "pendulum_seed.py").as_posix()
+    seed = seed_file("pendulum").as_posix()
     warm = str(not kill_after_skills).lower()
     campaign.write_text(CAMPAIGN.format(seed=seed, proposals=proposals, rng=rng, warm=warm))
     nc = await connect(url, name="registry-kill-test")

@@ -27,13 +27,14 @@ from typing import Any
 import msgspec
 import pytest
 
+from evobus.agents.tasks import seed_file
 from evobus.infra.cluster import Cluster
 from evobus.schemas.campaign import CampaignSummary
 from tests.cluster.hosts import Hosts, Observer
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 CAMPAIGN = f"""
 [campaign]
 task = "pendulum"

@@ -16,9 +16,9 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.critic.agent import Critic
 from evobus.agents.roles.evaluator.agent import PNG_SIGNATURE
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.models import ModelAccess
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.bus import codec, envelope, subjects

@@ -18,9 +18,9 @@ import anyio
 from nats.js.api import DeliverPolicy
 
 import evobus
-from evobus.agents.console.restarts import STOP_TIMEOUT_SECONDS, AgentChild
-from evobus.agents.console.supervisor import agent_argv, ensure_registry
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.runner.restarts import STOP_TIMEOUT_SECONDS, AgentChild
+from evobus.agents.runner.supervisor import agent_argv, ensure_registry
 from evobus.agents.runtime.errors import AgentError
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect

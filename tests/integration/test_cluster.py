@@ -29,7 +29,7 @@ from evobus.bus.connection import connect
 from evobus.bus.consumer import PullConsumer
 from evobus.bus.envelope import MessageContext
 from evobus.bus.errors import BusError
-from evobus.bus.permissions import USERS, password_variable
+from evobus.bus.permissions import USERS, nats_authorization, password_variable
 from evobus.bus.publisher import Outbound, Publisher
 from evobus.bus.streams import (
     REPLICAS_ENV,
@@ -294,7 +294,9 @@ async def test_an_ack_the_server_does_not_confirm_is_sent_again(
 
 def test_the_committed_cluster_config_is_the_generated_one_and_nats_server_takes_it() -> None:
     committed = {path.name: path.read_text() for path in sorted(DEPLOY_DIR.glob("*.conf"))}
-    assert committed == deploy_configs(), "regenerate: python -m evobus.infra.cluster config"
+    assert committed == deploy_configs(nats_authorization()), (
+        "regenerate: python -m evobus.agents.console.cluster_config"
+    )
     passwords = {password_variable(user): "Secret1" for user in USERS}
     passwords[STORE_DIR_VARIABLE] = "/var/lib/evobus-nats"  # the store comes from the environment
     for name in committed:  # `-t`: nats-server reads the config, checks it, and exits

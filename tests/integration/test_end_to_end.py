@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from evobus.agents.runtime import lineage
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams
@@ -30,7 +31,6 @@ from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 CAMPAIGN = """
 [campaign]
 name = "e2e"
@@ -54,7 +54,7 @@ async def test_a_campaign_beats_its_seed_across_processes(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
     campaign = tmp_path / "campaign.toml"
-    campaign.write_text(CAMPAIGN.format(seed=(EXAMPLES / "pendulum_seed.py").as_posix()))
+    campaign.write_text(CAMPAIGN.format(seed=seed_file("pendulum").as_posix()))
     nc = await connect(nats_server.url, name="independent-subscriber")
     js = nc.jetstream()
     await ensure_streams(js)

@@ -20,9 +20,9 @@ import msgspec
 import pytest
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.actor.agent import Actor
 from evobus.agents.roles.actor.blocks import outside_equal, parse
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.models import ModelAccess
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref
 from evobus.bus import subjects
@@ -106,8 +106,13 @@ class ActorHandlers:
             attempt=1,
             sender=None,
         )
-        handler = self.actor.propose if stage == "propose" else self.actor.repair
-        (out,) = await handler(item, context)
+        match item:  # each handler takes its own stage's item
+            case ProposeWork() if stage == "propose":
+                (out,) = await self.actor.propose(item, context)
+            case RepairWork() if stage == "repair":
+                (out,) = await self.actor.repair(item, context)
+            case _:
+                raise AssertionError(f"no {stage} handler here for {type(item).__name__}")
         return out.message
 
 

@@ -1,4 +1,4 @@
-"""Agents forked from the fork server (agents/console/launcher.py) behave as executed ones: their
+"""Agents forked from the fork server (agents/runner/launcher.py) behave as executed ones: their
 own session, log and exit status, their command line as what ``ps`` shows, a signal's death
 reported as ``-N``; and the program that launched them is not run again inside them."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.console.launcher import ForkedAgent, evobus_args, launch
+from evobus.agents.runner.launcher import ForkedAgent, evobus_args, launch
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -61,7 +61,7 @@ def test_the_launching_program_is_not_run_again_in_its_agents(tmp_path: Path) ->
             """
             import os, sys
             from pathlib import Path
-            from evobus.agents.console.launcher import launch
+            from evobus.agents.runner.launcher import launch
 
             print("the user's program ran", flush=True)
             cli = [sys.executable, "-m", "evobus.agents.console.cli"]

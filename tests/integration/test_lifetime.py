@@ -26,7 +26,7 @@ STARTER = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from evobus.agents.console.launcher import ForkedAgent, launch
+    from evobus.agents.runner.launcher import ForkedAgent, launch
     from evobus.infra.nats_server import NatsServer
 
     server = NatsServer(sys.argv[1], die_with_parent=True).start()

@@ -224,6 +224,30 @@ async def test_stats_show_the_batch_filling_and_the_mean_utilisation() -> None:
     assert window["mean_active_sequences"] == pytest.approx(4 * window["utilisation"])
 
 
+async def test_a_request_held_when_the_server_stops_is_answered_503() -> None:
+    answers: list[httpx.Response] = []
+    # time_scale 100: the answer would take minutes; the server stops first (the task group
+    # waits for the answer after the simulator's block has ended).
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        anyio.create_task_group() as tasks,
+        serve_sim(profile="tiny", time_scale=100.0) as running,
+    ):
+
+        async def ask() -> None:
+            answers.append(await http.post(f"{running.base_url}/chat/completions", json=chat("hi")))
+
+        async def held() -> bool:
+            stats = (await http.get(f"{running.url}/sim/stats")).json()
+            return bool(stats["active_sequences"] == 1)
+
+        tasks.start_soon(ask)
+        await eventually(held)  # the simulator has no event to await from outside
+    (answer,) = answers
+    assert answer.status_code == 503 and answer.headers["x-evobus-simulator"] == "true"
+    assert answer.json()["error"]["code"] == "shutting_down"
+
+
 def test_a_simulator_in_a_thread_serves_synchronous_clients() -> None:
     with serve_sim_in_thread(profile="tiny", time_scale=0.05) as running:
         response = httpx.post(f"{running.base_url}/chat/completions", json=chat("hi"))

@@ -22,6 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams
@@ -44,7 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 ROOT = Path(__file__).parent.parent.parent
 EXAMPLES = ROOT / "examples"
-SEED = (EXAMPLES / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
 LLM = """

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import DeliverPolicy
 
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import Credentials, connect
 from evobus.bus.errors import ConnectError
@@ -42,7 +43,6 @@ from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 CAMPAIGN = """
 [campaign]
 name = "perms"
@@ -216,7 +216,7 @@ async def test_a_campaign_runs_with_a_user_per_role_and_each_is_confined(
 
     try:
         campaign = tmp_path / "campaign.toml"
-        campaign.write_text(CAMPAIGN.format(seed=(EXAMPLES / "pendulum_seed.py").as_posix()))
+        campaign.write_text(CAMPAIGN.format(seed=seed_file("pendulum").as_posix()))
         out = tmp_path / "runs"
         run = start_evobus(
             "run",

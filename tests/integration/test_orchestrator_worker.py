@@ -26,6 +26,7 @@ from evobus.agents.roles.orchestrator.persist import LeaseLost
 from evobus.agents.runtime.errors import AgentError, CampaignNotFound
 from evobus.agents.runtime.events import campaign_dir
 from evobus.agents.runtime.process import AgentSettings
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import ensure_streams, key_value
@@ -34,7 +35,7 @@ from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignRecord, load_campaign
 from evobus.schemas.events import BestConfirmed, CampaignStarted, Event
 from tests.conftest import eventually, time_left
-from tests.integration.test_registry_outage import CAMPAIGN, EXAMPLES, following
+from tests.integration.test_registry_outage import CAMPAIGN, following
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -47,7 +48,7 @@ async def submit(js: JetStreamContext, campaign: str, tmp_path: Path) -> Campaig
     record = CampaignRecord(
         campaign=campaign,
         spec=load_campaign(path),
-        seed_source=(EXAMPLES / "acrobot_seed.py").read_text(),
+        seed_source=seed_file("acrobot").read_text(),
         out_dir=str(tmp_path / "runs"),
         submitted_at=time.time(),
     )

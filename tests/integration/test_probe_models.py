@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from evobus.agents.console import supervisor
-from evobus.agents.console.supervisor import probe_models
+from evobus.agents.runner import supervisor
+from evobus.agents.runner.supervisor import probe_models
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.schemas.campaign import LLMSection
 from evobus.schemas.errors import CampaignConfigError

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evobus.agents.prompts import BUILT_IN, PromptBook, UnknownPrompt
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.bus.connection import connect
 from evobus.infra.nats_server import NatsServer
 from tests.integration.test_registry import registry_service

@@ -12,9 +12,9 @@ import anyio
 import git
 import pytest
 
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.agent import RegistryProcess, run_registry
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.service import Registry
 from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
 from evobus.agents.runtime.process import AgentSettings
@@ -24,7 +24,7 @@ from evobus.bus.streams import ensure_streams
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.qdrant_store import StoreInUse
 from evobus.schemas.agents import Heartbeat
-from evobus.schemas.events import SkillRetired, StoreRecovered
+from evobus.schemas.events import SkillRetired, SkillToolsChecked, StoreRecovered
 from evobus.schemas.registry import (
     EmbedderSpec,
     ErrorReply,
@@ -407,5 +407,43 @@ async def test_skill_search_ranks_by_utility_and_a_full_library_retires_failed_s
             # A fifth finds no failed skill to retire: the cap yields to untried skills.
             await client.register("skill", "torque-clip", description=SKILLS["torque-clip"][0])
             assert len(await client.list("skill")) == 4
+    finally:
+        await nc.drain()
+
+
+@pytest.mark.timeout(40)
+async def test_a_skill_naming_an_unknown_tool_is_fixed_or_refused_with_an_event(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A-Evolve Phase 4: a misspelt tool name in a skill becomes the registered tool's; a made
+    up one is refused. Each says so in a ``skill_tools_checked`` event."""
+    nc = await connect(nats_server.url, name="registry-tools-test")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        sub = await js.subscribe(subjects.events_filter(subjects.REGISTRY_EVENTS))
+        async with registry_service(nats_server.url, tmp_path) as (client, _):
+            await client.register("tool", "clip", source=TOOL)
+            misspelt = "from tools.clp import clip\n# ...\n    torque = clip(u, -2.0, 2.0)"
+            skill = await client.register("skill", "clip-torque", source=misspelt)
+            assert skill.source.startswith("from tools.clip import clip")
+            event = codec.EVENT_DECODER.decode((await sub.next_msg(timeout=10)).data)
+            assert isinstance(event, SkillToolsChecked)
+            assert (event.name, event.unknown, event.fixed) == ("clip-torque", ("clp",), ("clip",))
+            assert not event.refused
+
+            made_up = "import tools.teleport\nx = tools.teleport.jump()"
+            with pytest.raises(InvalidRequest, match="teleport"):
+                await client.register("skill", "teleport-home", source=made_up)
+            event = codec.EVENT_DECODER.decode((await sub.next_msg(timeout=10)).data)
+            assert isinstance(event, SkillToolsChecked)
+            assert (event.name, event.unknown, event.fixed, event.refused) == (
+                "teleport-home",
+                ("teleport",),
+                ("",),
+                True,
+            )
+            with pytest.raises(ResourceNotFound):
+                await client.get("skill", "teleport-home")
     finally:
         await nc.drain()

@@ -21,13 +21,14 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.effects import Effects, Outcome
 from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Outbound, Publisher
@@ -60,12 +61,11 @@ from tests.unit.test_orchestrator_state import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 # Acrobot ships no tools, so the campaign starts without a registry.
 CAMPAIGN = f"""
 [campaign]
 task = "acrobot"
-seed_artifact = "{(EXAMPLES / "acrobot_seed.py").as_posix()}"
+seed_artifact = "{seed_file("acrobot").as_posix()}"
 [campaign.budget]
 proposals = 40
 wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
@@ -124,6 +124,7 @@ def registry_calls(state: CampaignState, registry: RegistryClient) -> RegistryCa
     return RegistryCalls(
         registry,
         state.cid,
+        state.plan.name,
         epsilon=strategy.epsilon,
         delta_max=strategy.delta_max,
         embedder=state.spec.embedder,
@@ -246,7 +247,7 @@ async def test_a_campaign_goes_on_without_the_registry_and_catches_up_when_it_st
         record = CampaignRecord(
             campaign=campaign_id,
             spec=load_campaign(path),
-            seed_source=(EXAMPLES / "acrobot_seed.py").read_text(),
+            seed_source=seed_file("acrobot").read_text(),
             out_dir=str(tmp_path / "runs"),
             submitted_at=time.time(),
         )

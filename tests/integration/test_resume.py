@@ -16,6 +16,7 @@ from evobus.agents.roles.orchestrator.persist import (
     lease_holder,
 )
 from evobus.agents.roles.orchestrator.snapshot import take
+from evobus.agents.tasks import seed_file
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import key_value
@@ -25,7 +26,7 @@ from tests.unit.test_orchestrator_pipeline import ASYNC
 from tests.unit.test_orchestrator_state import make_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
-SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 
 
 async def test_a_lease_whose_holder_is_gone_from_this_host_is_taken_at_once(
@@ -33,8 +34,8 @@ async def test_a_lease_whose_holder_is_gone_from_this_host_is_taken_at_once(
 ) -> None:
     """A killed orchestrator's successor on the same host (its supervisor restarted it) does
     not wait out the lease's expiry; a live holder is waited for."""
-    exited = await anyio.open_process(["true"])
-    await exited.wait()  # reaped: its pid names no process now
+    async with await anyio.open_process(["true"]) as exited:
+        await exited.wait()  # reaped: its pid names no process now (and its pipes closed)
     nc = await connect(nats_session.url, name="test-lease-gone")
     try:
         leases = await key_value(nc.jetstream(), subjects.KV_LEASES, ttl=6.0)

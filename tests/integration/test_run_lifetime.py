@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from evobus.agents.tasks import seed_file
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.integration]
 
-SEED = (Path(__file__).parent.parent.parent / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 CLI = [sys.executable, "-m", "evobus.agents.console.cli"]
 STARTED_WITHIN = 240.0  # an evaluation back on a machine at load 10: generous
 GONE_WITHIN = 60.0  # the kernel's parent-death signals are immediate; this is only a bound

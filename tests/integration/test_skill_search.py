@@ -99,3 +99,46 @@ async def test_every_skill_of_a_library_of_hundreds_is_found_first_by_its_own_na
         ranked = await registry.search("skill", "the pendulum overshoots: the gain is low", k=10)
         scores = [score for _, score in ranked]
         assert len(ranked) == 10 and scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.timeout(120)
+async def test_a_pendulum_query_ranks_pendulum_skills_above_unused_skills_of_other_tasks(
+    tmp_path: Path,
+) -> None:
+    """Issue 30: an unused ccaa skill pushed a proven pendulum skill (30 uses) out of the top
+    3 for a pendulum query. Scoped to its task, a query sees its task's skills; with
+    ``scope = "all"`` the other tasks' come too, below what has proven itself."""
+    policy = SkillLibraryPolicy(cap=0, merge_distance=0.0)
+    query = "the pendulum never swings up: the torque saturates, raise the swing gain"
+    async with await Registry.open(
+        tmp_path, embedder=EmbedderSpec(kind="hashed"), skill_policy=policy
+    ) as registry:
+        await registry.register(
+            RegisterRequest(
+                kind="skill",
+                name="raise-swing-gain",
+                description="the pendulum swings too weakly: raise the swing gain",
+                source="torque = 3.0 * omega",
+                metadata={"task": "pendulum"},
+            )
+        )
+        for use in range(30):
+            await registry.record_skill_use("raise-swing-gain", 20.0, 100.0, f"c{use}")
+        for i in range(4):  # closer to the query's words, never used
+            await registry.register(
+                RegisterRequest(
+                    kind="skill",
+                    name=f"ccaa-gain-{i}",
+                    description=f"the torque saturates, raise the swing gain of element {i}",
+                    source=f"weights[{i}] = 0.5",
+                    metadata={"task": "ccaa"},
+                )
+            )
+        unscoped = [s.name for s, _ in await registry.search("skill", query, 3)]
+        assert "raise-swing-gain" not in unscoped  # the issue's finding, without a task
+        scoped = await registry.search("skill", query, 3, task="pendulum")
+        assert [s.name for s, _ in scoped] == ["raise-swing-gain"]
+        every = await registry.search("skill", query, 3, task="pendulum", scope="all")
+        assert every[0][0].name == "raise-swing-gain"
+        assert {s.name for s, _ in every[1:]} <= {f"ccaa-gain-{i}" for i in range(4)}
+        assert len(every) == 3

@@ -34,7 +34,8 @@ each migration received was sent and is received once.
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
 every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``,
 ``adaptive_workers`` with ``workers_min`` and ``workers_max``, ``bandit`` and ``delta_max``,
-``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills``, ``selection``
+``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills`` and
+``skill_scope`` (``all`` in odd rows), ``selection``
 (by turns ``ucb``, ``mean``, ``pareto`` and ``pareto`` over two metrics) with ``ucb_beta`` and
 ``pareto_metrics``, ``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
@@ -60,7 +61,8 @@ import pytest
 
 import evobus
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.agents.roles.registry.client import RegistryClient
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.tasks import seed_file
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import (
@@ -92,7 +94,7 @@ from tests.integration.campaigns_at_once import Outcome, run_at_once
 
 pytestmark = [pytest.mark.integration]
 
-SEED = Path(__file__).parents[2] / "examples" / "pendulum_seed.py"
+SEED = seed_file("pendulum")
 SEED_ID = "c0000"  # the seed's candidate id (schemas/artifacts.py)
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
@@ -187,6 +189,8 @@ def strategy_of(row: Row, index: int) -> dict[str, object]:
         "staleness": row["staleness"],
         "bandit": row["operators"] == "bandit",
         "skills": 3 if row["skills"] == "skills" else 0,
+        # Other tasks' skills too, by turns (REFLEX §4.5): the library is every row's.
+        "skill_scope": "all" if index % 2 else "task",
         "burst_after": 2,
         "stagnation_window": 3,
         "stagnation_threshold": 5.0,
@@ -451,6 +455,10 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
     assert all(
         spec.workers_min <= e.new <= spec.workers_max and abs(e.new - e.old) == 1 for e in moves
     ), moves
+    # A-Evolve's graduated scope: every child says how intense a change it was asked for.
+    assert all(
+        e.intensity in (0.5, 1.0, 2.0) for e in events if isinstance(e, CandidateProposed)
+    ), [e for e in events if isinstance(e, CandidateProposed)]
     operators = {e.operator for e in events if isinstance(e, CandidateProposed)}
     if row["operators"] == "nobandit":  # m_diag, x_div at the crossover rate, or a burst's
         assert "m_text" not in operators, operators  # (i1, x_div, m_diag): never m_text

@@ -16,8 +16,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryUnavailable, ResourceNotFound
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryUnavailable, ResourceNotFound
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Outbound, Publisher

@@ -27,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.tasks import seed_file
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from tests.processes import start_evobus
@@ -34,7 +35,7 @@ from tests.processes import start_evobus
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 ROOT = Path(__file__).parent.parent.parent
-SEED = (ROOT / "examples" / "pendulum_seed.py").as_posix()
+SEED = seed_file("pendulum").as_posix()
 ACTOR = "Qwen/Qwen3-8B"
 CRITIC = "Qwen/Qwen2.5-VL-7B-Instruct"
 API_KEY = "sk-evobus-test-9f3c2a7d5e1b4c08"
@@ -292,6 +293,12 @@ async def test_a_candidates_life_is_one_trace_across_the_agents(
         assert attributes["reason"]
     (decide,) = [s for s in members if s.name == "decide"]
     assert decide.attributes["evobus.outcome"] == root.attributes["evobus.outcome"]
+    # A-Evolve's intensity: on the actor's span of the proposal and the step's proposal event.
+    (proposing,) = [s for s in consumers if s.name.endswith(".work.propose")]
+    intensity = proposing.attributes["evobus.intensity"]
+    assert intensity in (0.5, 1.0, 2.0), proposing.attributes
+    proposed = {n: a for n, a in root.events if n == "candidate_proposed"}
+    assert proposed["candidate_proposed"]["intensity"] == intensity, root.events
 
     # No secret in any span, exported or on disk; the span file has the same trace.
     run_dir = out / campaign_id

@@ -29,7 +29,14 @@ from evobus.bus.permissions import (
 from evobus.bus.publisher import Publisher, event_outbound
 from evobus.bus.streams import ensure_streams, evidence_store
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.events import CampaignStarted, CandidateEvaluated, CandidateProposed, Event
+from evobus.schemas.campaign import CampaignSummary
+from evobus.schemas.events import (
+    CampaignFinished,
+    CampaignStarted,
+    CandidateEvaluated,
+    CandidateProposed,
+    Event,
+)
 from tests.conftest import time_left
 
 pytestmark = pytest.mark.integration
@@ -123,6 +130,56 @@ async def test_a_run_folder_is_followed_live_and_the_page_refuses_strangers(
         assert (await http.get("/api/campaigns/bad.id/view")).status_code == 404
         vendored = await http.get("/static/vendor/uPlot.esm.js")
         assert vendored.status_code == 200 and b"uPlot" in vendored.content
+
+
+def _finished(at: float) -> CampaignFinished:
+    summary = CampaignSummary(
+        campaign=CID,
+        task="pendulum",
+        status="completed",
+        stop_reason="budget_proposals",
+        seed_score=-10.0,
+        best_score=-5.0,
+        best_candidate="c0001",
+        best_artifact="",
+        proposals=1,
+        evaluations=2,
+        accepted=1,
+        wall_seconds=3.0,
+        engine="offline",
+    )
+    return CampaignFinished(campaign=CID, at=at, summary=summary)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_finished_campaigns_stream_ends_and_is_not_reopened(tmp_path: Path) -> None:
+    run_dir = tmp_path / CID
+    run_dir.mkdir()
+    now = time.time()  # a log whose last event is a minute old is an interrupted campaign's
+    append_events(run_dir / EVENT_LOG, [_started(now), _proposed("c0001", now + 1)])
+    async with (
+        serve_ui(UiOptions(out=tmp_path, port=0)) as ui,
+        httpx.AsyncClient(base_url=ui.url, trust_env=False) as http,
+    ):
+        statuses: list[str] = []
+        with anyio.fail_after(time_left()):
+            # The loop ends only because the server closes the stream: a running campaign's
+            # view comes first, the finished one's last.
+            async for message in _views(http, f"/api/campaigns/{CID}/stream"):
+                view = message["view"]
+                assert isinstance(view, dict)
+                statuses.append(view["status"])
+                if view["status"] == "running" and statuses.count("running") == 1:
+                    append_events(run_dir / EVENT_LOG, [_finished(now + 3)])
+        assert "running" in statuses and statuses[-1] == "completed"
+        # The browser reconnects with the last id it saw: 204 tells EventSource to stop.
+        async with http.stream("GET", f"/api/campaigns/{CID}/stream") as answer:
+            ids = [line async for line in answer.aiter_lines() if line.startswith("id: ")]
+        assert len(ids) == 1  # the final view at once, then the end
+        last = ids[0].removeprefix("id: ")
+        again = await http.get(f"/api/campaigns/{CID}/stream", headers={"last-event-id": last})
+        assert again.status_code == 204
 
 
 @pytest.mark.anyio

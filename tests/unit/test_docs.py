@@ -37,7 +37,8 @@ import msgspec
 import msgspec.inspect
 import pytest
 
-from evobus.agents.console.cli import _workers, build_parser, main
+from evobus.agents.console.cli import build_parser, main
+from evobus.agents.console.cli.run import _workers
 from evobus.agents.tasks import BUILTIN_TASKS, Task
 from evobus.infra.llm_sim.script import load_rules
 from evobus.infra.sandbox import available_isolation, run_sandboxed

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from nats.errors import FlushTimeoutError, UnexpectedEOF
 
-from evobus.agents.console.embedded_bus import _QuietLoss, resume_command
+from evobus.agents.runner.embedded_bus import _QuietLoss, resume_command
 from evobus.agents.runtime.errors import AgentError, BusLost
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.console.supervisor import command_line_spec, seed_source
+from evobus.agents.runner.supervisor import command_line_spec, seed_source
 from evobus.agents.tasks import EvaluatorFilesTask
 from evobus.agents.tasks.base import CONFIG_FILE, HARNESS_FILE, package_source
 from evobus.agents.tasks.evaluator_folder import (

@@ -14,6 +14,7 @@ from evobus.agents.evolution.skills import (
     mean_utility,
     optimistic_utility,
     rank_for_retrieval,
+    retrieval_utility,
     seed_skill_for,
     should_evict,
     skill_from_diff,
@@ -195,6 +196,56 @@ def test_eviction_takes_failed_skills_lowest_utility_first_up_to_the_excess() ->
     assert [s.name for s in eviction_order(skills, over=9)] == ["useless", "useless-too", "weak"]
     assert [s.name for s in eviction_order(skills, over=1, keep="useless")] == ["useless-too"]
     assert eviction_order(skills, over=0) == []
+
+
+def aged(name: str, utility: float, uses: int, changed: float, task: str = "") -> Resource:
+    """A skill last changed (registered, merged into or used) at ``changed``."""
+    return msgspec.structs.replace(
+        skill(name, utility, uses), updated_at=changed, metadata={"task": task} if task else {}
+    )
+
+
+def test_past_the_cap_skills_that_had_their_chance_go_after_the_failed_ones() -> None:
+    # A library of 6 with a cap of 3: the 3 most recently changed besides the new one are
+    # having their chance; the older ones that did not prove themselves go, least useful and
+    # least used first, then least recently changed.
+    skills = [
+        aged("old-unused", 0.0, 0, changed=1.0),
+        aged("older-unused", 0.0, 0, changed=0.5),
+        aged("old-once-helped", 0.8, 1, changed=0.2),
+        aged("old-proven", 3.0, 6, changed=0.1),  # enough uses, 0.5 per use: never goes
+        aged("failed", 0.0, 5, changed=9.0),  # failed: goes first, however recent
+        aged("recent-a", 0.0, 0, changed=7.0),
+        aged("recent-b", 0.0, 0, changed=8.0),
+        aged("recent-c", 0.0, 0, changed=6.0),
+        aged("new", 0.0, 0, changed=10.0),
+    ]
+    order = [s.name for s in eviction_order(skills, over=9, keep="new", young=3)]
+    # "failed" is among the three most recent, and still goes first; "failed" taking a place
+    # among them, "recent-c" is past its chance, and unused goes before "old-once-helped".
+    assert order == ["failed", "older-unused", "old-unused", "recent-c", "old-once-helped"]
+    assert [s.name for s in eviction_order(skills, over=2, keep="new", young=3)] == [
+        "failed",
+        "older-unused",
+    ]
+    # Without ``young`` only the failed qualify, as before.
+    assert [s.name for s in eviction_order(skills, over=9, keep="new")] == ["failed"]
+
+
+def test_a_query_of_a_task_gives_the_optimistic_prior_to_its_own_skills_only() -> None:
+    pendulum = aged("pendulum-proven", 6.0, 30, changed=0.0, task="pendulum")  # 0.2 per use
+    ccaa = aged("ccaa-unused", 0.0, 0, changed=0.0, task="ccaa")
+    assert retrieval_utility(ccaa) == 1.0  # no task: every skill gets the prior
+    assert retrieval_utility(ccaa, "pendulum") == 0.0  # another task's: what it has gained
+    assert retrieval_utility(pendulum, "pendulum") == pytest.approx(7.0 / 31)
+    # The unused ccaa skill matches the query better; it still ranks below the proven
+    # pendulum skill for a pendulum query, and above it with no task.
+    hits = [(ccaa, 10.0), (pendulum, 9.0)]
+    assert [s.name for s, _ in rank_for_retrieval(hits, 2, task="pendulum")] == [
+        "pendulum-proven",
+        "ccaa-unused",
+    ]
+    assert [s.name for s, _ in rank_for_retrieval(hits, 2)] == ["ccaa-unused", "pendulum-proven"]
 
 
 def test_skills_for_the_same_trigger_share_a_stem() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from evobus.agents.console.cli import build_parser
-from evobus.agents.console.supervisor import command_line_spec, seed_source
+from evobus.agents.runner.supervisor import command_line_spec, seed_source
 from evobus.schemas.campaign import load_campaign, parse_campaign
 from evobus.schemas.errors import CampaignConfigError
 

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.console.supervisor import seed_source
 from evobus.agents.roles.actor.agent import _first_usable, child_problem
 from evobus.agents.roles.critic.agent import prose
 from evobus.agents.roles.evaluator.agent import PNG_SIGNATURE, _shares, bounded, evidence_image
+from evobus.agents.runner.supervisor import seed_source
 from evobus.bus import codec
 from evobus.infra.sandbox import SandboxRun
 from evobus.schemas.artifacts import Artifact

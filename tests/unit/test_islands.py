@@ -5,13 +5,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from evobus.agents.console.islands import combined_summary, island_records, share
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.islands import migration_target, on_decided
 from evobus.agents.roles.orchestrator.messages import Migrate
 from evobus.agents.roles.orchestrator.novelty import source_digest
 from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
+from evobus.agents.runner.islands import combined_summary, island_records, share
 from evobus.schemas.campaign import (
     AgentWork,
     CampaignSummary,

@@ -1,13 +1,13 @@
-"""What became of a campaign's children (agents/console/outcomes.py), the live view's line
+"""What became of a campaign's children (agents/runner/outcomes.py), the live view's line
 when a kind of failure repeats, and a seed's EVOLVE-BLOCK markers checked before a run."""
 
 from __future__ import annotations
 
 import pytest
 
-from evobus.agents.console.outcomes import OutcomeTally, merged, outcome_lines, tally
-from evobus.agents.console.progress_view import PlainProgress
-from evobus.agents.console.seed_markers import marker_problem
+from evobus.agents.runner.outcomes import OutcomeTally, merged, outcome_lines, tally
+from evobus.agents.runner.progress_view import PlainProgress
+from evobus.agents.runner.seed_markers import marker_problem
 from evobus.schemas.campaign import CampaignSummary, ChildOutcomes, ErrorCount
 from evobus.schemas.events import (
     CandidateEvaluated,

@@ -12,12 +12,12 @@ import pytest
 
 import evobus
 from evobus.agents.console.cli import main
-from evobus.agents.console.evaluator_requirements import check_requirements
-from evobus.agents.console.peer_config import PeerConfigError, read_peer_config
-from evobus.agents.console.peer_files import on_command_line, read_beside
-from evobus.agents.console.supervisor import command_line_spec
 from evobus.agents.prompts.context import task_values
 from evobus.agents.prompts.templates import BUILT_IN
+from evobus.agents.runner.evaluator_requirements import check_requirements
+from evobus.agents.runner.peer_config import PeerConfigError, read_peer_config
+from evobus.agents.runner.peer_files import on_command_line, read_beside
+from evobus.agents.runner.supervisor import command_line_spec
 from evobus.agents.tasks.evaluator_files import evaluator_problem
 from evobus.agents.tasks.evaluator_process import InvalidResult, normalized, shinka_evaluate
 from evobus.schemas.artifacts import Artifact

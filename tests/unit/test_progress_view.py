@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from rich.console import Console
 
-from evobus.agents.console.progress_view import (
+from evobus.agents.runner.progress_view import (
     PLAIN_EVERY_SECONDS,
     LiveProgress,
     PlainProgress,

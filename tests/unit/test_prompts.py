@@ -13,13 +13,17 @@ from evobus.agents.console.sim_answers import offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import (
     evaluation_json,
-    evolve_blocks,
     skills_md,
     task_values,
     tools_md,
+)
+from evobus.agents.roles.actor.blocks import (
+    blocks_only,
+    evolve_blocks,
+    outside_equal,
+    splice,
     whole_answer,
 )
-from evobus.agents.roles.actor.blocks import blocks_only, outside_equal, splice
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource
@@ -231,3 +235,10 @@ def test_offline_answers_for_skills_summaries_and_stale_repair() -> None:
 def test_the_offline_engine_has_no_answer_for_tool_synthesis() -> None:
     assert offline_answer("ToolDraft", render("tool_generator")) is None
     assert offline_answer("Unknown", "anything") is None
+
+
+def test_a_skill_of_another_task_is_shown_to_be_rewritten_not_copied() -> None:
+    pendulum = msgspec.structs.replace(SKILL, metadata={"task": "pendulum"})
+    assert "Learned on the task 'pendulum'" in skills_md([pendulum], "acrobot")
+    assert "Learned on" not in skills_md([pendulum], "pendulum")
+    assert "Learned on" not in skills_md([SKILL], "acrobot")  # a skill that does not say

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from evobus.agents.roles.registry import lifecycle
-from evobus.agents.roles.registry.contracts import consolidated, generate_contract
-from evobus.agents.roles.registry.errors import (
+from evobus.agents.registry_api.errors import (
     InvalidRequest,
     InvalidSetting,
     RegistryError,
     ResourceNotFound,
     VersionNotFound,
 )
-from evobus.agents.roles.registry.protocol import error_from_reply, error_reply, operation
+from evobus.agents.registry_api.protocol import error_from_reply, error_reply, operation
+from evobus.agents.roles.registry import lifecycle
+from evobus.agents.roles.registry.contracts import consolidated, generate_contract
 from evobus.agents.roles.registry.skill_library import (
     MERGE_DISTANCE_ENV,
     MERGED_FROM,
     SKILL_CAP_ENV,
     SkillLibraryPolicy,
+    ToolCheck,
+    UnknownTools,
+    checked_tools,
     merged_request,
     same_stem,
+    snippet_tools,
 )
 from evobus.bus import codec, subjects
 from evobus.infra.bm25 import K1, document_weights, query_weights, text_tokens
@@ -290,3 +294,32 @@ def test_a_new_skill_name_finds_the_active_skill_with_its_stem() -> None:
     merged = merged_request(request, found)
     assert merged.name == found.name and merged.source == "x = 1"
     assert merged.metadata == {"origin": "diff", MERGED_FROM: "never-swings-up-feedface"}
+
+
+def test_skills_merge_by_stem_within_their_task_only() -> None:
+    pendulum = Resource(
+        name="never-swings-up-00ddba11", kind="skill", version=1, metadata={"task": "pendulum"}
+    )
+    assert same_stem("never-swings-up-feedface", [pendulum], "pendulum") == pendulum
+    assert same_stem("never-swings-up-feedface", [pendulum], "acrobot") is None
+    assert same_stem("never-swings-up-feedface", [pendulum]) == pendulum  # untagged: any
+
+
+def test_a_skill_tool_name_close_to_a_registered_tool_is_fixed_else_refused() -> None:
+    snippet = "from tools.pid_controler import gain\n# ...\n    u = pid_controler.step(x)"
+    request = RegisterRequest(kind="skill", name="pump-3c1d9e20", source=snippet)
+    assert snippet_tools(snippet) == {"pid_controler"}  # read line by line: no whole parse
+    fixed, check = checked_tools(request, ["pid_controller", "energy"])
+    assert check == ToolCheck(
+        skill="pump-3c1d9e20", unknown=("pid_controler",), fixed=("pid_controller",)
+    )
+    assert not check.refused
+    assert fixed.source == snippet.replace("pid_controler", "pid_controller")
+    # Every name known: nothing to say.
+    assert checked_tools(fixed, ["pid_controller"]) == (fixed, None)
+    # A name close to none: refused, the error carrying what was found.
+    made_up = RegisterRequest(kind="skill", name="s", source="import tools.teleport\nx = 1")
+    with pytest.raises(UnknownTools, match="teleport") as caught:
+        checked_tools(made_up, ["pid_controller"])
+    assert caught.value.check.refused and caught.value.check.unknown == ("teleport",)
+    assert isinstance(caught.value, InvalidRequest)  # refused like any bad request

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evobus.agents.console.restarts import (
+from evobus.agents.runner.restarts import (
     MAX_DELAY_SECONDS,
     NOT_RESTARTED,
     QUICK_EXIT_SECONDS,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from evobus.bus import codec
+from evobus.schemas.events import CampaignEvent, Event
+from evobus.schemas.results import Result, WorkResult
+from evobus.schemas.work import Work, WorkItem
 from tests.samples import SAMPLES
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -52,3 +56,24 @@ def test_messages_are_frozen() -> None:
     message = SAMPLES["work_tool"]
     with pytest.raises(AttributeError):
         message.work_id = "other"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("union", "base", "envelope"),
+    [
+        (Work, WorkItem, ["work_id", "campaign", "pool_version"]),
+        (Result, WorkResult, ["work_id", "campaign"]),
+        (Event, CampaignEvent, ["campaign", "at"]),
+    ],
+)
+def test_each_union_shares_its_base_and_encodes_its_envelope_first(
+    union: object, base: type[msgspec.Struct], envelope: list[str]
+) -> None:
+    members = typing.get_args(union)
+    assert members and all(issubclass(member, base) for member in members)
+    # The envelope came first in every member before the bases held it, and still does: the
+    # bases change no byte of what goes on the bus.
+    for name, message in SAMPLES.items():
+        if isinstance(message, base):
+            keys = list(msgspec.msgpack.decode(codec.encode(message)))
+            assert keys[: len(envelope) + 1] == ["type", *envelope], name

@@ -10,9 +10,15 @@ import pytest
 
 from evobus.agents.console.sim_answers import asks_for_diff, offline_answer
 from evobus.agents.prompts import BUILT_IN, Prompt
-from evobus.agents.prompts.context import evolve_blocks, task_values, whole_answer
+from evobus.agents.prompts.context import task_values
 from evobus.agents.roles.actor.agent import _first_usable, actor_prompt, answer_format, ask_again
-from evobus.agents.roles.actor.blocks import blocks_only, outside_equal, splice
+from evobus.agents.roles.actor.blocks import (
+    blocks_only,
+    evolve_blocks,
+    outside_equal,
+    splice,
+    whole_answer,
+)
 from evobus.agents.roles.actor.errors import DiffError
 from evobus.agents.roles.actor.mutation import propose
 from evobus.agents.roles.actor.search_replace import (

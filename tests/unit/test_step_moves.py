@@ -15,7 +15,6 @@ from evobus.agents.roles.orchestrator.steps import FIRST_STAGE, MOVES, Chain, Ch
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.results import Repaired
 from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork, RepairWork
-from tests.unit import test_reuse_and_novelty as reuse_tests
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, run_up_to_children
 from tests.unit.test_orchestrator_pipeline import two_proposals as two_queued_proposals
 from tests.unit.test_orchestrator_state import (
@@ -29,6 +28,7 @@ from tests.unit.test_orchestrator_state import (
     proposal,
     seeded,
 )
+from tests.unit.test_reuse_and_novelty import text_critic_state
 
 ORCHESTRATOR = Path(__file__).resolve().parents[2] / "agents" / "roles" / "orchestrator"
 Move = tuple[ChainStage, ChainStage]
@@ -145,10 +145,12 @@ def crossover_without_diagnosis() -> None:
     assert chain is not None and chain.operator == "x_div"
 
 
-def a_diagnosis_in_flight() -> None:
-    """Steps from one parent wait (explored) for the diagnosis one of them asked for, and pass
-    the diagnose stage when it comes (``chains.diagnosing``)."""
-    reuse_tests.test_steps_from_one_parent_share_the_critics_diagnosis_in_flight()
+def steps_sharing_a_diagnosis() -> None:
+    """Three m_diag steps from the seed at once: two wait for the first one's diagnosis."""
+    state = text_critic_state(selection="mean", proposals=4, in_flight=3)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    assert len(of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)) == 3
 
 
 def test_every_move_of_the_table_is_made_by_a_campaign(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,6 +158,6 @@ def test_every_move_of_the_table_is_made_by_a_campaign(monkeypatch: pytest.Monke
     reflective_repair()
     sync_with_the_epsilon_net()
     crossover_without_diagnosis()
-    a_diagnosis_in_flight()
+    steps_sharing_a_diagnosis()
     allowed = {(stage, to) for stage, targets in MOVES.items() for to in targets}
     assert made == allowed, (sorted(allowed - made), sorted(made - allowed))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 SELF = "bench"  # this process: the simulator's thread, its offline answers, the supervisor
 PROC = Path("/proc")
+AGENT_MODULES = {"evobus.agents.console.cli", "evobus.agents.runner"}
+"""The modules an executed agent runs with ``python -m`` (``evobus agent`` typed, the runner's)."""
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -47,7 +49,7 @@ def _role(pid: str) -> str | None:
     words = cmdline.replace(b"\0", b" ").decode(errors="replace").split()
     if words and Path(words[0]).name == "nats-server":
         return "nats-server"
-    if ("evobus.agents.console.cli" in words or words[:1] == ["evobus"]) and "agent" in words:
+    if (AGENT_MODULES & set(words) or words[:1] == ["evobus"]) and "agent" in words:
         at = words.index("agent")
         return words[at + 1] if at + 1 < len(words) else None
     return None

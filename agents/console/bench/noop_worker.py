@@ -30,13 +30,13 @@ from nats.errors import TimeoutError as NatsTimeoutError
 
 from evobus.agents.console.bench.errors import BenchError
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, Setup, WorkBinding, run_agent
-from evobus.agents.runtime.work import expect, on_dead, result_outbound
+from evobus.agents.runtime.work import result_outbound
 from evobus.bus import codec
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
 from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.results import Evaluation, InstanceScore
-from evobus.schemas.work import EvaluateWork, Work
+from evobus.schemas.work import EvaluateWork
 
 INSTANCES = ("0", "1", "2", "3", "4")
 READY_SECONDS = 30.0  # worker processes start, import and bind within this
@@ -116,14 +116,13 @@ def noop_evaluator(stage: str, handler_seconds: float) -> Setup:
     """The setup of a worker that answers every EvaluateWork after ``handler_seconds``."""
 
     async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
-        async def handle(item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-            work = expect(item, EvaluateWork)
+        async def handle(work: EvaluateWork, ctx: MessageContext) -> Sequence[Outbound]:
             started = time.monotonic()
             if handler_seconds > 0:
                 await anyio.sleep(handler_seconds)  # stands in for a fast real stage
             return [result_outbound(noop_evaluation(work, started, time.monotonic()), stage)]
 
-        return [WorkBinding(stage, handle, on_dead(stage))]
+        return [WorkBinding.typed(stage, EvaluateWork, handle)]
 
     return setup
 

@@ -44,9 +44,10 @@ from evobus.agents.console.bench.throughput_report import (
 )
 from evobus.agents.console.bench.timings import machine_facts
 from evobus.agents.console.sim_answers import OfflineAnswerer
-from evobus.agents.console.supervisor import RunOptions, run_campaign
+from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.events import event_stream
+from evobus.agents.tasks import seed_file
 from evobus.bus.connection import connect
 from evobus.bus.errors import BusError
 from evobus.infra.errors import InfraError
@@ -59,7 +60,7 @@ from evobus.schemas.errors import SchemaError
 DEFAULT_JSON = Path("tests/bench/results/throughput.json")
 MODEL = "Qwen/Qwen3-8B"  # actor and critic: one model on one simulated server
 POLICIES = ("full", "guarded", "reflective")
-SEED = Path(__file__).resolve().parents[3] / "examples" / "pendulum_seed.py"
+SEED = seed_file("pendulum")
 UNBOUNDED_PROPOSALS = 1_000_000_000  # the wall clock ends a run unless --proposals is given
 FINISH_SECONDS = 30.0  # for the observer to see campaign_finished after run_campaign returned
 

@@ -1,5 +1,6 @@
 """``evobus ui``'s server: the page's files, its JSON, and one Server-Sent Events stream per
-open campaign page, relayed from the bus or the run folder (see the package docstring).
+open campaign page, relayed from the bus or the run folder (see the package docstring). A
+Starlette app served by the one HTTP layer (infra/http_server.py, uvicorn).
 
 Routes (GET and HEAD):
 
@@ -7,18 +8,23 @@ Routes (GET and HEAD):
   ``/static/…`` the page's scripts, styles and the vendored chart library.
 - ``/api/campaigns``: the campaigns on the bus and under the run folder root.
 - ``/api/campaigns/<cid>/view``: the campaign's :class:`~evobus.agents.console.ui.view.CampaignView`
-  once; ``/api/campaigns/<cid>/stream``: it again after every change (``event: view``).
+  once; ``/api/campaigns/<cid>/stream``: it again after every change (``event: view``, its
+  ``id`` the feed's version), until the campaign has ended: then the stream closes, and the
+  browser's reconnection with the last id it saw gets 204, which tells ``EventSource`` to stop
+  (so a finished run's page finishes loading).
 - ``/api/campaigns/<cid>/candidates/<id>``: one candidate in detail.
 - ``/api/campaigns/<cid>/best``: the validated best's code and its diff from the seed.
 - ``/api/campaigns/<cid>/evidence/<id>/<work id>.png``: an evaluation's evidence image.
+
+Every answer carries :data:`SECURITY_HEADERS`; on a loopback address only requests for a
+loopback name are answered.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mimetypes
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +34,12 @@ import anyio.abc
 import msgspec
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from evobus.agents.console.report.series import collect
 from evobus.agents.console.ui import DEFAULT_PORT
@@ -48,19 +60,12 @@ from evobus.agents.console.ui.feeds import (
     merged,
     on_bus,
 )
-from evobus.agents.console.ui.http import (
-    ClientGone,
-    Connection,
-    Request,
-    Response,
-    json_response,
-    text_response,
-)
 from evobus.agents.console.ui.view import CampaignView, best_program, campaign_view
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.events import EVENT_LOG
 from evobus.bus.connection import connect, credentials_from_env, redact_url
 from evobus.bus.permissions import VIEWER, role_credentials
+from evobus.infra.http_server import bind, serve_asgi
 from evobus.schemas.campaign import validate_campaign_id
 
 log = logging.getLogger(__name__)
@@ -71,6 +76,23 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 PUSH_SECONDS = 0.25  # a page gets at most four views a second, however fast events come
 REFRESH_SECONDS = 5.0  # …and one at least this often (agents come and go without events)
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain", ".txt": "text/plain"}
+# The statuses of a campaign that may still change; any other (completed, failed, and what
+# view.py says of an interrupted one) ends its event stream.
+LIVE = ("waiting", "running")
+SERVER = "evobus-ui"
+MAX_HEAD = 65536  # a browser's request line and headers, its cookies for localhost included
+# Headers every answer carries: the page loads only its own files (no inline script, nothing
+# from another origin) and may not be framed by another site.
+# (uPlot sizes its elements with style attributes: inline styles are allowed, scripts are not.)
+SECURITY_HEADERS = (
+    (
+        "content-security-policy",
+        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+)
 
 
 class UiError(AgentError):
@@ -143,7 +165,7 @@ async def serve_ui(options: UiOptions) -> AsyncIterator[RunningUI]:
             credentials (``EVOBUS_VIEWER_PASSWORD`` for the viewer user, else ``NATS_USER``…).
     """
     try:
-        listener = await anyio.create_tcp_listener(local_host=options.host, local_port=options.port)
+        sockets = bind(options.host, options.port)
     except OSError as exc:
         raise UiError(
             f"evobus ui cannot listen on {options.host}:{options.port}: {exc.strerror or exc}"
@@ -155,21 +177,89 @@ async def serve_ui(options: UiOptions) -> AsyncIterator[RunningUI]:
             nc = await connect(
                 options.nats_url, name="evobus-ui", credentials=role_credentials(VIEWER)
             )
-        async with listener, anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as tg:
             app = _App(options, nc, tg)
             if nc is not None and not _as_viewer():
                 tg.start_soon(app.agents.listen, nc)
-            tg.start_soon(listener.serve, app.serve_connection)
-            port = listener.extra(anyio.abc.SocketAttribute.local_port)
+            headers = (("server", SERVER), *SECURITY_HEADERS)
             try:
-                yield RunningUI(options.host, port, options.campaign)
+                async with serve_asgi(
+                    app.asgi, sockets, headers=headers, close=app.close, max_head_bytes=MAX_HEAD
+                ):
+                    port = sockets[0].getsockname()[1]
+                    yield RunningUI(options.host, port, options.campaign)
             finally:
                 tg.cancel_scope.cancel()
     finally:
-        await listener.aclose()
+        for sock in sockets:  # served: closed already; not served (no bus): closed here
+            sock.close()
         if nc is not None:
             with anyio.CancelScope(shield=True):
                 await nc.close()
+
+
+_Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class _NotFound(Exception):
+    """A request for what this page does not have: answered 404 with the reason."""
+
+
+class _LoopbackNames:
+    """On a loopback address, only requests for a loopback name: another site's page that
+    rebinds its DNS name to 127.0.0.1 cannot read this one."""
+
+    def __init__(self, app: ASGIApp, listen_host: str) -> None:
+        self.app = app
+        self.guard = listen_host in LOOPBACK
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.guard and scope["type"] == "http":
+            host = Request(scope).headers.get("host", "")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name.strip("[]") not in LOOPBACK:
+                refused = text_response(403, "this page answers on its loopback name only")
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def json_response(body: bytes, status: int = 200) -> Response:
+    """A JSON answer that is never cached (it changes as the campaign runs)."""
+    return Response(body, status, {"cache-control": "no-store"}, "application/json")
+
+
+def text_response(status: int, text: str) -> Response:
+    """A plain-text answer, for errors."""
+    return Response(text, status, media_type="text/plain; charset=utf-8")
+
+
+def _guarded(endpoint: _Endpoint) -> _Endpoint:
+    """``endpoint`` with its errors answered: 404 for what the page lacks, 500 (logged) for
+    anything else, the page going on serving the others."""
+
+    async def answer(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except _NotFound as exc:
+            return text_response(404, str(exc))
+        except Exception as exc:  # a request's boundary: logged and answered
+            log.exception("evobus ui: a request failed")
+            return text_response(500, f"{type(exc).__name__}: {exc}")
+
+    return answer
+
+
+def _campaign(request: Request) -> str:
+    """The campaign id of the request's path.
+
+    Raises:
+        _NotFound: it cannot be one.
+    """
+    try:
+        return validate_campaign_id(request.path_params["cid"])
+    except ValueError as exc:
+        raise _NotFound(str(exc)) from None
 
 
 class _App:
@@ -185,95 +275,74 @@ class _App:
             for path in STATIC.rglob("*")
             if path.is_file()
         }
-        self._views: dict[str, tuple[tuple[int, int], bytes]] = {}
+        self._views: dict[str, tuple[tuple[int, int], bytes, bool]] = {}
         self.images = EvidenceImages(self.js)
+        self.closing = False
+        routes = {
+            "/": self.index,
+            "/campaign/{cid}": self.index,
+            "/static/{name:path}": self.file,
+            "/api/campaigns": self.campaign_list,
+            "/api/campaigns/{cid}/view": self.view_json,
+            "/api/campaigns/{cid}/best": self.best,
+            "/api/campaigns/{cid}/stream": self.stream,
+            "/api/campaigns/{cid}/candidates/{candidate}": self.candidate,
+            "/api/campaigns/{cid}/evidence/{candidate}/{image}": self.evidence,
+        }
+        self.asgi = Starlette(
+            routes=[Route(path, _guarded(endpoint)) for path, endpoint in routes.items()],
+            middleware=[Middleware(_LoopbackNames, listen_host=options.host)],
+            exception_handlers={404: self._not_found, 405: self._not_allowed},
+        )
 
-    # --- connections and routes ----------------------------------------------------------
+    def close(self) -> None:
+        """End every event stream: the server is stopping."""
+        self.closing = True
+        for feed in self.feeds.values():
+            feed.touch()
 
-    async def serve_connection(self, stream: anyio.abc.ByteStream) -> None:
-        """Answer one connection's requests in turn until either side closes it."""
-        async with stream:
-            conn = Connection(stream)
-            try:
-                while (request := await conn.next_request()) is not None:
-                    await self.answer(conn, request)
-                    if not conn.next_cycle():
-                        return
-            except ClientGone:
-                return
-            except Exception as exc:  # a connection's boundary: logged, answered, the page
-                # goes on serving the others
-                log.exception("evobus ui: a request failed")
-                with contextlib.suppress(ClientGone):
-                    await conn.send(text_response(500, f"{type(exc).__name__}: {exc}"))
+    # --- routes --------------------------------------------------------------------------
 
-    async def answer(self, conn: Connection, request: Request) -> None:
-        """Route one request."""
-        head = request.method == "HEAD"
-        if request.method not in ("GET", "HEAD"):
-            await conn.send(text_response(405, "only GET and HEAD"))
-            return
-        if not self._host_allowed(request):
-            await conn.send(text_response(403, "this page answers on its loopback name only"))
-            return
-        parts = [p for p in request.path.split("/") if p]
-        try:
-            if parts[:2] == ["api", "campaigns"]:
-                cid = validate_campaign_id(parts[2]) if len(parts) > 2 else None
-                if cid is not None and parts[3:] == ["stream"]:
-                    await self.stream(conn, cid)
-                    return
-                response = await self.api(cid, parts[3:])
-            else:
-                response = self.page(parts)
-        except ValueError as exc:  # a campaign id that cannot be one
-            response = text_response(404, str(exc))
-        await conn.send(response, head_only=head)
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        api = request.url.path.startswith("/api/")
+        return text_response(404, "no such answer" if api else "no such page")
 
-    def _host_allowed(self, request: Request) -> bool:
-        """On a loopback address, only requests for a loopback name: another site's page
-        that rebinds its DNS name to 127.0.0.1 cannot read this one."""
-        if self.options.host not in LOOPBACK:
-            return True
-        host = request.headers.get("host", "")
-        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-        return name.strip("[]") in LOOPBACK
+    async def _not_allowed(self, request: Request, exc: Exception) -> Response:
+        return text_response(405, "only GET and HEAD")
 
-    def page(self, parts: list[str]) -> Response:
-        """The page's files: ``index.html`` for ``/`` and ``/campaign/<cid>``."""
-        if not parts or (parts[0] == "campaign" and len(parts) == 2):
-            return self.file(INDEX)
-        if parts[0] == "static":
-            return self.file("/".join(parts[1:]))
-        return text_response(404, "no such page")
+    async def index(self, request: Request) -> Response:
+        """``index.html``, for ``/`` and ``/campaign/<cid>``."""
+        return self._file(INDEX)
 
-    def file(self, name: str) -> Response:
+    async def file(self, request: Request) -> Response:
         """A file of the page (only those shipped under ``static/``)."""
+        return self._file(request.path_params["name"])
+
+    def _file(self, name: str) -> Response:
         path = self.static.get(name)
         if path is None:
-            return text_response(404, f"no file {name}")
+            raise _NotFound(f"no file {name}")
         kind = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "text/plain"
         if kind.startswith("text/"):
             kind += "; charset=utf-8"
-        return Response(200, path.read_bytes(), kind, (("cache-control", "no-cache"),))
+        return Response(path.read_bytes(), 200, {"cache-control": "no-cache"}, kind)
 
-    async def api(self, cid: str | None, rest: list[str]) -> Response:
-        """The JSON answers."""
-        if cid is None:
-            return json_response(msgspec.json.encode(await self.campaigns()))
-        feed = self.feed(cid)
-        if rest == ["view"]:
-            return json_response(self.view(feed))
-        if rest == ["best"]:
-            run, run_dir = collect(feed.events, cid), self.options.out / cid
-            folder = run_dir if run_dir.is_dir() else None
-            best = await anyio.to_thread.run_sync(best_program, run, folder)
-            return json_response(msgspec.json.encode(best))
-        if len(rest) == 2 and rest[0] == "candidates":
-            return await self.candidate(feed, rest[1])
-        if len(rest) == 3 and rest[0] == "evidence" and rest[2].endswith(".png"):
-            return await self.evidence(cid, rest[1], rest[2].removesuffix(".png"))
-        return text_response(404, "no such answer")
+    async def campaign_list(self, request: Request) -> Response:
+        """The campaigns, as JSON."""
+        return json_response(msgspec.json.encode(await self.campaigns()))
+
+    async def view_json(self, request: Request) -> Response:
+        """The campaign's view once, as JSON."""
+        data, _ = self.view(self.feed(_campaign(request)))
+        return json_response(data)
+
+    async def best(self, request: Request) -> Response:
+        """The best program: its id, scores, code and diff from the seed, as JSON."""
+        cid = _campaign(request)
+        run, run_dir = collect(self.feed(cid).events, cid), self.options.out / cid
+        folder = run_dir if run_dir.is_dir() else None
+        best = await anyio.to_thread.run_sync(best_program, run, folder)
+        return json_response(msgspec.json.encode(best))
 
     # --- campaigns and views -------------------------------------------------------------
 
@@ -314,38 +383,54 @@ class _App:
             feed.note = f"following the events stopped: {type(exc).__name__}: {exc}"
             feed.touch()
 
-    def view(self, feed: Feed) -> bytes:
-        """The campaign's view as JSON, computed once per change of its events or agents."""
+    def view(self, feed: Feed) -> tuple[bytes, bool]:
+        """The campaign's view as JSON, computed once per change of its events or agents, and
+        whether the campaign has ended (its status is not one of :data:`LIVE`)."""
         key = (feed.version, self.agents.version)
         cached = self._views.get(feed.campaign)
         if cached is not None and cached[0] == key:
-            return cached[1]
+            return cached[1], cached[2]
         view = campaign_view(feed.campaign, feed.events, self.agents.alive())
         data = msgspec.json.encode(ViewMessage(view=view, source=feed.source, note=feed.note))
-        self._views[feed.campaign] = (key, data)
-        return data
+        ended = view.status not in LIVE
+        self._views[feed.campaign] = (key, data, ended)
+        return data, ended
 
-    async def stream(self, conn: Connection, cid: str) -> None:
-        """The campaign's view now and after every change, until the browser goes."""
-        feed = self.feed(cid)
-        await conn.start_events()
+    async def stream(self, request: Request) -> Response:
+        """The campaign's view now and after every change, until it has ended (or the
+        browser goes, or the server stops); 204 to a reconnection that saw the end."""
+        feed = self.feed(_campaign(request))
+        _, ended = self.view(feed)
+        if ended and request.headers.get("last-event-id") == str(feed.version):
+            return Response(status_code=204)
+        headers = {"cache-control": "no-store"}
+        return StreamingResponse(self._events(feed), 200, headers, "text/event-stream")
+
+    async def _events(self, feed: Feed) -> AsyncIterator[bytes]:
+        """The stream's Server-Sent Events (``data``: one line, JSON has no newline)."""
         version, sent = -1, b""
         while True:
             with anyio.move_on_after(REFRESH_SECONDS):
-                version = await feed.wait_past(version)
-            data = self.view(feed)
+                await feed.wait_past(version)
+            if self.closing:
+                return
+            version = feed.version  # the view's, its event's id
+            data, ended = self.view(feed)
             if data is sent:
-                await conn.comment()
+                yield b": keep-alive\n\n"  # keeps proxies and the browser from timing it out
             else:
-                await conn.event("view", data)
+                yield b"id: %d\nevent: view\ndata: %b\n\n" % (version, data)
                 sent = data
+            if ended:
+                return
             await anyio.sleep(PUSH_SECONDS)
 
     # --- one candidate -------------------------------------------------------------------
 
-    async def candidate(self, feed: Feed, candidate: str) -> Response:
+    async def candidate(self, request: Request) -> Response:
         """One candidate in detail (404 when no event names it)."""
-        cid = feed.campaign
+        cid, candidate = _campaign(request), request.path_params["candidate"]
+        feed = self.feed(cid)
         run = collect(feed.events, cid)
         run_dir = self.options.out / cid
         folder = run_dir if run_dir.is_dir() else None
@@ -375,16 +460,21 @@ class _App:
             evidence_note=evidence_note,
         )
         if details is None:
-            return text_response(404, f"no event of {cid} names a candidate {candidate}")
+            raise _NotFound(f"no event of {cid} names a candidate {candidate}")
         return json_response(msgspec.json.encode(details))
 
-    async def evidence(self, cid: str, candidate: str, work: str) -> Response:
+    async def evidence(self, request: Request) -> Response:
         """An evidence PNG from the object store."""
+        cid, candidate = _campaign(request), request.path_params["candidate"]
+        image: str = request.path_params["image"]
+        if not image.endswith(".png"):
+            raise _NotFound("no such answer")
+        work = image.removesuffix(".png")
         try:
             data = await self.images.image(cid, candidate, work)
         except NoImage as exc:
             return text_response(exc.status, exc.reason)
-        return Response(200, data, "image/png", (("cache-control", "max-age=3600"),))
+        return Response(data, 200, {"cache-control": "max-age=3600"}, "image/png")
 
 
 def _as_viewer() -> bool:

@@ -17,7 +17,6 @@ from typing import Literal
 
 import msgspec
 
-from evobus.agents.console.outcomes import error_kind
 from evobus.agents.console.report.series import (
     SEED_ID,
     LineageLayout,
@@ -36,6 +35,7 @@ from evobus.agents.console.report.series import (
     staleness_counts,
 )
 from evobus.agents.console.ui.details import read_workspace
+from evobus.agents.runner.outcomes import error_kind
 from evobus.agents.runtime.events import describe_splits, score
 from evobus.schemas.agents import Heartbeat
 from evobus.schemas.events import Event, StageLoad

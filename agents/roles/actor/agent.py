@@ -25,42 +25,48 @@ import ast
 import logging
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import msgspec
+from opentelemetry import trace
 
 from evobus.agents.evolution.skills import skill_from_diff, skill_slug
 from evobus.agents.prompts.context import (
     MAX_CONTEXT_CHARS,
     clip,
-    evolve_blocks,
     skills_md,
     task_values,
     tools_md,
-    whole_answer,
 )
-from evobus.agents.roles.actor.blocks import block_rule, splice
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryError
+from evobus.agents.roles.actor.blocks import block_rule, evolve_blocks, splice, whole_answer
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import Offspring, propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
+from evobus.agents.roles.actor.samples import first_usable
 from evobus.agents.roles.actor.search_replace import AnswerFormat, apply_diff
 from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
-from evobus.agents.runtime.work import expect, on_dead, result_outbound, work_failed
+from evobus.agents.runtime.work import result_outbound, work_failed
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
-from evobus.infra.llm import InvalidModelOutput, LLMError, text_message, user_message
+from evobus.infra.llm import (
+    InvalidModelOutput,
+    LLMError,
+    Structured,
+    text_message,
+    user_message,
+)
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
 from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
 from evobus.schemas.registry import Resource
 from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
 from evobus.schemas.tools import ToolRef, imported_tools
-from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork, Work
+from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +200,16 @@ class Actor:
 
     async def retrieve(self, work: ProposeWork) -> list[Resource]:
         """Top-K skills for the diagnosis, best first as the registry ranks them (similarity
-        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``); none
-        when there is no diagnosis or no registry."""
+        and utility, REFLEX §3.4: agents/evolution/skills.py ``rank_for_retrieval``): skills
+        of the work's task, or of every task with ``[strategy] skill_scope = "all"`` (REFLEX
+        §4.5); none when there is no diagnosis or no registry."""
         if not work.skills or work.diagnosis is None:
             return []
+        scope = (await self.models.record(work.campaign)).spec.strategy.skill_scope
         try:
-            hits = await self.registry.search("skill", skill_query(work.diagnosis), work.skills)
+            hits = await self.registry.search(
+                "skill", skill_query(work.diagnosis), work.skills, task=work.task, scope=scope
+            )
         except RegistryError as exc:
             log.warning("skills not retrieved: %s", exc)
             return []
@@ -214,9 +224,12 @@ class Actor:
             return []
         return [tool for tool, _ in hits]
 
-    async def propose(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def propose(self, work: ProposeWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Propose a child; an unusable parent or answer is a typed failure, not a crash."""
-        work = expect(item, ProposeWork)
+        # A-Evolve's intensity on the proposal's span, so a trace shows it varying.
+        span = trace.get_current_span()
+        span.set_attribute("evobus.intensity", work.intensity)
+        span.set_attribute("evobus.operator", work.operator)
         skills = await self.retrieve(work)
         models = await self.models.for_campaign(work.campaign)
         if models is not None:
@@ -249,14 +262,16 @@ class Actor:
             rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
             engine=child.engine,
             skills_used=used,
+            intensity=work.intensity,
         )
         return [result_outbound(proposal, "propose")]
 
     async def with_model(
         self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
     ) -> Proposal:
-        """The actor model's child: one structured call with ``samples`` choices, the first
-        usable one taken; one repair round when none is usable, which asks for the whole file
+        """The actor model's child: ``samples`` structured calls at once, the first usable
+        answer released as soon as it is ready (FlashEvolve §3.3, agents/roles/actor/samples.py);
+        one repair round when none is usable, which asks for the whole file
         when SEARCH/REPLACE blocks were asked for. Each answer (blocks applied to the parent)
         is spliced into the parent's text outside its EVOLVE-BLOCKs before it is judged.
 
@@ -284,7 +299,7 @@ class Actor:
                 "co_fitness_score": (
                     f"{work.co_parent_score:.4f}" if work.co_parent_score is not None else "unknown"
                 ),
-                "skills": skills_md(skills),
+                "skills": skills_md(skills, work.task),
                 "tools": tools_md(shown := await self.tools(query)),
                 "context": clip(work.context, MAX_CONTEXT_CHARS) or "(none yet)",
                 "operator": work.operator,
@@ -295,17 +310,33 @@ class Actor:
         )
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
-        out = await models.actor.structured(
-            section.actor_model,
-            messages,
-            ActorDraft,
-            n=section.samples,
-            max_tokens=section.max_tokens,
-            temperature=section.temperature,
-            label=prompt.name,
+
+        def sample() -> Awaitable[Structured[ActorDraft]]:
+            return models.actor.structured(
+                section.actor_model,
+                messages,
+                ActorDraft,
+                max_tokens=section.max_tokens,
+                temperature=section.temperature,
+                label=prompt.name,
+            )
+
+        # FlashEvolve §3.3: each of the n samples is its own request, and the first usable
+        # one goes on as soon as it is ready (agents/roles/actor/samples.py).
+        sampled = await first_usable(
+            sample, section.samples, lambda drafts: _first_usable(parent, drafts, answer)
         )
-        usage = out.usage
-        draft, problem = _first_usable(parent, out.values, answer)
+        out, usage, draft, problem = sampled.out, sampled.usage, sampled.draft, sampled.problem
+        released = ""
+        if section.samples > 1 and draft is not None:
+            released = (
+                f" [sample {sampled.finished} of {section.samples} to answer released; "
+                f"{sampled.pending} still running, cancelled]"
+            )
+            span = trace.get_current_span()
+            span.set_attribute("evobus.samples", section.samples)
+            span.set_attribute("evobus.samples_finished", sampled.finished)
+            span.set_attribute("evobus.samples_pending", sampled.pending)
         if draft is None:
             # One repair round for an answer that is valid JSON but not a usable child; after
             # SEARCH/REPLACE blocks, the whole file is asked for (one fallback, then rejection).
@@ -341,7 +372,7 @@ class Actor:
             for t in shown
             if t.name in imported and t.name not in requested
         ]
-        rationale = draft.rationale.strip()
+        rationale = draft.rationale.strip() + released
         if tools.notes:
             rationale += f" [{'; '.join(tools.notes)}]"
         return Proposal(
@@ -355,13 +386,13 @@ class Actor:
             skills_used=tuple(s.name for s in skills),
             tools=tuple(tools.refs),
             usage=usage + tools.usage,
+            intensity=work.intensity,
         )
 
-    async def repair(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def repair(self, work: RepairWork, ctx: MessageContext) -> Sequence[Outbound]:
         """FlashEvolve §3.2 (reflective staleness): patch a stale proposal against the pool's
         changes since it was made, or discard it as covered. Offline, the classical stand-in
         crosses it with the current best (x_div), so it builds on the pool as it is now."""
-        work = expect(item, RepairWork)
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             try:
@@ -443,13 +474,12 @@ class Actor:
             usage=out.usage,
         )
 
-    async def extract(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def extract(self, work: ExtractWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Turn an improving parent → child change into a skill's draft (REFLEX §3.4).
 
         The draft goes back in the result; the orchestrator registers it, and holds it in the
         campaign state while the registry is away, so extraction never waits for the registry.
         """
-        work = expect(item, ExtractWork)
         trigger = skill_query(work.diagnosis) if work.diagnosis else ""
         models = await self.models.for_campaign(work.campaign)
         usage = Usage()
@@ -529,7 +559,7 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     registry = RegistryClient(proc.nc)
     actor = Actor(proc, registry, ModelAccess(proc, registry))
     return [
-        WorkBinding("propose", actor.propose, on_dead("propose")),
-        WorkBinding("extract", actor.extract, on_dead("extract")),
-        WorkBinding("repair", actor.repair, on_dead("repair")),
+        WorkBinding.typed("propose", ProposeWork, actor.propose),
+        WorkBinding.typed("extract", ExtractWork, actor.extract),
+        WorkBinding.typed("repair", RepairWork, actor.repair),
     ]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from evobus.agents.roles.actor.errors import BlockMarkerError, BlockMismatchError
+from evobus.schemas.artifacts import Artifact
 
 START_MARKER = "# EVOLVE-BLOCK-START"
 END_MARKER = "# EVOLVE-BLOCK-END"
@@ -175,3 +176,42 @@ def block_rule(source: str, *, answer: Literal["diff", "file"] = "file") -> str:
         "lines included; the parent's code outside them is put back as it is (were you to "
         "write it, it would be replaced by the parent's)."
     )
+
+
+def evolve_blocks(artifact: Artifact, *, answer: Literal["diff", "file"] = "file") -> str:
+    """The ``$evolve_blocks`` value of the actor's prompts: which parts of a program with
+    EVOLVE-BLOCK markers may change ("" for a program without markers, and for other kinds),
+    worded for the answer asked for (the blocks themselves, or SEARCH/REPLACE blocks).
+
+    Raises:
+        BlockMarkerError: the program's markers do not pair up.
+    """
+    rule = block_rule(artifact.source, answer=answer) if artifact.kind == "program" else ""
+    return f"{rule}\n" if rule else ""
+
+
+def whole_answer(artifact: Artifact) -> dict[str, str]:
+    """The ``$answer_form`` and ``$code_form`` values of an answer that is the child itself
+    rather than SEARCH/REPLACE blocks: for a program with EVOLVE-BLOCK markers only its blocks
+    (the code outside them is the parent's, put back as it is by ``splice``, so a model does not
+    spend its tokens copying it: about two thirds of a circle-packing program); else the whole
+    file.
+
+    Raises:
+        BlockMarkerError: the program's markers do not pair up.
+    """
+    entry = f", defining `{artifact.entrypoint}`" if artifact.entrypoint else ""
+    if artifact.kind == "program" and parse(artifact.source).marked:
+        return {
+            "answer_form": BLOCKS_ANSWER,
+            "code_form": (
+                f"the new program's EVOLVE-BLOCKs only, in order: each one's `{START_MARKER}` "
+                f"line, its new code, and its `{END_MARKER}` line, and nothing outside them "
+                f"(the parent's code outside the blocks is kept as it is; the child must still "
+                f"work{entry})"
+            ),
+        }
+    return {
+        "answer_form": "whole file",
+        "code_form": f"the complete new {artifact.kind} (the whole file{entry})",
+    }

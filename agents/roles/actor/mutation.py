@@ -1,9 +1,9 @@
 """The offline proposer: mutation and crossover of a program's numeric constants and comparisons.
 
-No model is involved (DESIGN.md, "Models"): the child differs from its parent only in numeric
-literals and ordering operators, chosen by a seeded ``random.Random``, so the same parent and seed
-always give the same child. Edits are made on the AST and written back into the parent's text at
-the edited tokens only — comments and layout survive, and a parent→child diff shows just the
+No model is involved (the offline engine, docs/models.md): the child differs from its parent only in
+numeric literals and ordering operators, chosen by a seeded ``random.Random``, so the same parent
+and seed always give the same child. Edits are made on the AST and written back into the parent's
+text at the edited tokens only — comments and layout survive, and a parent→child diff shows just the
 change. The text edit is checked against the AST edit; where they could disagree the source is
 regenerated with ``ast.unparse`` instead.
 

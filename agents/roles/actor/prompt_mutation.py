@@ -1,12 +1,12 @@
 """The offline proposer for prompt artifacts: sentence edits from a phrase bank.
 
-A classical baseline, no model (DESIGN.md, "Models"): a prompt is read as a list of instruction
-sentences followed by its question block — the line holding ``{question}`` and everything after
-it, kept verbatim — and children differ from their parents only in which instructions they
-carry. The bank holds answer-format, number, reasoning and string-handling instructions, the
-levers that move an exact-match score. Every choice comes from a seeded ``random.Random``, so
-the same parent and seed always give the same child, and every child has exactly one
-``{question}``. The instructions are written back one per line; the block is untouched.
+A classical baseline, no model (the offline engine, docs/models.md): a prompt is read as a list of
+instruction sentences followed by its question block — the line holding ``{question}`` and
+everything after it, kept verbatim — and children differ from their parents only in which
+instructions they carry. The bank holds answer-format, number, reasoning and string-handling
+instructions, the levers that move an exact-match score. Every choice comes from a seeded
+``random.Random``, so the same parent and seed always give the same child, and every child has
+exactly one ``{question}``. The instructions are written back one per line; the block is untouched.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from nats.js.object_store import ObjectStore
 
 from evobus.agents.prompts import Prompt
 from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.critic.rules import as_diagnosis, diagnose
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
-from evobus.agents.runtime.work import expect, on_dead, result_outbound
+from evobus.agents.runtime.work import result_outbound
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
 from evobus.bus.streams import evidence_store
@@ -29,7 +29,7 @@ from evobus.schemas.artifacts import Artifact
 from evobus.schemas.limits import MAX_EVIDENCE_BYTES, MAX_TEXT_CHARS, truncate
 from evobus.schemas.llm import CriticVerdict, HistorySummary
 from evobus.schemas.results import Diagnosis, Summary
-from evobus.schemas.work import DiagnoseWork, SummarizeWork, Work
+from evobus.schemas.work import DiagnoseWork, SummarizeWork
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +76,7 @@ class Critic:
             return None
         return data or None
 
-    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-        work = expect(item, DiagnoseWork)
+    async def handle(self, work: DiagnoseWork, ctx: MessageContext) -> Sequence[Outbound]:
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             fields = diagnose(work.evaluation, task=work.task)
@@ -119,10 +118,9 @@ class Critic:
             usage=out.usage,
         )
 
-    async def summarize(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def summarize(self, work: SummarizeWork, ctx: MessageContext) -> Sequence[Outbound]:
         """POLCA's c_history through the ``summarizer`` prompt; offline, the statistics as
         they are."""
-        work = expect(item, SummarizeWork)
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             summary = Summary(
@@ -184,6 +182,6 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     evidence = await evidence_store(proc.js)
     critic = Critic(ModelAccess(proc, RegistryClient(proc.nc)), evidence)
     return [
-        WorkBinding("diagnose", critic.handle, on_dead("diagnose")),
-        WorkBinding("summarize", critic.summarize, on_dead("summarize")),
+        WorkBinding.typed("diagnose", DiagnoseWork, critic.handle),
+        WorkBinding.typed("summarize", SummarizeWork, critic.summarize),
     ]

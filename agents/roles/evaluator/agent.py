@@ -25,6 +25,8 @@ from nats.js.object_store import ObjectStore
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryUnavailable
 from evobus.agents.roles.evaluator.tool_calls import (
     REPORT_FILE,
     ToolCallReport,
@@ -32,8 +34,6 @@ from evobus.agents.roles.evaluator.tool_calls import (
     read_report,
     tool_files,
 )
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryUnavailable
 from evobus.agents.runtime.models import CampaignModels, ModelAccess
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import expect, on_dead, result_outbound

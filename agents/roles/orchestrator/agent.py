@@ -26,6 +26,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from nats.aio.client import Client
 from nats.js.errors import KeyNotFoundError
 
+from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.orchestrator.effects import Effects
 from evobus.agents.roles.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
@@ -48,7 +49,6 @@ from evobus.agents.roles.orchestrator.transactions import (
     Transaction,
 )
 from evobus.agents.roles.orchestrator.writer import CampaignWriter, Shell
-from evobus.agents.roles.registry.client import RegistryClient
 from evobus.agents.runtime.errors import AgentError, CampaignNotFound
 from evobus.agents.runtime.events import (
     EVENT_LOG,
@@ -193,6 +193,7 @@ class OrchestratorWorker:
         registry = RegistryCalls(
             RegistryClient(nc),
             self.campaign,
+            state.plan.name,
             epsilon=state.strategy.epsilon,
             delta_max=state.strategy.delta_max,
             embedder=state.spec.embedder,

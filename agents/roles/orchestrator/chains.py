@@ -368,6 +368,7 @@ def on_proposal(
             rationale=proposal.rationale,
             tokens=(proposal.usage + diagnosis_usage).total_tokens,
             answer_tokens=proposal.usage.completion_tokens,
+            intensity=proposal.intensity,
         ),
     )
     duplicate = duplicate_of(state, candidate)

@@ -22,6 +22,8 @@ from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryError, RegistryUnavailable
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, SkillUse
 from evobus.agents.roles.orchestrator.transactions import (
     Admit,
@@ -34,8 +36,6 @@ from evobus.agents.roles.orchestrator.transactions import (
     Verdicts,
     WorkOffBacklog,
 )
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryError, RegistryUnavailable
 from evobus.schemas.registry import EmbedderSpec, ParamValue, Rejection
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class RegistryCalls:
     Args:
         registry: the client.
         campaign: the campaign's id.
+        task: the campaign's task (a skill's scope in retrieval).
         epsilon, delta_max, embedder: the campaign's ε-net radius, skill credit bound and
             embedder.
         call_seconds: how long a backlog call waits for its answer.
@@ -67,6 +68,7 @@ class RegistryCalls:
         self,
         registry: RegistryClient,
         campaign: str,
+        task: str,
         *,
         epsilon: float,
         delta_max: float,
@@ -75,6 +77,7 @@ class RegistryCalls:
     ) -> None:
         self.registry = registry
         self.campaign = campaign
+        self.task = task
         self.epsilon = epsilon
         self.delta_max = delta_max
         self.embedder = embedder
@@ -163,7 +166,7 @@ class RegistryCalls:
                             description=skill.trigger,
                             source=skill.snippet,
                             params=_NEW_SKILL,
-                            metadata=_skill_metadata(self.campaign, skill),
+                            metadata=_skill_metadata(self.campaign, self.task, skill),
                         ),
                         patience=self.call_seconds,
                     )
@@ -337,9 +340,9 @@ class RegistryCalls:
             log.info("campaign %s: the registry answers again", self.campaign)
 
 
-def _skill_metadata(campaign: str, skill: SkillRegistration) -> dict[str, str]:
-    """What the registry records of where a skill came from."""
-    metadata = {"origin": skill.origin, "campaign": campaign}
+def _skill_metadata(campaign: str, task: str, skill: SkillRegistration) -> dict[str, str]:
+    """What the registry records of where a skill came from (its task scopes retrieval)."""
+    metadata = {"origin": skill.origin, "campaign": campaign, "task": task}
     if skill.candidate_id:
         metadata["from"] = skill.candidate_id
     return metadata

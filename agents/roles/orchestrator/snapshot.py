@@ -1,5 +1,5 @@
 """The campaign state as plain data: what the orchestrator persists after every applied result
-and restores on start (DESIGN.md "State, versions, resume").
+and restores on start (docs/failure-model.md, "What evobus guarantees").
 
 The snapshot is the state's records (``Records``: one per concern, each written by one module),
 encoded as they are — msgspec encodes Structs and dataclasses directly, and the evolution

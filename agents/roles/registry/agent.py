@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,17 +25,17 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 
 from evobus.agents.evolution.skills import skill_stats
+from evobus.agents.registry_api.errors import RegistryError
 from evobus.agents.roles.registry.dispatch import Answer, answer
-from evobus.agents.roles.registry.errors import RegistryError
 from evobus.agents.roles.registry.service import Registry
-from evobus.agents.roles.registry.skill_library import SkillEviction
+from evobus.agents.roles.registry.skill_library import SkillEviction, ToolCheck
 from evobus.agents.runtime.events import describe
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.bus import codec, subjects, tracing
 from evobus.bus.connection import connect
 from evobus.bus.publisher import Publisher, PublishError
 from evobus.schemas.agents import AgentRef, Heartbeat
-from evobus.schemas.events import SkillRetired, StoreRecovered
+from evobus.schemas.events import SkillRetired, SkillToolsChecked, StoreRecovered
 from evobus.schemas.registry import EmbedderSpec, ErrorReply
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,31 @@ async def announce_retirements(proc: RegistryProcess, events: list[SkillRetired]
             log.warning("registry: skill_retired not published: %s", exc)
 
 
+def tools_checked_event(check: ToolCheck, now: float) -> SkillToolsChecked:
+    """The ``skill_tools_checked`` event of a skill whose tool names were fixed or refused
+    (A-Evolve Phase 4), on the reserved campaign id ``registry``."""
+    return SkillToolsChecked(
+        campaign=subjects.REGISTRY_EVENTS,
+        at=now,
+        name=check.skill,
+        unknown=check.unknown,
+        fixed=check.fixed,
+        refused=check.refused,
+    )
+
+
+async def announce_tool_check(proc: RegistryProcess, event: SkillToolsChecked) -> None:
+    """Publish a ``skill_tools_checked`` event (only logged without EVO_EVENTS). The id is
+    the skill's and what was found, so a retried registration announces nothing twice."""
+    publisher = Publisher(proc.js, proc.agent, patience=RECOVERY_PUBLISH_SECONDS)
+    log.info("registry: %s", describe(event))
+    found = "-".join(f"{u}.{f}" for u, f in zip(event.unknown, event.fixed, strict=True))
+    try:
+        await publisher.event(event, f"skill-tools-{event.name}-{zlib.crc32(found.encode()):08x}")
+    except PublishError as exc:
+        log.warning("registry: skill_tools_checked not published: %s", exc)
+
+
 def _answering(
     proc: RegistryProcess, sub: Subscription, registry: Registry
 ) -> Callable[[], Awaitable[None]]:
@@ -215,6 +241,8 @@ async def _answer_one(
             proc.answered += 1
             if done.evicted:
                 await announce_retirements(proc, retirement_events(done.evicted, time.time()))
+            if done.tools is not None:
+                await announce_tool_check(proc, tools_checked_event(done.tools, time.time()))
     finally:
         proc.answering -= 1
         slots.release()

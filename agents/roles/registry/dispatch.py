@@ -11,10 +11,10 @@ import logging
 
 import msgspec
 
-from evobus.agents.roles.registry.errors import InvalidRequest, RegistryError
-from evobus.agents.roles.registry.protocol import error_reply, operation
+from evobus.agents.registry_api.errors import InvalidRequest, RegistryError
+from evobus.agents.registry_api.protocol import error_reply, operation
 from evobus.agents.roles.registry.service import Registry
-from evobus.agents.roles.registry.skill_library import SkillEviction
+from evobus.agents.roles.registry.skill_library import SkillEviction, ToolCheck, UnknownTools
 from evobus.bus import codec, subjects
 from evobus.infra.embedders import EmbedderError
 from evobus.infra.library import LibraryError
@@ -49,10 +49,12 @@ log = logging.getLogger(__name__)
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
-    """A request's reply, and the skills its registration retired (to be announced)."""
+    """A request's reply, and what its skill registration did to be announced: the skills it
+    retired, and the tool names it fixed or refused."""
 
     reply: RegistryReply
     evicted: tuple[SkillEviction, ...] = ()
+    tools: ToolCheck | None = None
 
 
 async def answer(registry: Registry, subject: str, data: bytes) -> Answer:
@@ -71,9 +73,13 @@ async def answer(registry: Registry, subject: str, data: bytes) -> Answer:
         if isinstance(request, RegisterRequest):
             registered = await registry.registered(request)
             return Answer(
-                reply=ResourceReply(resource=registered.resource), evicted=registered.evicted
+                reply=ResourceReply(resource=registered.resource),
+                evicted=registered.evicted,
+                tools=registered.tools,
             )
         return Answer(reply=await dispatch(registry, request))
+    except UnknownTools as exc:
+        return Answer(reply=error_reply(exc), tools=exc.check)
     except RegistryError as exc:
         return _failed(exc)
     except PoolDimensionMismatch as exc:
@@ -111,8 +117,8 @@ async def dispatch(registry: Registry, request: RegistryRequest) -> RegistryRepl
             return ResourcesReply(resources=tuple(resources))
         case HistoryRequest(kind=kind, name=name):
             return ResourcesReply(resources=tuple(await registry.history(kind, name)))
-        case SearchRequest(kind=kind, query=query, k=k):
-            hits = await registry.search(kind, query, k)
+        case SearchRequest(kind=kind, query=query, k=k, task=task, scope=scope):
+            hits = await registry.search(kind, query, k, task=task, scope=scope)
             return SearchReply(hits=tuple(SearchHit(resource=r, score=s) for r, s in hits))
         case ContractRequest(kind=kind, name=name):
             return ContractReply(contract=await registry.contract(kind, name))

@@ -13,8 +13,8 @@ import math
 import msgspec
 
 from evobus.agents.evolution.skills import update_utility
+from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound
 from evobus.agents.roles.registry.contracts import generate_contract
-from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound
 from evobus.schemas.registry import RegisterRequest, Resource, ResourceChanges
 
 Next = tuple[Resource, str] | None

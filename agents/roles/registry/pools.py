@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import anyio
 
 from evobus.agents.evolution.epsilon_net import admit_to_epsilon_net
-from evobus.agents.roles.registry.errors import InvalidRequest
+from evobus.agents.registry_api.errors import InvalidRequest
 from evobus.infra.embedders import Embedder, make_embedder
 from evobus.infra.qdrant_store import QdrantStore
 from evobus.schemas.registry import Admission, EmbedderSpec, ProposalText

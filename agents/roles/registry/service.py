@@ -24,19 +24,26 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from evobus.agents.evolution.skills import RETRIEVAL_DEPTH, eviction_order, rank_for_retrieval
+from evobus.agents.evolution.skills import (
+    RETRIEVAL_DEPTH,
+    eviction_order,
+    rank_for_retrieval,
+    skill_task,
+)
+from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry import lifecycle
 from evobus.agents.roles.registry.contracts import consolidated
-from evobus.agents.roles.registry.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.registry.pools import EpsilonPools
 from evobus.agents.roles.registry.skill_library import (
     Registered,
     SkillEviction,
     SkillLibraryPolicy,
+    checked_tools,
     exact_first,
     merged_request,
     name_words,
     same_stem,
+    snippet_tools,
 )
 from evobus.infra.embedders import Embedder, EmbedderError, make_embedder
 from evobus.infra.gitstore import Recovery
@@ -50,6 +57,7 @@ from evobus.schemas.registry import (
     Resource,
     ResourceChanges,
     ResourceKind,
+    SkillScope,
 )
 
 log = logging.getLogger(__name__)
@@ -234,12 +242,16 @@ class Registry:
         return (await self.registered(request)).resource
 
     async def registered(self, request: RegisterRequest) -> Registered:
-        """``register``, and for a skill the library's upkeep (skill_library.py): a new name
-        that near-duplicates an active skill registers as that skill's next version, and a
-        library past its cap retires its failed skills.
+        """``register``, and for a skill the library's upkeep (skill_library.py): tool names
+        the snippet imports that no active tool has are fixed (or the skill refused), a new
+        name that near-duplicates an active skill registers as that skill's next version, and
+        a library past its cap retires the skills that failed or had their chance.
 
         A retried request does the same again: the merged skill holds the same content by
         then (no new version), and only a library still over its cap retires more.
+
+        Raises:
+            UnknownTools: the skill imports a tool no registered name is close to.
         """
         _check_name(request.name)
         now = time.time()
@@ -250,6 +262,11 @@ class Registry:
                 lambda current: lifecycle.register(current, request, now),
             )
             return Registered(resource=resource)
+        if snippet_tools(request.source):  # A-Evolve Phase 4: no skill names an unknown tool
+            tools = await self.list_latest("tool")
+            request, tool_check = checked_tools(request, [t.name for t in tools])
+        else:
+            tool_check = None
         async with self._write_lock:
             skills = await self._in_thread(functools.partial(self._library.all_latest, "skill"))
             into, dense = await self._duplicate_of(request, skills, now)
@@ -262,7 +279,9 @@ class Registry:
             )
             evicted = await self._evict(resource.name, now)
         merged_from = request.name if resource.name != request.name else ""
-        return Registered(resource=resource, merged_from=merged_from, evicted=evicted)
+        return Registered(
+            resource=resource, merged_from=merged_from, evicted=evicted, tools=tool_check
+        )
 
     async def _duplicate_of(
         self, request: RegisterRequest, skills: Sequence[Resource], now: float
@@ -272,7 +291,8 @@ class Registry:
         one was made for the comparison (it is the one to index when nothing matches)."""
         if any(s.name == request.name for s in skills):
             return None, None  # the name is a skill already: its own next version
-        if (stem := same_stem(request.name, skills)) is not None:
+        task = request.metadata.get("task", "")  # near-duplicates merge within a task
+        if (stem := same_stem(request.name, skills, task)) is not None:
             return stem, None
         if self._embedder is None or self.skill_policy.merge_distance <= 0:
             return None, None
@@ -280,7 +300,7 @@ class Registry:
         assert outcome is not None  # a first version always changes something
         dense = (await self._embedder.embed([index_text(outcome[0])]))[0]
         nearest = await self._store.nearest_resource(
-            "skill", dense, self.skill_policy.merge_distance
+            "skill", dense, self.skill_policy.merge_distance, task=task or None
         )
         if nearest is None:
             return None, dense
@@ -289,14 +309,15 @@ class Registry:
         return match, dense
 
     async def _evict(self, registered: str, now: float) -> tuple[SkillEviction, ...]:
-        """Retire the failed skills that take the library past its cap, lowest utility first
-        (``eviction_order``); the caller holds the write lock."""
+        """Retire the skills that take the library past its cap: the failed, then those that
+        had their chance — not among the ``cap`` most recently changed — and did not prove
+        themselves (``eviction_order``); the caller holds the write lock."""
         cap = self.skill_policy.cap
         if cap <= 0:
             return ()
         skills = await self._in_thread(functools.partial(self._library.all_latest, "skill"))
         active = [s for s in skills if not s.retired]
-        victims = eviction_order(active, over=len(active) - cap, keep=registered)
+        victims = eviction_order(active, over=len(active) - cap, keep=registered, young=cap)
         retired = [
             await self._commit(
                 "skill",
@@ -391,7 +412,13 @@ class Registry:
         return versions
 
     async def search(
-        self, kind: ResourceKind, query: str, k: int = 5
+        self,
+        kind: ResourceKind,
+        query: str,
+        k: int = 5,
+        *,
+        task: str = "",
+        scope: SkillScope = "task",
     ) -> list[tuple[Resource, float]]:
         """The ``k`` active resources of ``kind`` best matching ``query`` (REFLEX: BM25 over
         triggers), fused by RRF with the dense embedder's ranking when one is configured (BM25
@@ -400,7 +427,12 @@ class Registry:
         Skills are ranked by utility too: the ``k·RETRIEVAL_DEPTH`` best by similarity are
         re-ranked by ``rank_for_retrieval`` (relative similarity + λ · optimistic mean
         utility), whose score is the one returned. A resource the query names, or a skill
-        whose whole trigger it holds, comes first (``skill_library.exact_first``)."""
+        whose whole trigger it holds, comes first (``skill_library.exact_first``).
+
+        A skill search for ``task`` sees that task's skills only (``scope = "task"``), or
+        every task's (``"all"``), other tasks' skills then ranked without the optimism of an
+        unused skill of ``task`` (``rank_for_retrieval``); without a task, every skill, each
+        with that optimism."""
         if not 1 <= k <= MAX_SEARCH_K:
             raise InvalidRequest(f"k must be in 1..{MAX_SEARCH_K}, got {k}")
         dense = None
@@ -416,8 +448,13 @@ class Registry:
             return exact_first(
                 query, named, await self._store.search_resources(kind, query, dense, k), k
             )
-        hits = await self._store.search_resources(kind, query, dense, k * RETRIEVAL_DEPTH)
-        return exact_first(query, named, rank_for_retrieval(hits, len(hits)), k)
+        only = task if task and scope == "task" else None
+        if only is not None:
+            named = [s for s in named if skill_task(s) == only]
+        hits = await self._store.search_resources(
+            kind, query, dense, k * RETRIEVAL_DEPTH, task=only
+        )
+        return exact_first(query, named, rank_for_retrieval(hits, len(hits), task=task), k)
 
     async def contract(self, kind: ResourceKind, name: str | None = None) -> str:
         """One resource's contract, or the consolidated contract of every active one of ``kind``."""

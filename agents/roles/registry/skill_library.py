@@ -1,4 +1,5 @@
-"""The skill library's upkeep in the registry: its settings, near-duplicate merging, eviction.
+"""The skill library's upkeep in the registry: its settings, near-duplicate merging, eviction,
+task scope and tool names.
 
 The rules are agents/evolution/skills.py's (REFLEX §3.4 utility, retrieval and eviction); what
 the registry adds is where they apply:
@@ -11,34 +12,47 @@ the registry adds is where they apply:
   becomes that skill's next version, keeping its utility and uses, instead of a new skill.
   A name that exists (active or retired) is never merged: it is that skill.
 * **The cap** (REFLEX §3.4 evicts skills that fail; its Figure 3 archives or evicts them):
-  once a registration leaves more than ``cap`` active skills, the ones that failed
-  (``eviction_order``) are retired — archived: a new version with ``retired`` set, out of
-  search, its history kept — and a ``skill_retired`` event says so.
-
+  once a registration leaves more than ``cap`` active skills, the ones that failed, then the
+  ones that had their chance (not among the ``cap`` most recently changed) and did not prove
+  themselves (``eviction_order``), are retired — archived: a new version with ``retired``
+  set, out of search, its history kept — and a ``skill_retired`` event says so.
+* **Task scope**: a skill's ``task`` metadata names the task it was learned on (the
+  orchestrator registers it so). A search for a task returns that task's skills only, or,
+  with the campaign's ``[strategy] skill_scope = "all"`` (REFLEX §4.5's cross-task
+  transfer), every task's, other tasks' skills ranked by what they have gained, without the
+  optimism an unused skill of the query's own task gets (agents/evolution/skills.py).
+  Near-duplicates merge within a task.
+* **Tool names** (A-Evolve Phase 4, "fix hallucinated tool names in skills"): a skill whose
+  snippet imports ``tools.<name>`` for a name no active tool has is fixed — the name becomes
+  the registered tool's it is close to (``difflib``, ratio ≥ ``TOOL_NAME_CUTOFF``) — or,
+  when no registered name is close, refused (``UnknownTools``); a ``skill_tools_checked``
+  event says which.
 * **Retrieval by name**: a search whose query names a resource (one of its words is the
   name) or holds a skill's whole trigger returns that resource first (``exact_first``), before
   what similarity and utility rank (REFLEX §3.4's retrieval score): near-duplicates with more
   utility never crowd a skill out of a search for it by its own name.
 
-Both are registry settings, not campaign keys: one library serves every campaign on the bus,
-so its size and what counts as the same skill are properties of the library; two campaigns
-with different caps would retire each other's skills. They come from the environment of the
-registry process (``evobus run`` starts it with its own environment).
+The cap and the merge distance are registry settings, not campaign keys: one library serves
+every campaign on the bus, so its size and what counts as the same skill are properties of the
+library; two campaigns with different caps would retire each other's skills. They come from the
+environment of the registry process (``evobus run`` starts it with its own environment).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import msgspec
 
-from evobus.agents.evolution.skills import skill_stats, skill_stem
-from evobus.agents.roles.registry.errors import InvalidSetting
+from evobus.agents.evolution.skills import skill_stats, skill_stem, skill_task
+from evobus.agents.registry_api.errors import InvalidRequest, InvalidSetting
 from evobus.infra.library import valid_name
 from evobus.schemas.registry import RegisterRequest, Resource
+from evobus.schemas.tools import imported_tools
 
 SKILL_CAP_ENV = "EVOBUS_SKILL_CAP"
 MERGE_DISTANCE_ENV = "EVOBUS_SKILL_MERGE_DISTANCE"
@@ -107,6 +121,82 @@ class SkillEviction(msgspec.Struct, frozen=True, kw_only=True):
     registered: str
 
 
+TOOL_NAME_CUTOFF = 0.75
+"""The least ``difflib`` ratio at which an unknown tool name is read as a registered one
+misspelt (``pid_controler`` → ``pid_controller`` is 0.97; ``energy`` → ``pid_controller`` 0.2)."""
+
+
+class ToolCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What checking a skill's tool names against the registry found (A-Evolve Phase 4).
+
+    Attributes:
+        skill: the skill's name as registered.
+        unknown: the tools its snippet imports that no active tool is named.
+        fixed: for each of ``unknown``, the registered tool it was renamed to ("" when none
+            was close enough: the skill is refused).
+    """
+
+    skill: str
+    unknown: tuple[str, ...]
+    fixed: tuple[str, ...]
+
+    @property
+    def refused(self) -> bool:
+        """Whether a name could not be fixed, so the skill was not registered."""
+        return not all(self.fixed)
+
+
+class UnknownTools(InvalidRequest):
+    """A skill imports tools the registry does not hold, and no registered name is close.
+
+    Attributes:
+        check: what the check found.
+    """
+
+    def __init__(self, check: ToolCheck) -> None:
+        self.check = check
+        names = ", ".join(n for n, f in zip(check.unknown, check.fixed, strict=True) if not f)
+        super().__init__(
+            f"skill {check.skill!r} imports tools no registered tool is named: {names}"
+        )
+
+
+def snippet_tools(snippet: str) -> set[str]:
+    """The ``tools.<name>`` modules a snippet imports, read line by line: a snippet is a few
+    hunks of a program (``# ...`` between them), which as a whole need not parse."""
+    names: set[str] = set()
+    for line in snippet.splitlines():
+        if "tools" in line:
+            names |= imported_tools(line.strip())
+    return names
+
+
+def checked_tools(
+    request: RegisterRequest, known: Collection[str]
+) -> tuple[RegisterRequest, ToolCheck | None]:
+    """``request`` with the tool names its snippet imports checked against ``known`` (the
+    active tools): each unknown name close to a known one is renamed to it (as a whole
+    word, wherever the snippet uses it); None when every name is known.
+
+    Raises:
+        UnknownTools: a name is close to no known tool (nothing is registered).
+    """
+    unknown = sorted(snippet_tools(request.source) - set(known))
+    if not unknown:
+        return request, None
+    fixed = tuple(
+        next(iter(difflib.get_close_matches(name, list(known), n=1, cutoff=TOOL_NAME_CUTOFF)), "")
+        for name in unknown
+    )
+    check = ToolCheck(skill=request.name, unknown=tuple(unknown), fixed=fixed)
+    if check.refused:
+        raise UnknownTools(check)
+    source = request.source
+    for old, new in zip(unknown, fixed, strict=True):
+        source = re.sub(rf"\b{re.escape(old)}\b", new, source)
+    return msgspec.structs.replace(request, source=source), check
+
+
 class Registered(msgspec.Struct, frozen=True, kw_only=True):
     """What a registration did: the version it left, and for a skill the upkeep it caused.
 
@@ -115,18 +205,25 @@ class Registered(msgspec.Struct, frozen=True, kw_only=True):
             skill it merged into, whose name differs from the one asked for).
         merged_from: the name asked for, when the skill merged into ``resource``; else "".
         evicted: the skills retired because the library passed its cap.
+        tools: the tool names the skill's snippet imported that were fixed (None: all known).
     """
 
     resource: Resource
     merged_from: str = ""
     evicted: tuple[SkillEviction, ...] = ()
+    tools: ToolCheck | None = None
 
 
-def same_stem(name: str, skills: Sequence[Resource]) -> Resource | None:
+def same_stem(name: str, skills: Sequence[Resource], task: str = "") -> Resource | None:
     """The active skill whose name has the stem of ``name`` (the most used, then the most
-    recently changed, when an older library holds several), or None."""
+    recently changed, when an older library holds several), or None; with ``task``, only a
+    skill of that task (a pendulum skill never merges into a ccaa one of the same words)."""
     stem = skill_stem(name)
-    matches = [s for s in skills if not s.retired and skill_stem(s.name) == stem]
+    matches = [
+        s
+        for s in skills
+        if not s.retired and skill_stem(s.name) == stem and (not task or skill_task(s) == task)
+    ]
     return max(matches, key=lambda s: (skill_stats(s)[1], s.updated_at, s.name), default=None)
 
 

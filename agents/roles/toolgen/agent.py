@@ -26,11 +26,11 @@ from typing import TypeVar
 import anyio
 
 from evobus.agents.prompts.context import tools_md
-from evobus.agents.roles.registry.client import RegistryClient, until_answered
-from evobus.agents.roles.registry.errors import RegistryError, ResourceNotFound
+from evobus.agents.registry_api.client import RegistryClient, until_answered
+from evobus.agents.registry_api.errors import RegistryError, ResourceNotFound
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
-from evobus.agents.runtime.work import expect, on_dead, result_outbound
+from evobus.agents.runtime.work import result_outbound
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
 from evobus.infra.llm import LLMError
@@ -40,7 +40,7 @@ from evobus.schemas.llm import ToolDraft, ToolNeed, Usage
 from evobus.schemas.registry import Resource
 from evobus.schemas.results import ToolResult
 from evobus.schemas.tools import ToolRecord, ToolSpec
-from evobus.schemas.work import ToolWork, Work
+from evobus.schemas.work import ToolWork
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -168,8 +168,7 @@ class ToolGenerator:
         """``call()`` once a registry answers it (``until_answered``)."""
         return await until_answered(call, what, stopping=self.stopping)
 
-    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-        work = expect(item, ToolWork)
+    async def handle(self, work: ToolWork, ctx: MessageContext) -> Sequence[Outbound]:
         limits = (await self.models.record(work.campaign)).spec.sandbox
         if work.request is not None:
             return [await self.serve(work, work.request, limits)]
@@ -363,4 +362,4 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     """Serve the ``tool`` stage; tools are registered as AGP resources in the registry."""
     registry = RegistryClient(proc.nc)
     generator = ToolGenerator(registry, ModelAccess(proc, registry), proc.stop_requested)
-    return [WorkBinding("tool", generator.handle, on_dead("tool"))]
+    return [WorkBinding.typed("tool", ToolWork, generator.handle)]

@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from evobus.agents.console.outcomes import OutcomeTally, error_kind
+from evobus.agents.runner.outcomes import OutcomeTally, error_kind
 from evobus.agents.runtime.events import describe, score
 from evobus.schemas.events import (
     AdmittedUnfiltered,

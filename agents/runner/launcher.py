@@ -9,10 +9,11 @@ machine) instead of six (about 5.8 s), and a killed agent is back without import
 
 The fork server is started by the first agent a process launches (``warm_up`` starts it
 earlier, so that its imports run while the supervisor connects) and serves every later launch
-of that process. A forked agent sets up its own session, log file and environment, then runs
-``evobus agent`` as the command line would, under that command line as its process title
-(``ps`` shows ``evobus agent critic --nats …``). Commands that are not ``evobus`` agents (tests
-start sleepers) are executed as before.
+of that process. A forked command (``python -m evobus.… ARGS``: an agent is ``python -m
+evobus.agents.runner agent ROLE …``) sets up its own session, log file and environment, then
+runs its module as ``python -m`` would, under ``evobus ARGS`` as its process title (``ps``
+shows ``evobus agent critic --nats …``). Other commands (tests start sleepers) are executed as
+before. The launcher names no command: it runs whichever module the command line names.
 
 Every launched process ends with the process that launched it, however that one ends (killed
 -9 included): an executed one gets SIGKILL from the kernel when its launcher is gone (the
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -41,9 +43,10 @@ import setproctitle
 
 from evobus.infra.lifetime import die_with_parent
 
-CLI_MODULE = "evobus.agents.console.cli"
+FORKED = "evobus."
+"""The modules whose ``python -m`` commands are forked rather than executed."""
 PRELOAD = (
-    CLI_MODULE,
+    "evobus.agents.runner.agent_command",
     "evobus.agents.roles.orchestrator.agent",
     "evobus.agents.roles.registry.agent",
     "evobus.agents.roles.critic.agent",
@@ -101,11 +104,15 @@ Launched = subprocess.Popen[bytes] | ForkedAgent
 
 
 def evobus_args(argv: Sequence[str]) -> list[str] | None:
-    """The ``evobus`` arguments of ``argv`` when it runs this interpreter's evobus CLI, else
-    None (a command that must be executed)."""
-    if len(argv) >= 3 and list(argv[:3]) == [sys.executable, "-m", CLI_MODULE]:
+    """The ``evobus`` arguments of ``argv`` when it runs an evobus module of this interpreter
+    (``python -m evobus.… ARGS``), else None (a command that must be executed)."""
+    if len(argv) >= 3 and list(argv[:2]) == [sys.executable, "-m"] and _forked(argv[2]):
         return list(argv[3:])
     return None
+
+
+def _forked(module: str) -> bool:
+    return module.startswith(FORKED)
 
 
 def warm_up() -> None:
@@ -130,7 +137,7 @@ def launch(argv: Sequence[str], log_path: Path, env: Mapping[str, str]) -> Launc
             )
     process = _context.Process(
         target=_run_forked,
-        args=(args, str(log_path), dict(env), os.getpid()),
+        args=(argv[2], args, str(log_path), dict(env), os.getpid()),
         name=" ".join(args[:2]),
     )
     # multiprocessing would have the child run the caller's main module again (a user's
@@ -171,9 +178,12 @@ def _parent_of(pid: int) -> int | None:
         return None
 
 
-def _run_forked(args: list[str], log_path: str, env: dict[str, str], launcher: int) -> None:
-    """The forked child: what ``subprocess.Popen`` would have set up, then ``evobus``.
-    ``launcher`` is the pid of the process that launched it (its parent's parent)."""
+def _run_forked(
+    module: str, args: list[str], log_path: str, env: dict[str, str], launcher: int
+) -> None:
+    """The forked child: what ``subprocess.Popen`` would have set up, then ``module`` run as
+    ``python -m module args`` runs it. ``launcher`` is the pid of the process that launched it
+    (its parent's parent)."""
     _let_go_of_fork_server()
     die_with_parent(signal.SIGKILL)  # when the fork server, our parent, is gone
     os.setsid()  # a terminal's Ctrl-C reaches the supervisor only
@@ -190,6 +200,4 @@ def _run_forked(args: list[str], log_path: str, env: dict[str, str], launcher: i
     setproctitle.setproctitle(" ".join(sys.argv))
     os.environ.clear()
     os.environ.update(env)
-    from evobus.agents.console.cli import main
-
-    sys.exit(main(args))
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

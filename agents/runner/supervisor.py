@@ -23,20 +23,20 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from evobus.agents.console import launcher
-from evobus.agents.console.embedded_bus import EmbeddedBus, resume_command
-from evobus.agents.console.follow import follow
-from evobus.agents.console.islands import combined_summary, follow_islands, island_records
-from evobus.agents.console.outcomes import merged, outcomes_of_run
-from evobus.agents.console.restarts import (
+from evobus.agents.registry_api.client import RegistryClient
+from evobus.agents.registry_api.errors import RegistryUnavailable
+from evobus.agents.runner import launcher
+from evobus.agents.runner.embedded_bus import EmbeddedBus, resume_command
+from evobus.agents.runner.follow import follow
+from evobus.agents.runner.islands import combined_summary, follow_islands, island_records
+from evobus.agents.runner.outcomes import merged, outcomes_of_run
+from evobus.agents.runner.restarts import (
     INTERRUPTED_STOP_SECONDS,
     STOP_TIMEOUT_SECONDS,
     AgentChild,
     Restarts,
 )
-from evobus.agents.console.seed_markers import marker_problem
-from evobus.agents.roles.registry.client import RegistryClient
-from evobus.agents.roles.registry.errors import RegistryUnavailable
+from evobus.agents.runner.seed_markers import marker_problem
 from evobus.agents.runtime.errors import AgentError, BusLost, CampaignFailed
 from evobus.agents.runtime.events import campaign_dir, write_summary
 from evobus.agents.tasks import (
@@ -279,7 +279,7 @@ def agent_argv(
     role: Role, nats_url: str, campaign: str | None = None, spans: Path | None = None
 ) -> list[str]:
     """The command line of one agent process (``spans``: its span file)."""
-    argv = [sys.executable, "-m", "evobus.agents.console.cli", "agent", role, "--nats", nats_url]
+    argv = [sys.executable, "-m", "evobus.agents.runner", "agent", role, "--nats", nats_url]
     if spans is not None:
         argv += ["--spans", str(spans)]
     if campaign is not None:
@@ -654,7 +654,7 @@ def final_summary(
     """A campaign's summary as its orchestrator wrote it to ``path`` as it stopped (else its
     ``campaign_finished`` event's), with the ``outages`` only the supervisor saw (the
     orchestrator cannot count its own restarts) and what became of the children, counted
-    from the run folder's events (agents/console/outcomes.py); written back."""
+    from the run folder's events (agents/runner/outcomes.py); written back."""
     summary = finished.summary
     if path.exists():
         summary = msgspec.json.decode(path.read_bytes(), type=CampaignSummary)

@@ -5,7 +5,7 @@ Kept apart from the service so that a client imports neither Qdrant nor git.
 
 from __future__ import annotations
 
-from evobus.agents.roles.registry.errors import (
+from evobus.agents.registry_api.errors import (
     InvalidRequest,
     RegistryError,
     ResourceNotFound,

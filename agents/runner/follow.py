@@ -16,8 +16,8 @@ import msgspec
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
 
-from evobus.agents.console.progress_view import make_progress
-from evobus.agents.console.restarts import NOT_RESTARTED, Restarts
+from evobus.agents.runner.progress_view import make_progress
+from evobus.agents.runner.restarts import NOT_RESTARTED, Restarts
 from evobus.agents.runtime.errors import CampaignFailed
 from evobus.agents.runtime.events import EVENT_LOG, append_events, event_stream
 from evobus.bus import codec, subjects

@@ -19,8 +19,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from evobus.agents.roles.registry.errors import RegistryError, RegistryUnavailable
-from evobus.agents.roles.registry.protocol import error_from_reply, operation
+from evobus.agents.registry_api.errors import RegistryError, RegistryUnavailable
+from evobus.agents.registry_api.protocol import error_from_reply, operation
 from evobus.bus import codec, subjects, tracing
 from evobus.bus.errors import Retry
 from evobus.schemas.registry import (
@@ -52,6 +52,7 @@ from evobus.schemas.registry import (
     RetireRequest,
     SearchReply,
     SearchRequest,
+    SkillScope,
     SkillUseRequest,
     UpdateRequest,
 )
@@ -236,10 +237,19 @@ class RegistryClient:
         return builtins.list((await self._call(request, ResourcesReply)).resources)
 
     async def search(
-        self, kind: ResourceKind, query: str, k: int = 5
+        self,
+        kind: ResourceKind,
+        query: str,
+        k: int = 5,
+        *,
+        task: str = "",
+        scope: SkillScope = "task",
     ) -> builtins.list[tuple[Resource, float]]:
-        """The ``k`` active resources of ``kind`` best matching ``query``, with their scores."""
-        reply = await self._call(SearchRequest(kind=kind, query=query, k=k), SearchReply)
+        """The ``k`` active resources of ``kind`` best matching ``query``, with their scores
+        (skills: of ``task`` only, or of every task with ``scope = "all"``; see
+        ``SearchRequest``)."""
+        request = SearchRequest(kind=kind, query=query, k=k, task=task, scope=scope)
+        reply = await self._call(request, SearchReply)
         return [(hit.resource, hit.score) for hit in reply.hits]
 
     async def contract(self, kind: ResourceKind, name: str | None = None) -> str:

@@ -3,7 +3,7 @@
 The rules are pure: :func:`restart_delay` (backoff for a process that keeps crashing) and
 :class:`OutageLog` (what the supervisor saw, for summary.json's ``outages``).
 :class:`Restarts` applies them to the children and makes the ``agent_exited`` and
-``agent_restarted`` events; the supervisor (agents/console/supervisor.py) watches the processes and
+``agent_restarted`` events; the supervisor (agents/runner/supervisor.py) watches the processes and
 the heartbeats, and logs, prints and publishes the events.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import msgspec
 
-from evobus.agents.console.launcher import Launched, launch
+from evobus.agents.runner.launcher import Launched, launch
 from evobus.bus.permissions import role_environment
 from evobus.schemas.agents import Heartbeat, Role
 from evobus.schemas.campaign import RoleOutage
@@ -165,7 +165,7 @@ class AgentChild:
 
     def start(self) -> None:
         """Start its process (again), logging to ``log_path``: forked from the run's fork
-        server (agents/console/launcher.py), with its own NATS user when passwords are set."""
+        server (agents/runner/launcher.py), with its own NATS user when passwords are set."""
         self.proc = launch(self.argv, self.log_path, role_environment(self.role))
         self.started_at = time.monotonic()
         self.restart_at = None

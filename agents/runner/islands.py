@@ -18,8 +18,8 @@ import anyio
 import msgspec
 from nats.aio.client import Client
 
-from evobus.agents.console.follow import follow
-from evobus.agents.console.restarts import AgentChild, Restarts
+from evobus.agents.runner.follow import follow
+from evobus.agents.runner.restarts import AgentChild, Restarts
 from evobus.agents.runtime.errors import CampaignFailed
 from evobus.agents.runtime.events import campaign_dir
 from evobus.schemas.campaign import (

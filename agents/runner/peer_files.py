@@ -13,9 +13,9 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from evobus.agents.console import evaluator_requirements as requirements
-from evobus.agents.console.evaluator_requirements import check_requirements, requirements_beside
-from evobus.agents.console.peer_config import (
+from evobus.agents.runner import evaluator_requirements as requirements
+from evobus.agents.runner.evaluator_requirements import check_requirements, requirements_beside
+from evobus.agents.runner.peer_config import (
     config_beside,
     describe,
     given_keys,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import anyio
 
-from evobus.agents.console.restarts import AgentChild
-from evobus.agents.console.supervisor import ensure_registry
+from evobus.agents.runner.restarts import AgentChild
+from evobus.agents.runner.supervisor import ensure_registry
 from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, role_credentials
 from evobus.bus.streams import ensure_streams, evidence_store
