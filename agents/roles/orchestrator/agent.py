@@ -10,6 +10,7 @@ error that stopped it; ``shutdown()`` stops it (safe twice, and before ``run()``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import signal
@@ -221,13 +222,17 @@ class OrchestratorWorker:
         self._proc = proc
         if self._stopping.is_set():
             proc.request_stop()
-        with requests, asked, transactions, incoming:  # closed however it ends
-            await writer.begin(opened.saved)
-            if not writer.finished.is_set():  # a finished campaign resumed: nothing to serve
-                await self._serve(writer, opened.lease, incoming, asked, registry)
         # The supervisor stops its agents once it sees campaign_finished, which may be before
-        # these last writes: a SIGTERM now waits for them instead of killing the process.
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM):
+        # the writer's last transactions and the last writes: from the moment the process
+        # stops serving, a SIGTERM waits for them instead of killing the process.
+        with contextlib.ExitStack() as quiet:
+            with requests, asked, transactions, incoming:  # closed however it ends
+                await writer.begin(opened.saved)
+                served = not writer.finished.is_set()  # a finished campaign resumed: not served
+                if served:
+                    await self._serve(writer, opened.lease, incoming, asked, registry, quiet)
+            if not served:
+                quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
             await writer.persist()  # the finished state: `evobus resume` reports it, nothing reruns
             write_summary(shell.run_dir / "summary.json", state.summary(time.time()))
             state.trace.finish(state.run.status, state.run.stop_reason)
@@ -246,8 +251,10 @@ class OrchestratorWorker:
         incoming: MemoryObjectReceiveStream[Transaction],
         asked: MemoryObjectReceiveStream[Request],
         registry: RegistryCalls,
+        quiet: contextlib.ExitStack,
     ) -> None:
-        """Run the process's tasks until the campaign finishes, or the process is stopped."""
+        """Run the process's tasks until the campaign finishes, or the process is stopped;
+        then signals are held (``quiet``) while the writer ends."""
         assert self._proc is not None and self._transactions is not None
         transactions = self._transactions
         async with anyio.create_task_group() as tg:
@@ -256,6 +263,7 @@ class OrchestratorWorker:
             tg.start_soon(_keep, lease)
             tg.start_soon(_clock, transactions.clone())
             await serve(self._proc, extra=writer.finished.wait)
+            quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
             await transactions.send(Stop())  # the writer ends after what it was given
 
     async def _results(self, batch: Sequence[Delivery[Result]]) -> None:
