@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from nats.errors import Error as NatsError
 from nats.js.object_store import ObjectStore
 
+from evobus.agents.evolution.summary import (
+    RULE_BASED_ENGINE,
+    contrastive_split,
+    rule_based_summary,
+    summary_values,
+)
 from evobus.agents.prompts import Prompt
 from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
 from evobus.agents.roles.critic.rules import as_diagnosis, diagnose
@@ -120,18 +126,31 @@ class Critic:
         )
 
     async def summarize(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
-        """POLCA's c_history through the ``summarizer`` prompt; offline, the statistics as
-        they are."""
+        """POLCA's c_history through the ``summarizer`` prompt (App. B: the pool split around
+        τ, with contrastive pairs); offline, the rule-based summary of the same split, or the
+        statistics as they are when the work carries no programs."""
         work = expect(item, SummarizeWork)
+        split = contrastive_split(work.programs)
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             summary = Summary(
                 work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
             )
+            if work.programs:
+                reasoning, advice = rule_based_summary(split)
+                text = clip(f"{advice}\n\nReasoning: {reasoning}", 2000)
+                summary = Summary(
+                    work_id=work.work_id,
+                    campaign=work.campaign,
+                    text=text,
+                    engine=RULE_BASED_ENGINE,
+                )
             return [result_outbound(summary, "summarize")]
-        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | {
-            "context": clip(work.context, MAX_CONTEXT_CHARS)
-        }
+        values = (
+            task_values(work.task, SUMMARY_ARTIFACT, models.statement)
+            | {"context": clip(work.context, MAX_CONTEXT_CHARS)}
+            | {k: clip(v, MAX_CONTEXT_CHARS) for k, v in summary_values(split).items()}
+        )
         try:
             out, prompt = await models.ask("critic", "summarizer", values, HistorySummary)
         except LLMError as exc:
