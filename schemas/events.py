@@ -11,6 +11,7 @@ import msgspec
 
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
+from evobus.schemas.map_elites import ArchiveSnapshot
 
 
 class CampaignStarted(msgspec.Struct, frozen=True, kw_only=True, tag="campaign_started"):
@@ -462,6 +463,21 @@ class InFlightChanged(msgspec.Struct, frozen=True, kw_only=True, tag="in_flight_
     reason: str
 
 
+class MapElitesChanged(msgspec.Struct, frozen=True, kw_only=True, tag="map_elites_changed"):
+    """With ``archive = "map-elites"``: an evaluated program changed the grid (Mouret & Clune
+    2015): ``outcome`` is ``new-cell`` (it filled an empty cell), ``improved`` (it beat the
+    cell's elite, ``displaced``) or ``updated`` (an elite re-scored or moved as its evaluations
+    accumulated). ``archive``: the whole grid afterwards, which the report draws."""
+
+    campaign: str
+    at: float
+    candidate_id: str
+    outcome: Literal["new-cell", "improved", "updated"]
+    cell: tuple[int, ...]
+    archive: ArchiveSnapshot
+    displaced: str = ""
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -492,6 +508,7 @@ Event = (
     | CandidateMigrated
     | IslandReseeded
     | InFlightChanged
+    | MapElitesChanged
 )
 
 
