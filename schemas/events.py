@@ -478,6 +478,18 @@ class MapElitesChanged(msgspec.Struct, frozen=True, kw_only=True, tag="map_elite
     displaced: str = ""
 
 
+class SummaryWritten(msgspec.Struct, frozen=True, kw_only=True, tag="summary_written"):
+    """POLCA's c_history came back (App. B): ``text`` is the summary later diagnoses and
+    proposals receive, ``engine`` who wrote it (a model's prompt version, or
+    ``rule-based-summary`` offline), ``programs`` the pool members it was made from."""
+
+    campaign: str
+    at: float
+    engine: str
+    text: str
+    programs: int = 0
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -509,6 +521,7 @@ Event = (
     | IslandReseeded
     | InFlightChanged
     | MapElitesChanged
+    | SummaryWritten
 )
 
 

@@ -48,6 +48,7 @@ from evobus.schemas.events import (
     SpeculativeDecided,
     StaleDecided,
     StoreRecovered,
+    SummaryWritten,
     ToolRegistered,
     WorkAbandoned,
     WorkersChanged,
@@ -274,6 +275,11 @@ def describe(event: Event) -> str:
             return (
                 f"{head} MAP-Elites {event.outcome}: {event.candidate_id} in cell "
                 f"{list(event.cell)}{beat}; {len(grid.elites)} of {cells} cells occupied"
+            )
+        case SummaryWritten():
+            return (
+                f"{head} summary of {event.programs} programs by {event.engine}: "
+                f"{' '.join(event.text.split())[:200]}"
             )
         case CandidateMigrated(direction="out"):
             return (

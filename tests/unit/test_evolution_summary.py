@@ -3,8 +3,11 @@ summary, and the pool's members as the summarizer's records."""
 
 from __future__ import annotations
 
+import msgspec
+
 from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.summary import (
+    RULE_BASED_ENGINE,
     RULE_BASED_LABEL,
     choose_tau,
     contrast_pair,
@@ -15,8 +18,11 @@ from evobus.agents.evolution.summary import (
 )
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import task_values
+from evobus.agents.roles.critic.agent import offline_summary, summarizer_values
+from evobus.agents.runtime.events import describe
 from evobus.schemas.artifacts import Artifact, Operator
-from evobus.schemas.work import ProgramRecord, Trajectory
+from evobus.schemas.events import Event, SummaryWritten
+from evobus.schemas.work import ProgramRecord, SummarizeWork, Trajectory
 
 
 def program(
@@ -142,3 +148,31 @@ def test_program_records_read_the_pool_and_keep_an_evicted_parents_mean() -> Non
     assert first.mean == 0.5
     assert second.operator == "x_div" and second.trajectories == ()
     assert second.parent_mean == 0.5
+
+
+def test_the_critic_summarises_offline_by_rules_and_asks_a_model_with_the_split() -> None:
+    work = SummarizeWork(
+        work_id="w1", campaign="c", pool_version=4, task="ccaa", context="c0003 fell", programs=POOL
+    )
+    offline = offline_summary(work)
+    assert offline.engine == RULE_BASED_ENGINE
+    assert offline.text.startswith("Build on c0002") and RULE_BASED_LABEL in offline.text
+    assert "Reasoning: τ = 0.3" in offline.text
+    bare = offline_summary(msgspec.structs.replace(work, programs=()))
+    assert (bare.text, bare.engine) == ("c0003 fell", "offline-statistics")
+    values = summarizer_values(work)
+    assert values["context"] == "c0003 fell" and values["tau"] == "0.3"
+    assert "c0002 (m_diag from c0000)" in values["successes"]
+    assert "c0001 trajectories" in values["pairs"]
+
+
+def test_a_written_summary_is_an_event_that_says_who_wrote_it() -> None:
+    text = offline_summary(
+        SummarizeWork(
+            work_id="w1", campaign="c", pool_version=4, task="ccaa", context="", programs=POOL
+        )
+    ).text
+    event = SummaryWritten(campaign="c", at=0.0, engine=RULE_BASED_ENGINE, text=text, programs=4)
+    back = msgspec.json.decode(msgspec.json.encode(event), type=Event)
+    assert back == event
+    assert "summary of 4 programs by rule-based-summary: Build on c0002" in describe(event)

@@ -127,29 +127,13 @@ class Critic:
 
     async def summarize(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
         """POLCA's c_history through the ``summarizer`` prompt (App. B: the pool split around
-        τ, with contrastive pairs); offline, the rule-based summary of the same split, or the
-        statistics as they are when the work carries no programs."""
+        τ, with contrastive pairs); offline, ``offline_summary``."""
         work = expect(item, SummarizeWork)
-        split = contrastive_split(work.programs)
         models = await self.models.for_campaign(work.campaign)
         if models is None:
-            summary = Summary(
-                work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
-            )
-            if work.programs:
-                reasoning, advice = rule_based_summary(split)
-                text = clip(f"{advice}\n\nReasoning: {reasoning}", 2000)
-                summary = Summary(
-                    work_id=work.work_id,
-                    campaign=work.campaign,
-                    text=text,
-                    engine=RULE_BASED_ENGINE,
-                )
-            return [result_outbound(summary, "summarize")]
-        values = (
-            task_values(work.task, SUMMARY_ARTIFACT, models.statement)
-            | {"context": clip(work.context, MAX_CONTEXT_CHARS)}
-            | {k: clip(v, MAX_CONTEXT_CHARS) for k, v in summary_values(split).items()}
+            return [result_outbound(offline_summary(work), "summarize")]
+        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | summarizer_values(
+            work
         )
         try:
             out, prompt = await models.ask("critic", "summarizer", values, HistorySummary)
@@ -163,6 +147,29 @@ class Critic:
             usage=out.usage,
         )
         return [result_outbound(summary, "summarize")]
+
+
+def summarizer_values(work: SummarizeWork) -> dict[str, str]:
+    """The ``summarizer`` prompt's own values: the recent changes (``context``) and the pool
+    split around τ with its contrastive pairs (polca.md App. B), each clipped."""
+    split = contrastive_split(work.programs)
+    values = {"context": work.context} | summary_values(split)
+    return {k: clip(v, MAX_CONTEXT_CHARS) for k, v in values.items()}
+
+
+def offline_summary(work: SummarizeWork) -> Summary:
+    """Without a model: the rule-based summary of the pool's τ split (App. B's split and pairs,
+    the advice first, then the reasoning; engine ``rule-based-summary``), or the statistics as
+    they are when the work carries no programs."""
+    if not work.programs:
+        return Summary(work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000))
+    reasoning, advice = rule_based_summary(contrastive_split(work.programs))
+    return Summary(
+        work_id=work.work_id,
+        campaign=work.campaign,
+        text=clip(f"{advice}\n\nReasoning: {reasoning}", 2000),
+        engine=RULE_BASED_ENGINE,
+    )
 
 
 def prose(text: str) -> str:
