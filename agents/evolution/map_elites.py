@@ -22,6 +22,8 @@ from typing import Literal
 
 import msgspec
 
+from evobus.agents.evolution.pool import CandidateStats
+from evobus.schemas.events import MapElitesChanged
 from evobus.schemas.map_elites import ArchiveSnapshot, Descriptor, Elite
 
 SCORE_METRIC = "score"  # a descriptor on the score itself reads the candidate's mean
@@ -156,6 +158,39 @@ def metric_means(
         for name, xs in by_metric.items():
             pooled.setdefault(name, []).extend(xs)
     return {name: sum(xs) / len(xs) for name, xs in pooled.items() if xs}
+
+
+def place(archive: MapElitesArchive, stats: CandidateStats) -> Insertion:
+    """Insert a candidate as its statistics stand: its train mean, and each descriptor
+    metric's mean over its evaluations (the pool must keep those metrics:
+    ``kept_metrics``)."""
+    return archive.insert(stats.candidate_id, metric_means(stats.per_instance_metrics), stats.mean)
+
+
+def grid_changed(
+    archive: MapElitesArchive, insertion: Insertion, *, candidate_id: str, campaign: str, at: float
+) -> MapElitesChanged | None:
+    """The ``map_elites_changed`` event of an insertion that changed the grid (the whole grid
+    after it, for the report); None when it did not (``kept``, ``unplaced``)."""
+    match insertion.outcome:
+        case "new-cell" | "improved" | "updated" as outcome if insertion.cell is not None:
+            return MapElitesChanged(
+                campaign=campaign,
+                at=at,
+                candidate_id=candidate_id,
+                outcome=outcome,
+                cell=insertion.cell,
+                archive=archive.snapshot(),
+                displaced=insertion.displaced,
+            )
+        case _:
+            return None
+
+
+def kept_metrics(descriptors: Sequence[Descriptor]) -> tuple[str, ...]:
+    """The evaluation metrics the pool must keep for ``place`` (a descriptor on ``score``
+    reads the mean score, which the pool keeps anyway)."""
+    return tuple(d.metric for d in descriptors if d.metric != SCORE_METRIC)
 
 
 def _value(metric: str, metrics: Mapping[str, float], score: float) -> float | None:

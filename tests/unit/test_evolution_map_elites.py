@@ -13,7 +13,14 @@ import pytest
 
 from evobus.agents.console.report.build import build_report, collect
 from evobus.agents.console.report.grid import grid_scores
-from evobus.agents.evolution.map_elites import MapElitesArchive, metric_means
+from evobus.agents.evolution.map_elites import (
+    MapElitesArchive,
+    grid_changed,
+    kept_metrics,
+    metric_means,
+    place,
+)
+from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.runtime.events import EVENT_LOG, append_events, describe
 from evobus.schemas.campaign import load_campaign, parse_campaign
 from evobus.schemas.errors import CampaignConfigError
@@ -274,3 +281,31 @@ def test_three_descriptors_fold_the_third_into_the_best() -> None:
     grid.insert("a", metrics(-25.0, 12.0) | {"t": 0.1}, 0.3)
     grid.insert("b", metrics(-25.0, 12.0) | {"t": 0.9}, 0.7)
     assert grid_scores(grid.snapshot()) == {(1, 1): (0.7, "b")}
+
+
+def test_a_candidate_is_placed_as_its_pool_statistics_stand() -> None:
+    pool = CandidatePool()
+    pool.add("c0001")
+    pool.record("c0001", "1", 0.2, {"sll_db": -30.0, "directivity_dbi": 11.0})
+    pool.record("c0001", "2", 0.4, {"sll_db": -20.0, "directivity_dbi": 13.0})
+    grid = MapElitesArchive([SLL, DIR])
+    placed = place(grid, pool.stats("c0001"))
+    assert (placed.outcome, placed.cell) == ("new-cell", (1, 1))  # sll -25, directivity 12
+    assert grid.elites()[0].score == pytest.approx(0.3)
+    on_score = Descriptor(metric="score", low=0.0, high=1.0)
+    assert kept_metrics([SLL, on_score, DIR]) == ("sll_db", "directivity_dbi")
+
+
+def test_only_a_change_of_the_grid_is_an_event() -> None:
+    grid = MapElitesArchive([SLL])
+    first = grid.insert("a", {"sll_db": -30.0}, 0.2)
+    event = grid_changed(grid, first, candidate_id="a", campaign="me", at=1.0)
+    assert event is not None and (event.outcome, event.cell) == ("new-cell", (1,))
+    assert event.archive == grid.snapshot()
+    beaten = grid.insert("b", {"sll_db": -29.0}, 0.5)
+    event = grid_changed(grid, beaten, candidate_id="b", campaign="me", at=2.0)
+    assert event is not None and (event.outcome, event.displaced) == ("improved", "a")
+    kept = grid.insert("c", {"sll_db": -29.0}, 0.1)
+    assert grid_changed(grid, kept, candidate_id="c", campaign="me", at=3.0) is None
+    unplaced = grid.insert("d", {}, 0.9)
+    assert grid_changed(grid, unplaced, candidate_id="d", campaign="me", at=4.0) is None
