@@ -12,6 +12,7 @@ import msgspec
 
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
+from evobus.schemas.map_elites import ArchiveSnapshot
 
 
 class CampaignEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -436,6 +437,29 @@ class InFlightChanged(CampaignEvent, frozen=True, kw_only=True, tag="in_flight_c
     reason: str
 
 
+class MapElitesChanged(CampaignEvent, frozen=True, kw_only=True, tag="map_elites_changed"):
+    """With ``archive = "map-elites"``: an evaluated program changed the grid (Mouret & Clune
+    2015): ``outcome`` is ``new-cell`` (it filled an empty cell), ``improved`` (it beat the
+    cell's elite, ``displaced``) or ``updated`` (an elite re-scored or moved as its evaluations
+    accumulated). ``archive``: the whole grid afterwards, which the report draws."""
+
+    candidate_id: str
+    outcome: Literal["new-cell", "improved", "updated"]
+    cell: tuple[int, ...]
+    archive: ArchiveSnapshot
+    displaced: str = ""
+
+
+class SummaryWritten(CampaignEvent, frozen=True, kw_only=True, tag="summary_written"):
+    """POLCA's c_history came back (App. B): ``text`` is the summary later diagnoses and
+    proposals receive, ``engine`` who wrote it (a model's prompt version, or
+    ``rule-based-summary`` offline), ``programs`` the pool members it was made from."""
+
+    engine: str
+    text: str
+    programs: int = 0
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -467,6 +491,8 @@ Event = (
     | CandidateMigrated
     | IslandReseeded
     | InFlightChanged
+    | MapElitesChanged
+    | SummaryWritten
 )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import typing
@@ -38,6 +39,7 @@ from evobus.schemas.events import (
     Event,
     InFlightChanged,
     IslandReseeded,
+    MapElitesChanged,
     ParetoFrontChanged,
     RolledBack,
     SkillLearned,
@@ -47,6 +49,7 @@ from evobus.schemas.events import (
     SpeculativeDecided,
     StaleDecided,
     StoreRecovered,
+    SummaryWritten,
     ToolRegistered,
     WorkAbandoned,
     WorkersChanged,
@@ -272,6 +275,19 @@ def describe(event: Event) -> str:
             return (
                 f"{head} Pareto front over {', '.join(event.objectives)}: {members or 'empty'} "
                 f"of {event.columns} instance-objective pairs"
+            )
+        case MapElitesChanged():
+            grid = event.archive
+            cells = math.prod(d.bins for d in grid.descriptors)
+            beat = f", displacing {event.displaced}" if event.displaced else ""
+            return (
+                f"{head} MAP-Elites {event.outcome}: {event.candidate_id} in cell "
+                f"{list(event.cell)}{beat}; {len(grid.elites)} of {cells} cells occupied"
+            )
+        case SummaryWritten():
+            return (
+                f"{head} summary of {event.programs} programs by {event.engine}: "
+                f"{' '.join(event.text.split())[:200]}"
             )
         case CandidateMigrated(direction="out"):
             return (
