@@ -24,6 +24,9 @@ from evobus.schemas.steering import (
 )
 
 ActionName = Literal["pause", "unpause", "stop", "note", "pin", "reject"]
+ACTION_NAMES: tuple[ActionName, ...] = ("pause", "unpause", "stop", "note", "pin", "reject")
+"""The actions, by the names the commands, the API and the page's routes give them (each the
+tag of its Struct in schemas/steering.py)."""
 
 SEND_PATIENCE_SECONDS = 10.0
 """How long a send waits for its PubAck. A user that may not steer gets none (the server drops

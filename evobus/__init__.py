@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from evobus.schemas.campaign import CampaignSpec, CampaignSummary
     from evobus.schemas.errors import CampaignConfigError
     from evobus.schemas.events import Event
-    from evobus.steer import CampaignSteering, steer
+    from evobus.steering import CampaignSteering, steer
 
 _EXPORTS = {
     "Campaign": "evobus.campaign",
@@ -65,8 +65,8 @@ _EXPORTS = {
     "ScoreFunctionError": "evobus.errors",
     "TrialError": "evobus.errors",
     "SteeringError": "evobus.errors",
-    "steer": "evobus.steer",
-    "CampaignSteering": "evobus.steer",
+    "steer": "evobus.steering",
+    "CampaignSteering": "evobus.steering",
 }
 
 __all__ = [

@@ -32,7 +32,7 @@ from evobus.infra.nats_server import NatsServer, default_store_dir
 from evobus.results import Result
 from evobus.schemas.events import CampaignFinished, Event
 from evobus.schemas.steering import AddNote, Pause, PinParent, RejectCandidate, Stop, Unpause
-from evobus.steer import CampaignSteering
+from evobus.steering import CampaignSteering
 
 # Events a reader has not taken yet, per ``events()`` iterator: a reader that stops reading
 # holds its follower back, never the campaign.

@@ -11,7 +11,7 @@ from evobus.bus.connection import url_from_env
 
 if TYPE_CHECKING:
     from evobus.schemas.steering import Steering
-    from evobus.steer import CampaignSteering
+    from evobus.steering import CampaignSteering
 
 STEERING_EPILOG = (
     "The action goes to the campaign's orchestrator on the bus (--nats, else $NATS_URL: the "
@@ -44,7 +44,7 @@ async def send(
         SteeringError: the bus did not take the action.
     """
     from evobus.schemas.steering import action_kind
-    from evobus.steer import steer
+    from evobus.steering import steer
 
     url = url_from_env(args.nats)
     if url is None:

@@ -11,8 +11,10 @@ from typing import TypeVar
 
 import msgspec
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
-from evobus.bus.connection import Credentials, connect, credentials_from_env
+from evobus.bus import subjects
+from evobus.bus.connection import Credentials, connect, credentials_from_env, redact_url
 from evobus.bus.errors import BusError
 from evobus.bus.permissions import STEERER, role_credentials
 from evobus.bus.steering import ActionName, build_action, send_action, who
@@ -108,6 +110,7 @@ async def steer(
     Raises:
         ValueError: ``campaign_id`` cannot be a campaign id.
         ConnectError, NoServerAnswered: the bus refused the credentials or did not answer.
+        SteeringError: no campaign ever ran on this bus (it has no EVO_RESULTS stream).
 
     Example:
         >>> async with evobus.steer("nats://127.0.0.1:4222", "pendulum-1") as campaign:
@@ -117,6 +120,13 @@ async def steer(
     credentials = steering_credentials()
     nc = await connect(nats_url, name=f"evobus-steer-{cid}", credentials=credentials)
     try:
-        yield CampaignSteering(nc.jetstream(), cid, who(credentials, by))
+        js = nc.jetstream()
+        try:
+            await js.stream_info(subjects.STREAM_RESULTS)
+        except NotFoundError:
+            raise SteeringError(
+                cid, "steer", f"{redact_url(nats_url)} holds no campaign (no EVO_RESULTS stream)"
+            ) from None
+        yield CampaignSteering(js, cid, who(credentials, by))
     finally:
         await nc.drain()
