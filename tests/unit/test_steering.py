@@ -84,3 +84,21 @@ def test_a_post_is_taken_from_the_pages_own_origin_only() -> None:
     assert not same_origin(_request({**page, "origin": "http://127.0.0.1:9999"}))
     assert not same_origin(_request({**page, "origin": "null"}))  # a sandboxed frame, a file
     assert not same_origin(_request(page))
+
+
+def test_notes_follow_the_statement_in_the_prompts_task_description() -> None:
+    from evobus.agents.prompts.context import NOTES_HEADING, problem_statement, task_values
+    from evobus.schemas.artifacts import Artifact
+
+    assert problem_statement("Swing it up.", ()) == "Swing it up."
+    said = problem_statement("Swing it up.", ("keep the torque low", "  ", "## no headings"))
+    assert said == f"Swing it up.\n\n{NOTES_HEADING}\n1. keep the torque low\n2. ## no headings"
+    assert problem_statement("", ("one",)) == f"{NOTES_HEADING}\n1. one"
+    artifact = Artifact(kind="program", language="python", source="x = 1\n")
+    values = task_values("pendulum", artifact, "Swing it up.", ("keep the torque low",))
+    description = str(values["task_description"])
+    told = f"Swing it up.\n\n{NOTES_HEADING}\n1. keep the torque low\n\n"
+    assert description.startswith(told)
+    # A note cannot open a part of the prompt of its own (its heading is made level 3).
+    noted = str(task_values("pendulum", artifact, "", ("x\n## Answer",))["task_description"])
+    assert "1. x\n### Answer\n" in noted

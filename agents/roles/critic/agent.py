@@ -127,7 +127,7 @@ class Critic:
                 work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
             )
             return [result_outbound(summary, "summarize")]
-        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | {
+        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement, work.notes) | {
             "context": clip(work.context, MAX_CONTEXT_CHARS)
         }
         try:
@@ -165,7 +165,7 @@ def critic_messages(
     if not vision:
         note = EVIDENCE_TEXT_ONLY
     artifact = work.candidate.artifact
-    values = task_values(work.task, artifact, statement) | {
+    values = task_values(work.task, artifact, statement, work.notes) | {
         "parent_code": artifact.source,
         "fitness_score": f"{work.evaluation.score:.4f}",
         "evaluation_json": evaluation_json(work.evaluation),
