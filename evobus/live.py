@@ -125,7 +125,7 @@ class CampaignRun:
         return await self._steering.unpause()
 
     async def stop(self, reason: str = "") -> Stop:
-        """Finish the campaign now (``stopped``); ``wait()`` then raises ``CampaignFailed``."""
+        """Finish the campaign now, as a spent budget does; ``wait()`` gives its result."""
         return await self._steering.stop(reason)
 
     async def note(self, text: str) -> AddNote:

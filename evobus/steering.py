@@ -55,7 +55,7 @@ class CampaignSteering:
         return await self._send(Unpause, "unpause")
 
     async def stop(self, reason: str = "") -> Stop:
-        """Finish the campaign now (``stopped``; ``evobus resume`` can go on with it)."""
+        """Finish the campaign now, as a spent budget does (the best so far kept)."""
         return await self._send(Stop, "stop", reason=reason)
 
     async def note(self, text: str) -> AddNote:

@@ -457,7 +457,8 @@ class CampaignUnpaused(Steered, frozen=True, kw_only=True, tag="campaign_unpause
 
 
 class StopRequested(Steered, frozen=True, kw_only=True, tag="stop_requested"):
-    """A person stopped the campaign; its ``campaign_finished`` (``stopped``) follows."""
+    """A person stopped the campaign; its ``campaign_finished`` (``completed``, stop reason
+    ``stopped by <by>``) follows."""
 
     reason: str = ""
 

@@ -50,7 +50,8 @@ class Unpause(SteeringAction, frozen=True, kw_only=True, tag="unpause"):
 
 
 class Stop(SteeringAction, frozen=True, kw_only=True, tag="stop"):
-    """Finish the campaign now, as a spent budget does (``stopped``; resumable as any)."""
+    """Finish the campaign now, as a spent budget does: ``completed``, stop reason
+    ``stopped by <by>`` (and ``: <reason>``), the best so far kept."""
 
     reason: ProseText = ""
 

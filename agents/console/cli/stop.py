@@ -6,7 +6,7 @@ import argparse
 
 from evobus.agents.console.cli.steering import add_steering_parser, send
 
-HELP = "stop a running campaign now (it finishes as stopped; `evobus resume` can go on with it)"
+HELP = "stop a running campaign now, as a spent budget would (the best so far is kept)"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -52,7 +52,7 @@ export async function steeringBar(campaign) {
       h("button", { id: "steer-pause", onclick: () => send(campaign.cid, "pause") }, "Pause"),
       h("button", { id: "steer-unpause", onclick: () => send(campaign.cid, "unpause") }, "Resume"),
       h("button", { id: "steer-stop", onclick: () => {
-        if (window.confirm(`Stop ${campaign.cid}? It finishes as stopped (evobus resume goes on with it).`)) send(campaign.cid, "stop");
+        if (window.confirm(`Stop ${campaign.cid}? It finishes now, keeping the best so far; it cannot be resumed.`)) send(campaign.cid, "stop");
       } }, "Stop"),
       h("span", { class: "note" }, `as ${by}`)),
     note,
