@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -394,13 +395,18 @@ async def test_the_steering_buttons_post_their_actions_to_the_bus(
     from evobus.agents.runtime.events import append_events
     from evobus.bus.connection import connect as bus_connect
     from evobus.bus.streams import ensure_streams
-    from evobus.schemas.events import CampaignStarted, CandidateProposed
+    from evobus.schemas.events import (
+        CampaignPaused,
+        CampaignStarted,
+        CandidateProposed,
+        NoteAdded,
+    )
     from evobus.schemas.steering import AddNote, Pause, PinParent
     from tests.integration.test_steering import stored
 
     cid = f"ui-steer-{os.getpid()}"
     out = tmp_path / "runs"
-    t0 = 1_700_000_000.0
+    t0 = time.time()  # a running campaign: its last event is recent
     started = CampaignStarted(
         campaign=cid, at=t0, task="pendulum", engine="offline", budget_proposals=4,
         budget_wall_seconds=60.0,
@@ -432,6 +438,22 @@ async def test_the_steering_buttons_post_their_actions_to_the_bus(
             await page.wait_for("document.getElementById('steer-pin')")
             await page.value("document.getElementById('steer-pin').click()")
             await page.wait_for(f"{said}.startsWith('pin sent by')")
+            # The orchestrator's events of them (written here as it will): the page says paused
+            # and lists what people did.
+            append_events(
+                out / cid / EVENT_LOG,
+                [
+                    CampaignPaused(campaign=cid, at=t0 + 2, action_id="steer-a", by="ada"),
+                    NoteAdded(
+                        campaign=cid, at=t0 + 3, action_id="steer-b", by="ada", text="go",
+                        number=1,
+                    ),
+                ],
+            )  # fmt: skip
+            await shows(page, "status", "paused")
+            await page.wait_for(
+                "document.getElementById('steering-log')?.textContent.includes('note 1 from ada')"
+            )
             assert page.errors == []
         found = [action for action, _ in await stored(js, cid)]
     finally:

@@ -102,3 +102,47 @@ def test_notes_follow_the_statement_in_the_prompts_task_description() -> None:
     # A note cannot open a part of the prompt of its own (its heading is made level 3).
     noted = str(task_values("pendulum", artifact, "", ("x\n## Answer",))["task_description"])
     assert "1. x\n### Answer\n" in noted
+
+
+def test_the_page_view_lists_what_people_did_and_says_paused() -> None:
+    from evobus.agents.console.ui.view import campaign_view
+    from evobus.schemas.events import (
+        CampaignPaused,
+        CampaignStarted,
+        CampaignUnpaused,
+        Event,
+        NoteAdded,
+        SteeringRefused,
+    )
+
+    t0 = 1_700_000_000.0
+    started = CampaignStarted(
+        campaign="c1",
+        at=t0,
+        task="pendulum",
+        engine="offline",
+        budget_proposals=4,
+        budget_wall_seconds=60.0,
+    )
+    steered: list[Event] = [
+        CampaignPaused(campaign="c1", at=t0 + 5, action_id="steer-1", by="ada", in_flight=2),
+        NoteAdded(campaign="c1", at=t0 + 6, action_id="steer-2", by="ada", text="go", number=1),
+        SteeringRefused(
+            campaign="c1",
+            at=t0 + 7,
+            action_id="steer-3",
+            by="bob",
+            action="pin",
+            reason="c0042 is not in the pool",
+        ),
+    ]
+    view = campaign_view("c1", [started, *steered], now=t0 + 8)
+    assert view.paused and view.status == "running"
+    assert [(s.t, s.by, s.kind, s.refused) for s in view.steering] == [
+        (5.0, "ada", "campaign_paused", False),
+        (6.0, "ada", "note_added", False),
+        (7.0, "bob", "steering_refused", True),
+    ]
+    assert view.steering[1].text == "note 1 from ada for the models: go"
+    unpaused = CampaignUnpaused(campaign="c1", at=t0 + 9, action_id="steer-4", by="ada")
+    assert not campaign_view("c1", [started, *steered, unpaused], now=t0 + 10).paused

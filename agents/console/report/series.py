@@ -34,6 +34,7 @@ from evobus.schemas.events import (
     SkillRetired,
     SkillUtilityUpdated,
     StaleDecided,
+    Steered,
 )
 
 SEED_ID = "c0000"
@@ -66,6 +67,7 @@ class Run:
     skills_retired: list[SkillRetired] = field(default_factory=list)
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
     fronts: list[ParetoFrontChanged] = field(default_factory=list)  # Pareto selection's
+    steered: list[Steered] = field(default_factory=list)  # what people did (docs/steering.md)
     failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
@@ -156,6 +158,8 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.agents.append(event)
             case ParetoFrontChanged():
                 run.fronts.append(event)
+            case Steered():
+                run.steered.append(event)
     return run
 
 

@@ -5,7 +5,7 @@
 import { LineChart, bars, legend } from "./charts.js";
 import { PALETTE, clock, count, fill, h, left, score, seconds, table, text } from "./dom.js";
 import { LineageView } from "./lineage.js";
-import { candidateSteering, steeringBar } from "./steering.js";
+import { candidateSteering, renderSteering, steeringBar } from "./steering.js";
 
 const STAGE_ORDER = ["diagnose", "propose", "repair", "evaluate"];
 const STALE_COLORS = { keep: PALETTE[0], discard: PALETTE[1], repair: PALETTE[2], repaired: PALETTE[3], repair_discarded: PALETTE[4] };
@@ -117,6 +117,7 @@ function layout(state) {
     h("p", { class: "note warn", id: "feed-note" }, ""),
     h("div", { class: "resume", id: "resume", hidden: true }),
     h("section", { class: "steering", id: "steering", hidden: true }),
+    h("section", { id: "steering-log-section", hidden: true }, h("h2", {}, "Steered"), h("div", { id: "steering-log" })),
     h("div", { class: "cards" },
       card("best score (validated)", "best-score", "best-candidate"),
       card("seed score", "seed-score", "splits"),
@@ -164,12 +165,13 @@ function layout(state) {
 function render(view, from, note, charts, state) {
   const n = view.numbers;
   const status = document.getElementById("status");
-  status.textContent = view.status;
+  status.textContent = view.paused && view.status === "running" ? "paused" : view.status;
   status.className = `badge ${view.status}`;
   text("about", [view.task && `task ${view.task}`, view.engine && `engine: ${view.engine}`,
     view.stop_reason && `stopped: ${view.stop_reason}`].filter(Boolean).join(" · "));
   text("feed-note", note || "");
   renderResume(view, state);
+  renderSteering(view);
   text("best-score", n.best_score_text);
   text("best-candidate", n.best_candidate || "");
   text("seed-score", n.seed_score_text);

@@ -2,7 +2,7 @@
 // says this page may steer (`evobus ui --steer`, as a NATS user allowed to). Each button POSTs
 // the same action `evobus pause` and the others send; the campaign's events then show it.
 
-import { h } from "./dom.js";
+import { h, seconds, table } from "./dom.js";
 
 let allowed = null; // the server's answer: { enabled, by, why }
 
@@ -74,4 +74,13 @@ export function candidateSteering(campaign, id) {
       const reason = window.prompt(`Reject ${id}: why (for the events)?`, "");
       if (reason !== null) send(campaign.cid, "reject", { candidate: id, reason });
     } }, `Reject ${id}`))];
+}
+
+/** What people did to the campaign (its steering events), under the cards; hidden when none. */
+export function renderSteering(view) {
+  const section = document.getElementById("steering-log-section");
+  if (!section || !view.steering || !view.steering.length) return;
+  section.hidden = false;
+  const rows = view.steering.map((s) => [seconds(s.t), s.by, s.refused ? h("span", { class: "warn" }, s.text) : s.text]);
+  document.getElementById("steering-log").replaceChildren(table(["at", "by", "what"], rows));
 }
