@@ -9,6 +9,7 @@ import msgspec
 
 from evobus.schemas.artifacts import Artifact, Candidate, Operator
 from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.limits import ProseText
 from evobus.schemas.llm import ToolNeed
 from evobus.schemas.results import Diagnosis, Evaluation
 from evobus.schemas.tools import ToolRef, ToolSpec
@@ -45,9 +46,13 @@ class TaskWork(WorkItem, frozen=True, kw_only=True):
 
     Attributes:
         task: the task's name.
+        notes: the notes people added for the models while the campaign ran (steering,
+            docs/steering.md), oldest first: every prompt made for this work ends the problem
+            statement with them. Empty when there are none (and in work sent before notes were).
     """
 
     task: str
+    notes: tuple[ProseText, ...] = ()
 
 
 class EvaluateWork(TaskWork, frozen=True, kw_only=True, tag="evaluate"):

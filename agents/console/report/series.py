@@ -35,6 +35,7 @@ from evobus.schemas.events import (
     SkillRetired,
     SkillUtilityUpdated,
     StaleDecided,
+    Steered,
 )
 
 SEED_ID = "c0000"
@@ -68,6 +69,7 @@ class Run:
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
     fronts: list[ParetoFrontChanged] = field(default_factory=list)  # Pareto selection's
     grids: list[MapElitesChanged] = field(default_factory=list)  # archive = "map-elites"
+    steered: list[Steered] = field(default_factory=list)  # what people did (docs/steering.md)
     failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
@@ -160,6 +162,8 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.fronts.append(event)
             case MapElitesChanged():
                 run.grids.append(event)
+            case Steered():
+                run.steered.append(event)
     return run
 
 

@@ -130,9 +130,9 @@ class Critic:
         models = await self.models.for_campaign(work.campaign)
         if models is None:
             return [result_outbound(offline_summary(work), "summarize")]
-        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | summarizer_values(
-            work
-        )
+        values = task_values(
+            work.task, SUMMARY_ARTIFACT, models.statement, work.notes
+        ) | summarizer_values(work)
         try:
             out, prompt = await models.ask("critic", "summarizer", values, HistorySummary)
         except LLMError as exc:
@@ -191,7 +191,7 @@ def critic_messages(
     if not vision:
         note = EVIDENCE_TEXT_ONLY
     artifact = work.candidate.artifact
-    values = task_values(work.task, artifact, statement) | {
+    values = task_values(work.task, artifact, statement, work.notes) | {
         "parent_code": artifact.source,
         "fitness_score": f"{work.evaluation.score:.4f}",
         "evaluation_json": evaluation_json(work.evaluation),
