@@ -10,6 +10,7 @@ from evobus.schemas.agents import Heartbeat, WorkersTarget
 from evobus.schemas.events import DeadLetter, Event
 from evobus.schemas.registry import RegistryReply, RegistryRequest
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering
 from evobus.schemas.work import Work
 
 _encoder = msgspec.msgpack.Encoder()
@@ -52,6 +53,8 @@ DEAD_LETTER_DECODER: Decoder[DeadLetter] = Decoder(DeadLetter)
 HEARTBEAT_DECODER: Decoder[Heartbeat] = Decoder(Heartbeat)
 # WorkersTarget is the only control message so far; the decoder takes the union once there is one.
 CONTROL_DECODER: Decoder[WorkersTarget] = Decoder(WorkersTarget)
+# Steering actions share EVO_RESULTS with the results; their subject says which decoder reads.
+STEERING_DECODER: Decoder[Steering] = Decoder(Steering)
 REGISTRY_REQUEST_DECODER: Decoder[RegistryRequest] = Decoder(RegistryRequest)
 REGISTRY_REPLY_DECODER: Decoder[RegistryReply] = Decoder(RegistryReply)
 

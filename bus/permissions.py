@@ -1,15 +1,18 @@
 """Per-role NATS users and their subject permissions, generated from bus/subjects.py.
 
-One user per agent role, plus ``supervisor`` (``evobus run``'s own connection) and ``viewer``
-(``evobus events``, read-only). Each may publish only what its role sends — its stages'
-results, dead letters and ``dead_lettered`` events, its heartbeats, the registry operations it
-asks for — and call only the JetStream API its client library needs for its own consumers,
-acks, KV reads and object-store use. Its replies come to ``_INBOX.<user>.…`` (bus/connection.py
-sets that inbox prefix), which no other user may subscribe to. Everything else is denied by the
-server ("Publish Violation" / "Subscription Violation" in its log, "permissions violation" to
-the client; a JetStream publish or API request that is denied is never answered).
-The lists were checked against what nats-py 2.16 sends (a campaign run with the server's
-protocol trace on); tests/integration/test_nats_permissions.py runs a campaign with them.
+One user per agent role, plus ``supervisor`` (``evobus run``'s own connection), ``viewer``
+(``evobus events``, ``evobus ui``: read-only) and ``steerer`` (a person steering campaigns:
+``evobus pause`` and the others, ``evobus ui --steer``; it reads events as the viewer does and
+may publish steering actions, docs/steering.md). Each may publish only what its role sends — its
+stages' results, dead letters and ``dead_lettered`` events, its heartbeats, the registry
+operations it asks for — and call only the JetStream API its client library needs for its own
+consumers, acks, KV reads and object-store use. Its replies come to ``_INBOX.<user>.…``
+(bus/connection.py sets that inbox prefix), which no other user may subscribe to. Everything
+else is denied by the server ("Publish Violation" / "Subscription Violation" in its log,
+"permissions violation" to the client; a JetStream publish or API request that is denied is
+never answered). The lists were checked against what nats-py 2.16 sends (a campaign run with the
+server's protocol trace on); tests/integration/test_nats_permissions.py runs a campaign with
+them.
 
 ``nats_authorization()`` writes the ``authorization { users = [...] }`` block of a nats-server
 config, with each password a ``$EVOBUS_<ROLE>_PASSWORD`` reference that nats-server takes from
@@ -32,7 +35,8 @@ from evobus.schemas.work import Stage
 
 SUPERVISOR = "supervisor"
 VIEWER = "viewer"
-USERS: tuple[str, ...] = (*ROLES, SUPERVISOR, VIEWER)
+STEERER = "steerer"
+USERS: tuple[str, ...] = (*ROLES, SUPERVISOR, VIEWER, STEERER)
 """Every NATS user evobus knows, in the order the config lists them."""
 
 ROLE_STAGES: Mapping[Role, tuple[Stage, ...]] = {
@@ -219,6 +223,7 @@ def _supervisor() -> Permissions:
     for kind in SUPERVISOR_EVENTS:  # the agents it restarts (agent_exited, agent_restarted)
         b.pub(subjects.events_filter(None, kind))
     b.sub(subjects.all_heartbeats())  # waits for the registry, sees restarted agents answer
+    b.pub(subjects.all_steering())  # the Python API's live handle steers its own campaign
     return b.done(SUPERVISOR)
 
 
@@ -230,8 +235,19 @@ def _viewer() -> Permissions:
     return b.done(VIEWER)
 
 
+def _steerer() -> Permissions:
+    """The viewer's reading, and steering actions: what a person steering a campaign needs
+    (``evobus pause``…, ``evobus ui --steer``)."""
+    b = _Builder()
+    b.jetstream_ready()
+    b.stream_info(*_BUS_STREAMS)
+    b.ordered(subjects.STREAM_EVENTS)
+    b.pub(subjects.all_steering())
+    return b.done(STEERER)
+
+
 def permissions(user: str) -> Permissions:
-    """The permissions of one user (a role, ``supervisor`` or ``viewer``).
+    """The permissions of one user (a role, ``supervisor``, ``viewer`` or ``steerer``).
 
     Raises:
         ValueError: no such user.
@@ -244,6 +260,7 @@ def permissions(user: str) -> Permissions:
         "registry": _registry,
         SUPERVISOR: _supervisor,
         VIEWER: _viewer,
+        STEERER: _steerer,
     }
     if user not in builders:
         raise ValueError(f"no NATS user {user!r}; users: {', '.join(USERS)}")

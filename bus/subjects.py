@@ -2,7 +2,7 @@
 
 Layout (docs/architecture.md, "Streams, buckets and subjects"):
     evo.<cid>.work.<stage>       EVO_WORK (work-queue retention)
-    evo.<cid>.result.<stage>     EVO_RESULTS
+    evo.<cid>.result.<stage>     EVO_RESULTS (and .result.steer: steering actions)
     evo.<cid>.event.<kind>       EVO_EVENTS
     evo.<cid>.dlq.<stage>        EVO_DLQ
     evo.agent.<role>.<id>.heartbeat, evo.control.<stage>, evo.registry.<op>  (core NATS)
@@ -148,6 +148,27 @@ def migrants(campaign: str) -> str:
 def all_migrants() -> str:
     """Wildcard over every island's migrants (what an orchestrator may publish)."""
     return f"{PREFIX}.*.result.{MIGRATION_STAGE}"
+
+
+STEERING_STAGE = "steer"
+"""The stage token of the steering actions a person sends a campaign (schemas/steering.py)."""
+
+
+def steering(campaign: str) -> str:
+    """Subject of the steering actions sent to ``campaign``: results of it, so that its
+    orchestrator reads them with its results, in order, and acks them once applied."""
+    return result(campaign, STEERING_STAGE)
+
+
+def all_steering() -> str:
+    """Wildcard over every campaign's steering actions (what a user allowed to steer may send)."""
+    return f"{PREFIX}.*.result.{STEERING_STAGE}"
+
+
+def is_steering(subject: str) -> bool:
+    """Whether ``subject`` is a campaign's steering subject (``evo.<cid>.result.steer``)."""
+    parsed = parse(subject)
+    return parsed is not None and parsed.family == "result" and parsed.last == STEERING_STAGE
 
 
 def all_results() -> str:

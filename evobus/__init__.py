@@ -24,12 +24,20 @@ if TYPE_CHECKING:
     from evobus.agents.runtime.events import describe
     from evobus.campaign import Campaign, Settings, resume, resume_async
     from evobus.driver import Driver, Score, Trial
-    from evobus.errors import ApiError, RunNotFinished, RunNotFound, ScoreFunctionError, TrialError
+    from evobus.errors import (
+        ApiError,
+        RunNotFinished,
+        RunNotFound,
+        ScoreFunctionError,
+        SteeringError,
+        TrialError,
+    )
     from evobus.live import CampaignRun
     from evobus.results import Best, Result, open_run
     from evobus.schemas.campaign import CampaignSpec, CampaignSummary
     from evobus.schemas.errors import CampaignConfigError
     from evobus.schemas.events import Event
+    from evobus.steering import CampaignSteering, steer
 
 _EXPORTS = {
     "Campaign": "evobus.campaign",
@@ -56,6 +64,9 @@ _EXPORTS = {
     "RunNotFinished": "evobus.errors",
     "ScoreFunctionError": "evobus.errors",
     "TrialError": "evobus.errors",
+    "SteeringError": "evobus.errors",
+    "steer": "evobus.steering",
+    "CampaignSteering": "evobus.steering",
 }
 
 __all__ = [
@@ -68,6 +79,7 @@ __all__ = [
     "CampaignNotFound",
     "CampaignRun",
     "CampaignSpec",
+    "CampaignSteering",
     "CampaignSummary",
     "Driver",
     "Event",
@@ -77,12 +89,14 @@ __all__ = [
     "Score",
     "ScoreFunctionError",
     "Settings",
+    "SteeringError",
     "Trial",
     "TrialError",
     "describe",
     "open_run",
     "resume",
     "resume_async",
+    "steer",
 ]
 
 

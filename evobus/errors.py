@@ -88,3 +88,21 @@ class TrialError(ApiError):
         self.work_id = work_id
         self.reason = reason
         super().__init__(f"{candidate_id} ({work_id}): {reason}")
+
+
+class SteeringError(ApiError):
+    """A steering action that cannot be sent: a bad value (an empty note, a candidate id that
+    cannot be one), or a bus that did not take it (this NATS user may not steer, or no server
+    answered).
+
+    Attributes:
+        campaign: the campaign it was for.
+        action: the action's name (``pause``, ``note``, …).
+        reason: why.
+    """
+
+    def __init__(self, campaign: str, action: str, reason: str) -> None:
+        self.campaign = campaign
+        self.action = action
+        self.reason = reason
+        super().__init__(f"{campaign}: {action}: {reason}")

@@ -22,14 +22,17 @@ from nats.js.api import DeliverPolicy
 from evobus.agents.runner.supervisor import RunOptions, run_campaign
 from evobus.agents.runtime.events import campaign_dir
 from evobus.bus import codec, subjects
-from evobus.bus.connection import connect
+from evobus.bus.connection import connect, credentials_from_env
 from evobus.bus.permissions import SUPERVISOR, role_credentials
+from evobus.bus.steering import who
 from evobus.bus.streams import ensure_streams
 from evobus.driver import Driver
 from evobus.errors import ApiError
 from evobus.infra.nats_server import NatsServer, default_store_dir
 from evobus.results import Result
 from evobus.schemas.events import CampaignFinished, Event
+from evobus.schemas.steering import AddNote, Pause, PinParent, RejectCandidate, Stop, Unpause
+from evobus.steering import CampaignSteering
 
 # Events a reader has not taken yet, per ``events()`` iterator: a reader that stops reading
 # holds its follower back, never the campaign.
@@ -63,6 +66,9 @@ class CampaignRun:
         self._error: Exception | None = None
         self._reported = False  # whether wait() has given the outcome to the program
         self._open = True  # the ``async with`` block is still running
+        # Actions say who: the supervisor's NATS user when it logs in as one, else the login name.
+        credentials = role_credentials(SUPERVISOR) or credentials_from_env()
+        self._steering = CampaignSteering(nc.jetstream(), campaign_id, who(credentials))
 
     def __repr__(self) -> str:
         state = "finished" if self.finished else "running"
@@ -103,6 +109,36 @@ class CampaignRun:
         async with receive:
             async for event in receive:
                 yield event
+
+    # ---- steering (docs/steering.md): each returns the action once the bus stored it ----
+
+    async def pause(self) -> Pause:
+        """Send no new work until ``unpause``; work in flight finishes.
+
+        Raises:
+            SteeringError: the bus did not take it (as every steering method).
+        """
+        return await self._steering.pause()
+
+    async def unpause(self) -> Unpause:
+        """Let the paused campaign send work again."""
+        return await self._steering.unpause()
+
+    async def stop(self, reason: str = "") -> Stop:
+        """Finish the campaign now, as a spent budget does; ``wait()`` gives its result."""
+        return await self._steering.stop(reason)
+
+    async def note(self, text: str) -> AddNote:
+        """Add ``text`` for the models to the problem statement of every later prompt."""
+        return await self._steering.note(text)
+
+    async def pin(self, candidate_id: str) -> PinParent:
+        """Make ``candidate_id`` (a pool member) the parent of the next step."""
+        return await self._steering.pin(candidate_id)
+
+    async def reject(self, candidate_id: str, reason: str = "") -> RejectCandidate:
+        """Take ``candidate_id`` out of the pool: never a parent or the best again."""
+        return await self._steering.reject(candidate_id, reason)
 
     def driver(self, *, concurrency: int = 1) -> Driver:
         """A ``Driver`` that plays this campaign's evaluator (start it with no evaluator

@@ -14,6 +14,7 @@ import msgspec.inspect
 from evobus.schemas.agents import Role
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import ProseText, SourceText, source_problem
+from evobus.schemas.map_elites import MapElitesSection, check_descriptors, declared_descriptors
 from evobus.schemas.registry import EmbedderSpec, SkillScope
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -184,6 +185,12 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             rise and staleness stays within its policy, lower them when they do not
             (FlashEvolve §3.4 applied to the whole pipeline); ``in_flight`` is where it starts.
         in_flight_min, in_flight_max: the bounds of ``adaptive_in_flight``.
+        archive: where parents come from: ``pool``, POLCA's priority queue by ``selection``;
+            ``map-elites``, a grid over behaviour descriptors keeping the best program of each
+            cell, parents drawn uniformly from the occupied cells (Mouret & Clune 2015;
+            agents/evolution/map_elites.py).
+        map_elites: the grid's descriptors (``[strategy.map_elites]``); empty: the evaluator
+            file's ``MAP_ELITES``.
     """
 
     in_flight: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -220,6 +227,8 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     adaptive_in_flight: bool = True
     in_flight_min: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
     in_flight_max: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 64
+    archive: Literal["pool", "map-elites"] = "pool"
+    map_elites: MapElitesSection = MapElitesSection()
 
 
 class SandboxSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -623,7 +632,46 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
     _check_pareto(spec.strategy, path)
     _check_islands(spec, path)
     _check_in_flight(spec.strategy, path)
+    _check_archive(spec, path)
     return spec
+
+
+def _check_archive(spec: CampaignSpec, path: str) -> None:
+    """``strategy.map_elites`` goes with ``archive = "map-elites"``, which has descriptors from
+    the campaign or, with an evaluator file, from its ``MAP_ELITES`` (checked when the file is
+    read, ``with_program_files``), and does not share the choice of parents with Pareto.
+
+    Raises:
+        CampaignConfigError: naming ``strategy.archive`` or ``strategy.map_elites.descriptors``.
+    """
+    strategy, key = spec.strategy, "strategy.map_elites.descriptors"
+    descriptors = strategy.map_elites.descriptors
+    check_descriptors(descriptors, path, key)
+    if descriptors and strategy.archive != "map-elites":
+        raise CampaignConfigError(
+            path,
+            key,
+            f'are the grid of archive = "map-elites", not {strategy.archive!r}: set '
+            '[strategy] archive = "map-elites" or leave [strategy.map_elites] out',
+        )
+    if strategy.archive != "map-elites":
+        return
+    if strategy.selection == "pareto":
+        raise CampaignConfigError(
+            path,
+            "strategy.archive",
+            '"map-elites" draws parents from its grid, selection = "pareto" from the Pareto '
+            'front: choose one (archive = "pool" for Pareto)',
+        )
+    if not descriptors and not spec.campaign.evaluator:
+        raise CampaignConfigError(path, key, _NO_DESCRIPTORS)
+
+
+_NO_DESCRIPTORS = (
+    'archive = "map-elites" needs behaviour descriptors: write descriptors = [{metric = '
+    '"...", low = 0.0, high = 1.0, bins = 10}] under [strategy.map_elites], or declare '
+    "MAP_ELITES in the evaluator file"
+)
 
 
 def _check_pareto(strategy: StrategySection, path: str) -> None:
@@ -795,6 +843,10 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
         )
     evaluator = (base / section.evaluator).resolve()
     if evaluator.is_dir():  # SkyDiscover's evaluator folder (agents/tasks/evaluator_folder.py)
+        if spec.strategy.archive == "map-elites" and not spec.strategy.map_elites.descriptors:
+            raise CampaignConfigError(  # MAP_ELITES is read from an evaluator file only
+                origin, "strategy.map_elites.descriptors", f"{_NO_DESCRIPTORS} ({evaluator})"
+            )
         return msgspec.structs.replace(
             spec,
             campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
@@ -816,6 +868,12 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
         ) from None
     if too_big := source_problem(source):  # it travels with every evaluation
         raise CampaignConfigError(origin, "campaign.evaluator", f"{evaluator}: {too_big}")
+    strategy = spec.strategy
+    needs_declared = strategy.archive == "map-elites" and not strategy.map_elites.descriptors
+    if needs_declared and not declared_descriptors(source, str(evaluator)):
+        raise CampaignConfigError(
+            origin, "strategy.map_elites.descriptors", f"{_NO_DESCRIPTORS} ({evaluator})"
+        )
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),

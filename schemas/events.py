@@ -12,6 +12,7 @@ import msgspec
 
 from evobus.schemas.artifacts import Operator
 from evobus.schemas.campaign import CampaignSummary, Splits
+from evobus.schemas.map_elites import ArchiveSnapshot
 
 
 class CampaignEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -436,6 +437,85 @@ class InFlightChanged(CampaignEvent, frozen=True, kw_only=True, tag="in_flight_c
     reason: str
 
 
+class MapElitesChanged(CampaignEvent, frozen=True, kw_only=True, tag="map_elites_changed"):
+    """With ``archive = "map-elites"``: an evaluated program changed the grid (Mouret & Clune
+    2015): ``outcome`` is ``new-cell`` (it filled an empty cell), ``improved`` (it beat the
+    cell's elite, ``displaced``) or ``updated`` (an elite re-scored or moved as its evaluations
+    accumulated). ``archive``: the whole grid afterwards, which the report draws."""
+
+    candidate_id: str
+    outcome: Literal["new-cell", "improved", "updated"]
+    cell: tuple[int, ...]
+    archive: ArchiveSnapshot
+    displaced: str = ""
+
+
+class SummaryWritten(CampaignEvent, frozen=True, kw_only=True, tag="summary_written"):
+    """POLCA's c_history came back (App. B): ``text`` is the summary later diagnoses and
+    proposals receive, ``engine`` who wrote it (a model's prompt version, or
+    ``rule-based-summary`` offline), ``programs`` the pool members it was made from."""
+
+    engine: str
+    text: str
+    programs: int = 0
+
+
+class Steered(CampaignEvent, frozen=True, kw_only=True):
+    """What every event of a steering action applied carries (docs/steering.md): the action's
+    id (one event per id, however often the action was delivered) and who did it."""
+
+    action_id: str
+    by: str
+
+
+class CampaignPaused(Steered, frozen=True, kw_only=True, tag="campaign_paused"):
+    """A person paused the campaign: no new work is sent until ``campaign_unpaused``."""
+
+    in_flight: int = 0  # work still running, which finishes and is applied
+
+
+class CampaignUnpaused(Steered, frozen=True, kw_only=True, tag="campaign_unpaused"):
+    """A person let a paused campaign send work again (``paused_seconds``: how long it was)."""
+
+    paused_seconds: float = 0.0
+
+
+class StopRequested(Steered, frozen=True, kw_only=True, tag="stop_requested"):
+    """A person stopped the campaign; its ``campaign_finished`` (``completed``, stop reason
+    ``stopped by <by>``) follows."""
+
+    reason: str = ""
+
+
+class NoteAdded(Steered, frozen=True, kw_only=True, tag="note_added"):
+    """A person's note for the models, in every later prompt's problem statement (``number``:
+    its place among the campaign's notes, from 1)."""
+
+    text: str
+    number: int
+
+
+class ParentPinned(Steered, frozen=True, kw_only=True, tag="parent_pinned"):
+    """A person pinned a candidate: it is the parent of the next step the campaign starts."""
+
+    candidate_id: str
+
+
+class CandidateVetoed(Steered, frozen=True, kw_only=True, tag="candidate_vetoed"):
+    """A person rejected a candidate: out of the pool, never a parent or the best again."""
+
+    candidate_id: str
+    reason: str = ""
+
+
+class SteeringRefused(Steered, frozen=True, kw_only=True, tag="steering_refused"):
+    """A steering action that could not apply, and why (an unknown or rejected candidate, an
+    unpause of a campaign not paused, a finished campaign)."""
+
+    action: str
+    reason: str
+
+
 Event = (
     CampaignStarted
     | ToolRegistered
@@ -467,6 +547,15 @@ Event = (
     | CandidateMigrated
     | IslandReseeded
     | InFlightChanged
+    | MapElitesChanged
+    | SummaryWritten
+    | CampaignPaused
+    | CampaignUnpaused
+    | StopRequested
+    | NoteAdded
+    | ParentPinned
+    | CandidateVetoed
+    | SteeringRefused
 )
 
 

@@ -79,9 +79,11 @@ class ToolDraft(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class HistorySummary(msgspec.Struct, frozen=True, kw_only=True):
-    """POLCA's c_history: the pool and recent changes in a few sentences of global context."""
+    """POLCA's c_history (App. B): ``reasoning`` analyses what made programs succeed or fail,
+    ``summary`` gives the concrete recommendations the optimizer receives."""
 
     summary: str
+    reasoning: str = ""
 
 
 # Every type a role asks a model for: the schemas evobus sends as ``response_format``

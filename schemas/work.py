@@ -9,6 +9,7 @@ import msgspec
 
 from evobus.schemas.artifacts import Artifact, Candidate, Operator
 from evobus.schemas.campaign import SandboxSection
+from evobus.schemas.limits import ProseText
 from evobus.schemas.llm import ToolNeed
 from evobus.schemas.results import Diagnosis, Evaluation
 from evobus.schemas.tools import ToolRef, ToolSpec
@@ -45,9 +46,13 @@ class TaskWork(WorkItem, frozen=True, kw_only=True):
 
     Attributes:
         task: the task's name.
+        notes: the notes people added for the models while the campaign ran (steering,
+            docs/steering.md), oldest first: every prompt made for this work ends the problem
+            statement with them. Empty when there are none (and in work sent before notes were).
     """
 
     task: str
+    notes: tuple[ProseText, ...] = ()
 
 
 class EvaluateWork(TaskWork, frozen=True, kw_only=True, tag="evaluate"):
@@ -118,11 +123,50 @@ class ExtractWork(TaskWork, frozen=True, kw_only=True, tag="extract"):
     diagnosis: Diagnosis | None = None
 
 
+class Trajectory(msgspec.Struct, frozen=True, kw_only=True):
+    """One evaluation of a program on one instance: POLCA's evaluation trajectory
+    (θ, ω, x, y, r, f), polca.md App. B footnote 10, as the pool keeps it (instance and score r;
+    ``feedback`` is f in words when there is one)."""
+
+    instance: str
+    score: float
+    feedback: str = ""
+
+
+class ProgramRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A pool member as the contrastive summarizer sees it (polca.md App. B): its trajectories
+    and where it came from.
+
+    Attributes:
+        candidate_id: the program θ.
+        operator: the operator that made it.
+        mean: its empirical mean μ̂_θ.
+        trajectories: its evaluations H_θ, oldest first.
+        parent_id: its first parent ("" for the seed and fresh starts).
+        parent_mean: that parent's mean when it was known, for the parent → child pair.
+        rationale: what the change that made it meant to do ("" when unknown).
+    """
+
+    candidate_id: str
+    operator: Operator
+    mean: float
+    trajectories: tuple[Trajectory, ...] = ()
+    parent_id: str = ""
+    parent_mean: float | None = None
+    rationale: str = ""
+
+
 class SummarizeWork(TaskWork, frozen=True, kw_only=True, tag="summarize"):
-    """Ask the critic for POLCA's global history context (c_history, polca.md §3): the pool and
-    the recent changes in a few sentences, which later proposals and diagnoses receive."""
+    """Ask the critic for POLCA's global history context (c_history, polca.md §3 and App. B):
+    the pool's programs split into successes and failures around τ with contrastive pairs, and
+    the recent changes, in a few sentences that later proposals and diagnoses receive.
+
+    ``programs`` (the pool Q) makes it App. B's contrastive summary, written by the model or,
+    offline, by rules (agents/evolution/summary.py); without it only ``context`` is summarised.
+    """
 
     context: str
+    programs: tuple[ProgramRecord, ...] = ()
 
 
 class RepairWork(TaskWork, frozen=True, kw_only=True, tag="repair"):

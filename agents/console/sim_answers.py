@@ -227,9 +227,27 @@ def skill_draft(prompt: str) -> SkillDraft | None:
 
 
 def history_summary(prompt: str) -> HistorySummary:
-    """The summariser's answer: the context it was given, shortened (a statistical summary)."""
-    context = section(prompt, "Pool and recent changes")
-    return HistorySummary(summary=f"{context[:_SUMMARY_CHARS]} [{NOTE}]")
+    """The summariser's answer to POLCA's contrastive prompt (App. B), by rules from its
+    sections: the reasoning counts the successes and failures around τ and quotes the first
+    contrastive pairs; the summary names the best success to build on and the recent changes."""
+    changes = section(prompt, "Recent changes") or section(prompt, "Pool and recent changes")
+    wins = _listed(section(prompt, "Successes"))
+    losses = _listed(section(prompt, "Failures"))
+    pairs = _listed(section(prompt, "Contrastive pairs"))
+    tau = re.search(r"threshold τ = (\S+)", prompt)
+    reasoning = (
+        f"{len(wins)} successes and {len(losses)} failures around τ = "
+        f"{tau.group(1) if tau else '?'}; "
+        + ("; ".join(pairs[:2]) if pairs else "no contrastive pair")
+    )
+    start = f"Build on {wins[0].split()[0]}. " if wins else ""
+    summary = f"{start}Recent changes: {changes[:_SUMMARY_CHARS]} [{NOTE}]"
+    return HistorySummary(summary=summary, reasoning=f"{reasoning} [{NOTE}]")
+
+
+def _listed(text: str) -> list[str]:
+    """The lines of a rendered group or pair list ("(none)" is none)."""
+    return [line for line in text.splitlines() if line.strip() and line.strip() != "(none)"]
 
 
 def offline_answer(schema_name: str, prompt: str, seed: int = 0) -> str | None:

@@ -9,6 +9,9 @@
 - ``intensity`` — A-Evolve: graduated mutation intensity.
 - ``analysis`` / ``history`` — A-Evolve: multi-layer analysis of evaluations, rolling history.
 - ``skills`` — REFLEX skill utility and extraction from diffs, A-Evolve auto-seeded skills.
+- ``summary`` — POLCA App. B: the contrastive summarizer's τ split, pairs and rule-based summary.
+- ``map_elites`` — MAP-Elites (Mouret & Clune 2015): the best program per cell of a descriptor
+  grid, parents drawn uniformly from occupied cells.
 
 No I/O and no hidden randomness: every random choice takes an explicit ``random.Random``.
 """
@@ -35,6 +38,7 @@ from evobus.agents.evolution.epsilon_net import (
 )
 from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
 from evobus.agents.evolution.intensity import mutation_intensity, progress_fraction
+from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pool import (
     CandidatePool,
     CandidateStats,
@@ -49,23 +53,27 @@ from evobus.agents.evolution.skills import (
     update_utility,
 )
 from evobus.agents.evolution.stagnation import Decision, StagnationDetector, on_stagnation
+from evobus.agents.evolution.summary import ContrastiveSplit, contrastive_split, rule_based_summary
 
 __all__ = [
     "Analysis",
     "CandidatePool",
     "CandidateStats",
     "CategoryStat",
+    "ContrastiveSplit",
     "Decision",
     "EvolutionHistory",
     "ExplorationBurst",
     "FailurePattern",
     "HistoryEntry",
     "InstanceStat",
+    "MapElitesArchive",
     "OperatorBandit",
     "SkillDraft",
     "StagnationDetector",
     "admit_to_epsilon_net",
     "analyze",
+    "contrastive_split",
     "cosine_distance",
     "euclidean_distance",
     "mutation_intensity",
@@ -76,6 +84,7 @@ __all__ = [
     "patterns_over_threshold",
     "progress_fraction",
     "render_analysis",
+    "rule_based_summary",
     "sample_minibatch",
     "seed_skill_for",
     "skill_from_diff",

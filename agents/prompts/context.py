@@ -26,12 +26,16 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more chars]"
 
 
-def task_values(task_name: str, artifact: Artifact, statement: str = "") -> dict[str, object]:
+def task_values(
+    task_name: str, artifact: Artifact, statement: str = "", notes: Sequence[str] = ()
+) -> dict[str, object]:
     """The task's description and signature, the artifact's kind, language and entrypoint.
 
     ``statement`` is the campaign's ``[task] statement`` (the problem in the user's words, a
     peer's ``prompt.system_message``): it leads the task's description, which says how evobus
-    scores the task, in every prompt that shows the task."""
+    scores the task, in every prompt that shows the task. ``notes`` (a work item's: what people
+    steering the campaign added, docs/steering.md) follow the statement."""
+    statement = problem_statement(statement, notes)
     try:
         task = get_task(task_name)
         description, signature = task.description, task.signature
@@ -47,6 +51,19 @@ def task_values(task_name: str, artifact: Artifact, statement: str = "") -> dict
         "language": "python" if artifact.language == "python" else "text",
         "entrypoint": artifact.entrypoint or "(none: the whole text is the artifact)",
     }
+
+
+NOTES_HEADING = "Notes from the people running this campaign (newest last):"
+
+
+def problem_statement(statement: str, notes: Sequence[str]) -> str:
+    """The campaign's statement, then its notes numbered under ``NOTES_HEADING`` (the
+    statement alone when there are none)."""
+    listed = [note.strip() for note in notes if note.strip()]
+    if not listed:
+        return statement
+    lines = [NOTES_HEADING, *(f"{n}. {note}" for n, note in enumerate(listed, 1))]
+    return "\n\n".join(part for part in (statement.strip(), "\n".join(lines)) if part)
 
 
 def below_headings(text: str) -> str:

@@ -3,8 +3,8 @@
 Placeholders are ``$name`` (``string.Template``), so JSON braces need no escaping. Each template
 is a user message; ``system`` is the system message. REFLEX's critic and actor prompts
 (reflex.md, appendix A) are the starting point of ``critic`` and ``actor.*``; the summarizer is
-POLCA's c_history (polca.md §3), stale-repair FlashEvolve's reflective repair (flashevolve.md
-§3.2), and the tool prompts AGS's tool generator (autogenesis-agp.md §4.1, §5.2).
+POLCA's c_history (polca.md §3, App. B), stale-repair FlashEvolve's reflective repair
+(flashevolve.md §3.2), and the tool prompts AGS's tool generator (autogenesis-agp.md §4.1, §5.2).
 
 Every prompt that shows code puts it under a ``## …`` heading in a fenced block, and names the
 operator and artifact kind on their own lines: a reader (or the simulator's offline answerer)
@@ -275,19 +275,42 @@ Describe the change as a skill another program could reuse. Output STRICTLY one 
 """,
 )
 
+# POLCA App. B's Summarizer prompt: the pool's programs split around τ, a success and a failure
+# paired per program for contrastive analysis, the answer's reasoning kept apart from the summary
+# (the paper's <reasoning> and <summary> tags, as JSON keys here since every answer is JSON).
 SUMMARIZER = Template(
     name="summarizer",
-    description="POLCA c_history: the candidate pool and recent changes as global context",
-    system="You summarise the state of an optimisation run for the engineers who continue it.",
+    description="POLCA c_history (App. B): contrast successes and failures around τ, summarise",
+    system=(
+        "You are an expert at analyzing program behavior patterns and providing actionable "
+        "guidance for parameter optimization."
+    ),
     user=_TASK
     + """
-## Pool and recent changes
+Analyze the following programs and their evaluation trajectories and extract insights for
+optimization. Programs scoring above the threshold τ = $tau are successes, the others failures;
+for each program a successful and a failed trajectory (or the program beside its parent, when
+the change crossed τ) are paired for contrastive analysis.
+
+## Successes (mean > τ)
+$successes
+
+## Failures (mean ≤ τ)
+$failures
+
+## Contrastive pairs
+$pairs
+
+## Recent changes
 $context
 
 Operator: summarizer
 
-Summarise in at most eight sentences what has been tried, what worked, what failed, and what
-looks promising next. Output STRICTLY one JSON object: {"summary": "..."}.
+Output STRICTLY one JSON object with the keys:
+- "reasoning": the key patterns and strategies that led to success or failure in these
+  trajectories;
+- "summary": concrete recommendations for improving the score, based on the successful and
+  failed patterns observed (at most eight sentences).
 """,
 )
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import typing
@@ -25,19 +26,25 @@ from evobus.schemas.events import (
     BestConfirmed,
     BurstStarted,
     CampaignFinished,
+    CampaignPaused,
     CampaignProgress,
     CampaignResumed,
     CampaignStarted,
+    CampaignUnpaused,
     CandidateAccepted,
     CandidateEvaluated,
     CandidateFiltered,
     CandidateMigrated,
     CandidateProposed,
     CandidateRejected,
+    CandidateVetoed,
     DeadLettered,
     Event,
     InFlightChanged,
     IslandReseeded,
+    MapElitesChanged,
+    NoteAdded,
+    ParentPinned,
     ParetoFrontChanged,
     RolledBack,
     SkillLearned,
@@ -46,7 +53,10 @@ from evobus.schemas.events import (
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
+    SteeringRefused,
+    StopRequested,
     StoreRecovered,
+    SummaryWritten,
     ToolRegistered,
     WorkAbandoned,
     WorkersChanged,
@@ -273,6 +283,19 @@ def describe(event: Event) -> str:
                 f"{head} Pareto front over {', '.join(event.objectives)}: {members or 'empty'} "
                 f"of {event.columns} instance-objective pairs"
             )
+        case MapElitesChanged():
+            grid = event.archive
+            cells = math.prod(d.bins for d in grid.descriptors)
+            beat = f", displacing {event.displaced}" if event.displaced else ""
+            return (
+                f"{head} MAP-Elites {event.outcome}: {event.candidate_id} in cell "
+                f"{list(event.cell)}{beat}; {len(grid.elites)} of {cells} cells occupied"
+            )
+        case SummaryWritten():
+            return (
+                f"{head} summary of {event.programs} programs by {event.engine}: "
+                f"{' '.join(event.text.split())[:200]}"
+            )
         case CandidateMigrated(direction="out"):
             return (
                 f"{head} {event.candidate_id} migrated to {event.target} "
@@ -304,6 +327,25 @@ def describe(event: Event) -> str:
                 f"{head} RESUMED from snapshot revision {event.revision} ({event.results_applied} "
                 f"results applied, {event.in_flight} work items in flight)"
             )
+        case CampaignPaused():
+            return (
+                f"{head} PAUSED by {event.by}: no new work until unpaused "
+                f"({event.in_flight} work items in flight finish)"
+            )
+        case CampaignUnpaused():
+            return f"{head} unpaused by {event.by} after {event.paused_seconds:.0f} s"
+        case StopRequested():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{head} STOP asked by {event.by}{why}"
+        case NoteAdded():
+            return f"{head} note {event.number} from {event.by} for the models: {event.text}"
+        case ParentPinned():
+            return f"{head} {event.candidate_id} pinned by {event.by}: the next step's parent"
+        case CandidateVetoed():
+            why = f": {event.reason}" if event.reason else ""
+            return f"{head} {event.candidate_id} rejected by {event.by}{why}"
+        case SteeringRefused():
+            return f"{head} {event.action} from {event.by} not applied: {event.reason}"
         case CampaignFinished():
             s = event.summary
             return (

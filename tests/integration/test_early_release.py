@@ -17,6 +17,7 @@ import pytest
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.agents.runtime.events import EVENT_LOG, read_events
+from evobus.agents.tasks.base import seed_file
 from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
@@ -26,7 +27,7 @@ from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-SEED = Path(__file__).parents[2] / "examples" / "pendulum_seed.py"
+SEED = seed_file("pendulum")
 MODEL = "Qwen/Qwen3-8B"
 SAMPLES = 3
 PROPOSALS = 6

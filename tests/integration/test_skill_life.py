@@ -30,6 +30,7 @@ from nats.js.api import DeliverPolicy
 from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
 from evobus.agents.runtime.events import EVENT_LOG, read_events
+from evobus.agents.tasks.base import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.infra.llm_sim.request_log import read_request_log
@@ -50,7 +51,6 @@ from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
 MODEL = "Qwen/Qwen3-8B"
 CAP = 3
 INTENSITIES = {0.5, 1.0, 2.0}  # agents/evolution/intensity.py MULTIPLIERS
@@ -135,7 +135,7 @@ async def campaign(
 ) -> list[Event]:
     """Run one campaign with ``evobus run`` (its run folder under ``tmp/runs``, where every
     campaign finds the same registry library); its events once it completed."""
-    seed = EXAMPLES / f"{task}_seed.py"
+    seed = seed_file(task)
     # Acrobot at Gymnasium's own limit: its seed swings up in about 400 steps, so that children
     # can improve on it (and skills be extracted); at 100 every program scores -100.
     steps = 500 if task == "acrobot" else 100

@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -384,3 +385,80 @@ async def evobus_ui(out: Path, cid: str) -> AsyncIterator[str]:
         with anyio.fail_after(time_left(0.95)):  # cleanup: the rest of the test's timeout
             code = await proc.wait()
         assert code == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(90)
+async def test_the_steering_buttons_post_their_actions_to_the_bus(
+    nats_session: NatsServer, tmp_path: Path
+) -> None:
+    from evobus.agents.runtime.events import append_events
+    from evobus.bus.connection import connect as bus_connect
+    from evobus.bus.streams import ensure_streams
+    from evobus.schemas.events import (
+        CampaignPaused,
+        CampaignStarted,
+        CandidateProposed,
+        NoteAdded,
+    )
+    from evobus.schemas.steering import AddNote, Pause, PinParent
+    from tests.integration.test_steering import stored
+
+    cid = f"ui-steer-{os.getpid()}"
+    out = tmp_path / "runs"
+    t0 = time.time()  # a running campaign: its last event is recent
+    started = CampaignStarted(
+        campaign=cid, at=t0, task="pendulum", engine="offline", budget_proposals=4,
+        budget_wall_seconds=60.0,
+    )  # fmt: skip
+    proposed = CandidateProposed(
+        campaign=cid, at=t0 + 1, candidate_id="c0001", parent_ids=("c0000",), operator="m_diag"
+    )
+    (out / cid).mkdir(parents=True)
+    append_events(out / cid / EVENT_LOG, [started, proposed])
+    nc = await bus_connect(nats_session.url, name="test-ui-steer")
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        options = UiOptions(out=out, nats_url=nats_session.url, campaign=cid, port=0, steer=True)
+        async with chromium(tmp_path / "profile") as page, serve_ui(options) as ui:
+            await page.open(ui.url)
+            await page.wait_for("document.getElementById('steer-pause')")
+            said = "document.getElementById('steer-said').textContent"
+            await page.value("document.getElementById('steer-pause').click()")
+            await page.wait_for(f"{said}.startsWith('pause sent by')")
+            await page.value(
+                "document.getElementById('steer-note').value = 'keep the torque under 1.5'"
+            )
+            await page.value("document.getElementById('steer-note-send').click()")
+            await page.wait_for(f"{said}.startsWith('note sent by')")
+            # A candidate's panel has its pin button.
+            await page.wait_for("document.querySelector('#candidates tbody tr')")
+            await page.value("document.querySelector('#candidates tbody tr').click()")
+            await page.wait_for("document.getElementById('steer-pin')")
+            await page.value("document.getElementById('steer-pin').click()")
+            await page.wait_for(f"{said}.startsWith('pin sent by')")
+            # The orchestrator's events of them (written here as it will): the page says paused
+            # and lists what people did.
+            append_events(
+                out / cid / EVENT_LOG,
+                [
+                    CampaignPaused(campaign=cid, at=t0 + 2, action_id="steer-a", by="ada"),
+                    NoteAdded(
+                        campaign=cid, at=t0 + 3, action_id="steer-b", by="ada", text="go",
+                        number=1,
+                    ),
+                ],
+            )  # fmt: skip
+            await shows(page, "status", "paused")
+            await page.wait_for(
+                "document.getElementById('steering-log')?.textContent.includes('note 1 from ada')"
+            )
+            assert page.errors == []
+        found = [action for action, _ in await stored(js, cid)]
+    finally:
+        await nc.drain()
+    assert [type(a) for a in found] == [Pause, AddNote, PinParent]
+    note, pin = found[1], found[2]
+    assert isinstance(note, AddNote) and note.text == "keep the torque under 1.5"
+    assert isinstance(pin, PinParent) and pin.candidate_id == "c0001"

@@ -13,6 +13,8 @@ from evobus.bus.errors import ConnectError
 from evobus.bus.permissions import (
     REGISTRY_OPS,
     ROLE_STAGES,
+    STEERER,
+    SUPERVISOR,
     USERS,
     VIEWER,
     nats_authorization,
@@ -132,6 +134,20 @@ def test_only_the_registry_answers_requests_and_only_the_viewer_publishes_nothin
     assert not [s for s in viewer.publish if any(v in s for v in changes)]
     for user, ops in REGISTRY_OPS.items():
         assert {subjects.registry(op) for op in ops} <= set(permissions(user).publish)
+
+
+def test_only_the_steerer_and_the_supervisor_may_steer() -> None:
+    may = [u for u in USERS if subjects.all_steering() in permissions(u).publish]
+    assert may == [SUPERVISOR, STEERER]
+    steerer = permissions(STEERER)
+    mine = [s for s in steerer.publish if not s.startswith(("$JS.API.", "$JS.FC."))]
+    assert mine == [subjects.all_steering()]  # nothing else: no work, results or events
+    changes = ("STREAM.CREATE", "STREAM.UPDATE", "PURGE", "DELETE")
+    assert not [s for s in steerer.publish if any(v in s for v in changes)]
+    # A worker's results never cover the steering subject: it is no stage's.
+    assert subjects.STEERING_STAGE not in STAGES
+    assert subjects.is_steering(subjects.steering("c1"))
+    assert not subjects.is_steering(subjects.result("c1", "evaluate"))
 
 
 def test_the_full_config_has_jetstream_the_users_and_a_tls_example() -> None:

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from evobus.agents.console.sim_answers import offline_answer
+from evobus.agents.evolution.summary import contrastive_split, summary_values
 from evobus.agents.prompts import BUILT_IN, Prompt
 from evobus.agents.prompts.context import (
     evaluation_json,
@@ -27,6 +28,7 @@ from evobus.agents.roles.actor.blocks import (
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
 from evobus.schemas.registry import Resource
+from evobus.schemas.work import ProgramRecord, Trajectory
 from tests.samples import DIAGNOSIS, EVALUATION, SOURCE
 
 PENDULUM = Artifact(source=SOURCE)
@@ -40,6 +42,24 @@ SKILL = Resource(
     name="pump-energy", kind="skill", version=1, description="never swings up", source="x = 1"
 )
 TOOL = Resource(name="clamp", kind="tool", version=2, description="clamp a value", contract="")
+
+SUMMARY_PROGRAMS = (
+    ProgramRecord(
+        candidate_id="c0000",
+        operator="seed",
+        mean=-900.0,
+        trajectories=(Trajectory(instance="1", score=-900.0),),
+    ),
+    ProgramRecord(
+        candidate_id="c0001",
+        operator="m_diag",
+        mean=-780.0,
+        parent_id="c0000",
+        parent_mean=-900.0,
+        rationale="raise the swing gain",
+        trajectories=(Trajectory(instance="1", score=-780.0),),
+    ),
+)
 
 # What each role hands its prompt (agents/critic, agents/actor, agents/toolgen).
 ACTOR_VALUES = (
@@ -82,7 +102,9 @@ VALUES: dict[str, dict[str, object]] = {
         "delta": "120.0",
         "diagnosis": "never swings up",
     },
-    "summarizer": task_values("pendulum", PENDULUM) | {"context": "c0001 beat c0000 by 120"},
+    "summarizer": task_values("pendulum", PENDULUM)
+    | {"context": "c0001 beat c0000 by 120"}
+    | summary_values(contrastive_split(SUMMARY_PROGRAMS)),
     "stale_repair": task_values("pendulum", PENDULUM)
     | {
         "old_version": 3,
@@ -226,6 +248,10 @@ def test_offline_answers_for_skills_summaries_and_stale_repair() -> None:
         offline_answer("HistorySummary", render("summarizer")) or "", type=HistorySummary
     )
     assert "c0001 beat c0000" in summary.summary
+    # POLCA App. B: the answer reads the τ split and the pairs, and keeps reasoning apart.
+    assert summary.summary.startswith("Build on c0001.")
+    assert "1 successes and 1 failures around τ = -840" in summary.reasoning
+    assert "c0001 parent-child" in summary.reasoning
     repaired = msgspec.json.decode(
         offline_answer("ActorDraft", render("stale_repair")) or "", type=ActorDraft
     )

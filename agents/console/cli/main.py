@@ -13,13 +13,19 @@ from evobus.agents.console.cli import (
     lineage,
     llm_sim,
     nats_config,
+    note,
+    pause,
+    pin,
     prompts,
+    reject,
     report,
     rollback,
     run,
     serve,
+    stop,
     trace,
     ui,
+    unpause,
 )
 from evobus.agents.runner import agent_command
 from evobus.agents.runner.exits import Command, run_command
@@ -43,6 +49,12 @@ COMMANDS: dict[str, Command] = {
     "rollback": rollback.command,
     "report": report.command,
     "trace": trace.command,
+    "pause": pause.command,
+    "unpause": unpause.command,
+    "stop": stop.command,
+    "note": note.command,
+    "pin": pin.command,
+    "reject": reject.command,
 }
 """Each subcommand's coroutine, by name (``run`` and ``resume`` share one)."""
 
@@ -69,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (events, ui, nats_config, llm_sim, prompts, serve, bench):
         command.add_parser(sub)
     for command in (best, lineage, rollback, report, trace):
+        command.add_parser(sub)
+    for command in (pause, unpause, stop, note, pin, reject):  # steering a running campaign
         command.add_parser(sub)
     return parser
 

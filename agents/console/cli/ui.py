@@ -17,8 +17,10 @@ UI_DESCRIPTION = (
     "scores per instance and evidence image, skills, agents and budget left. With a NATS URL "
     "(--nats, else $NATS_URL) it follows EVO_EVENTS, as the viewer user when "
     "EVOBUS_VIEWER_PASSWORD is set; campaigns the bus does not hold, or all without a bus, "
-    "come from OUT/<campaign>/events.jsonl. Listens on 127.0.0.1 unless --host says otherwise; "
-    "Ctrl-C stops it."
+    "come from OUT/<campaign>/events.jsonl. With --steer the page also has buttons that pause, "
+    "unpause and stop a running campaign, add a note for the models, pin or reject a candidate "
+    "(docs/steering.md); it then logs in as the steerer user (EVOBUS_STEERER_PASSWORD). Listens "
+    "on 127.0.0.1 unless --host says otherwise; Ctrl-C stops it."
 )
 
 
@@ -46,6 +48,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="127.0.0.1",
         help="address to listen on (default loopback: this machine only)",
     )
+    ui.add_argument(
+        "--steer",
+        action="store_true",
+        help="let the page steer the campaigns of its bus (as the steerer NATS user)",
+    )
 
 
 async def command(args: argparse.Namespace) -> int:
@@ -62,6 +69,7 @@ async def command(args: argparse.Namespace) -> int:
         campaign=validate_campaign_id(args.campaign) if args.campaign else None,
         host=args.host,
         port=args.port,
+        steer=args.steer,
     )
     async with serve_ui(options) as page:
         where = f"the bus {redact_url(url)} and " if url else ""
@@ -70,6 +78,8 @@ async def command(args: argparse.Namespace) -> int:
             f"  campaigns from {where}the run folders under {args.out}; Ctrl-C stops it",
             flush=True,
         )
+        if args.steer:
+            print("  the page may steer: pause, unpause, stop, note, pin, reject", flush=True)
         if args.host not in LOOPBACK:
             print(
                 f"evobus ui: listening on {args.host}: the page has no login, anyone who "

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from evobus.agents.console.report.grid import GRID_ALT, GRID_PNG, draw_grid
 from evobus.agents.console.report.series import (
     SEED_ID,
     STALE_ACTIONS,
@@ -98,6 +99,12 @@ def build_report(run_dir: Path) -> Path:
         caption = draw(run, figure)
         figure.savefig(out / name, format="png", dpi=DPI)
         figures.append((name, alt, caption))
+    if run.grids:  # archive = "map-elites": the last grid
+        figure = Figure(figsize=WIDE, dpi=DPI, layout="constrained")
+        FigureCanvasAgg(figure)
+        caption = draw_grid(run.grids[-1].archive, figure)
+        figure.savefig(out / GRID_PNG, format="png", dpi=DPI)
+        figures.append((GRID_PNG, GRID_ALT, caption))
     index = out / INDEX
     index.write_text(render_html(run, figures), encoding="utf-8")
     return index

@@ -29,11 +29,13 @@ from evobus.schemas.events import (
     CandidateProposed,
     CandidateRejected,
     Event,
+    MapElitesChanged,
     ParetoFrontChanged,
     SkillLearned,
     SkillRetired,
     SkillUtilityUpdated,
     StaleDecided,
+    Steered,
 )
 
 SEED_ID = "c0000"
@@ -66,6 +68,8 @@ class Run:
     skills_retired: list[SkillRetired] = field(default_factory=list)
     agents: list[AgentExited | AgentRestarted] = field(default_factory=list)
     fronts: list[ParetoFrontChanged] = field(default_factory=list)  # Pareto selection's
+    grids: list[MapElitesChanged] = field(default_factory=list)  # archive = "map-elites"
+    steered: list[Steered] = field(default_factory=list)  # what people did (docs/steering.md)
     failed: list[CandidateEvaluated] = field(default_factory=list)  # those with an error
     kinds: Counter[str] = field(default_factory=Counter)
     last_at: float = 0.0  # the latest event's time
@@ -156,6 +160,10 @@ def collect(events: Sequence[Event], cid: str) -> Run:
                 run.agents.append(event)
             case ParetoFrontChanged():
                 run.fronts.append(event)
+            case MapElitesChanged():
+                run.grids.append(event)
+            case Steered():
+                run.steered.append(event)
     return run
 
 

@@ -2,7 +2,7 @@
 open campaign page, relayed from the bus or the run folder (see the package docstring). A
 Starlette app served by the one HTTP layer (infra/http_server.py, uvicorn).
 
-Routes (GET and HEAD):
+Routes (GET and HEAD, but the one POST):
 
 - ``/`` the campaign list, ``/campaign/<cid>`` a campaign's page (the same ``index.html``);
   ``/static/…`` the page's scripts, styles and the vendored chart library.
@@ -15,6 +15,8 @@ Routes (GET and HEAD):
 - ``/api/campaigns/<cid>/candidates/<id>``: one candidate in detail.
 - ``/api/campaigns/<cid>/best``: the validated best's code and its diff from the seed.
 - ``/api/campaigns/<cid>/evidence/<id>/<work id>.png``: an evaluation's evidence image.
+- ``/api/steering``: whether this page may steer; ``POST /api/campaigns/<cid>/steer/<action>``
+  sends a steering action (agents/console/ui/steering.py; 403 unless ``--steer``).
 
 Every answer carries :data:`SECURITY_HEADERS`; on a loopback address only requests for a
 loopback name are answered.
@@ -60,11 +62,13 @@ from evobus.agents.console.ui.feeds import (
     merged,
     on_bus,
 )
+from evobus.agents.console.ui.steering import PageSteering
 from evobus.agents.console.ui.view import CampaignView, best_program, campaign_view
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.events import EVENT_LOG
-from evobus.bus.connection import connect, credentials_from_env, redact_url
-from evobus.bus.permissions import VIEWER, role_credentials
+from evobus.bus.connection import Credentials, connect, credentials_from_env, redact_url
+from evobus.bus.permissions import STEERER, VIEWER, role_credentials
+from evobus.bus.steering import who
 from evobus.infra.http_server import bind, serve_asgi
 from evobus.schemas.campaign import validate_campaign_id
 
@@ -109,6 +113,8 @@ class UiOptions:
         nats_url: the bus to follow (``--nats``), or None for the run folders alone.
         campaign: the campaign whose page the command names (None: the list).
         host, port: where to listen; loopback unless told otherwise (port 0: a free one).
+        steer: the page may steer its campaigns (``--steer``): it logs in as ``steerer``
+            (``EVOBUS_STEERER_PASSWORD``) instead of ``viewer``, and takes steering POSTs.
     """
 
     out: Path = Path("runs")
@@ -116,6 +122,7 @@ class UiOptions:
     campaign: str | None = None
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    steer: bool = False
 
 
 @dataclass(frozen=True)
@@ -160,10 +167,19 @@ async def serve_ui(options: UiOptions) -> AsyncIterator[RunningUI]:
     """Serve the page for the duration of the ``async with`` block.
 
     Raises:
-        UiError: the address cannot be bound.
+        UiError: the address cannot be bound, or ``steer`` without a bus or as the viewer.
         NoServerAnswered, ConnectError: ``options.nats_url`` does not answer, or refuses the
-            credentials (``EVOBUS_VIEWER_PASSWORD`` for the viewer user, else ``NATS_USER``…).
+            credentials (``EVOBUS_VIEWER_PASSWORD`` for the viewer user, or
+            ``EVOBUS_STEERER_PASSWORD`` with ``steer``, else ``NATS_USER``…).
     """
+    credentials = page_credentials(options.steer)
+    if options.steer and options.nats_url is None:
+        raise UiError("evobus ui --steer needs the campaigns' bus: --nats URL or $NATS_URL")
+    if options.steer and credentials.user == VIEWER:
+        raise UiError(
+            "evobus ui --steer: the viewer NATS user may not steer; set "
+            "EVOBUS_STEERER_PASSWORD (docs/security.md)"
+        )
     try:
         sockets = bind(options.host, options.port)
     except OSError as exc:
@@ -174,12 +190,10 @@ async def serve_ui(options: UiOptions) -> AsyncIterator[RunningUI]:
     nc: Client | None = None
     try:
         if options.nats_url is not None:
-            nc = await connect(
-                options.nats_url, name="evobus-ui", credentials=role_credentials(VIEWER)
-            )
+            nc = await connect(options.nats_url, name="evobus-ui", credentials=credentials)
         async with anyio.create_task_group() as tg:
-            app = _App(options, nc, tg)
-            if nc is not None and not _as_viewer():
+            app = _App(options, nc, tg, who(credentials))
+            if nc is not None and credentials.user not in (VIEWER, STEERER):
                 tg.start_soon(app.agents.listen, nc)
             headers = (("server", SERVER), *SECURITY_HEADERS)
             try:
@@ -263,7 +277,9 @@ def _campaign(request: Request) -> str:
 
 
 class _App:
-    def __init__(self, options: UiOptions, nc: Client | None, tg: anyio.abc.TaskGroup) -> None:
+    def __init__(
+        self, options: UiOptions, nc: Client | None, tg: anyio.abc.TaskGroup, by: str
+    ) -> None:
         self.options = options
         self.nc = nc
         self.js: JetStreamContext | None = nc.jetstream() if nc is not None else None
@@ -278,6 +294,7 @@ class _App:
         self._views: dict[str, tuple[tuple[int, int], bytes, bool]] = {}
         self.images = EvidenceImages(self.js)
         self.closing = False
+        self.steering = PageSteering(self.js, enabled=options.steer, by=by)
         routes = {
             "/": self.index,
             "/campaign/{cid}": self.index,
@@ -288,9 +305,18 @@ class _App:
             "/api/campaigns/{cid}/stream": self.stream,
             "/api/campaigns/{cid}/candidates/{candidate}": self.candidate,
             "/api/campaigns/{cid}/evidence/{candidate}/{image}": self.evidence,
+            "/api/steering": self.steering_state,
         }
+        steer = Route(
+            "/api/campaigns/{cid}/steer/{action}",
+            _guarded(self.steering.post),
+            methods=["POST"],
+        )
         self.asgi = Starlette(
-            routes=[Route(path, _guarded(endpoint)) for path, endpoint in routes.items()],
+            routes=[
+                *(Route(path, _guarded(endpoint)) for path, endpoint in routes.items()),
+                steer,
+            ],
             middleware=[Middleware(_LoopbackNames, listen_host=options.host)],
             exception_handlers={404: self._not_found, 405: self._not_allowed},
         )
@@ -308,7 +334,7 @@ class _App:
         return text_response(404, "no such answer" if api else "no such page")
 
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
-        return text_response(405, "only GET and HEAD")
+        return text_response(405, "only GET and HEAD (POST: a steering action)")
 
     async def index(self, request: Request) -> Response:
         """``index.html``, for ``/`` and ``/campaign/<cid>``."""
@@ -326,6 +352,10 @@ class _App:
         if kind.startswith("text/"):
             kind += "; charset=utf-8"
         return Response(path.read_bytes(), 200, {"cache-control": "no-cache"}, kind)
+
+    async def steering_state(self, request: Request) -> Response:
+        """Whether this page may steer, and as whom."""
+        return json_response(msgspec.json.encode(self.steering.state()))
 
     async def campaign_list(self, request: Request) -> Response:
         """The campaigns, as JSON."""
@@ -477,8 +507,9 @@ class _App:
         return Response(data, 200, {"cache-control": "max-age=3600"}, "image/png")
 
 
-def _as_viewer() -> bool:
-    """Whether the relay logs in as the ``viewer`` user, who may read events only: it does
-    not ask for heartbeats (the server would refuse, and say so in a warning)."""
-    user = role_credentials(VIEWER) or credentials_from_env()
-    return user.user == VIEWER
+def page_credentials(steer: bool) -> Credentials:
+    """What the page logs in as: ``steerer`` with ``steer`` (its password set), else ``viewer``
+    (its password set), else the environment's credentials. As ``viewer`` or ``steerer`` it
+    reads events only: it does not ask for heartbeats (the server would refuse, and say so)."""
+    role = role_credentials(STEERER) if steer else role_credentials(VIEWER)
+    return role or credentials_from_env()

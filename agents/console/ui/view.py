@@ -36,9 +36,15 @@ from evobus.agents.console.report.series import (
 )
 from evobus.agents.console.ui.details import read_workspace
 from evobus.agents.runner.outcomes import error_kind
-from evobus.agents.runtime.events import describe_splits, score
+from evobus.agents.runtime.events import describe, describe_splits, score
 from evobus.schemas.agents import Heartbeat
-from evobus.schemas.events import Event, StageLoad
+from evobus.schemas.events import (
+    CampaignPaused,
+    CampaignUnpaused,
+    Event,
+    StageLoad,
+    SteeringRefused,
+)
 
 CANDIDATE_ROWS = 1000  # the most recent candidates listed (and filtered) under the tree
 FAILURE_EXAMPLES = 5  # candidates named beside each kind of failure
@@ -159,6 +165,16 @@ class AgentRow(msgspec.Struct, frozen=True, kw_only=True):
     source: str = ""  # heartbeat, event or summary
 
 
+class SteeringLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One steering action the orchestrator applied or refused (docs/steering.md)."""
+
+    t: float  # seconds since the start
+    by: str
+    kind: str  # the event's kind: campaign_paused, note_added, …
+    text: str  # what ``evobus events`` says of it, without its clock and campaign
+    refused: bool = False
+
+
 class CampaignView(msgspec.Struct, frozen=True, kw_only=True):
     """Everything the page draws for one campaign."""
 
@@ -185,6 +201,8 @@ class CampaignView(msgspec.Struct, frozen=True, kw_only=True):
     skills: list[SkillRow]
     agents: list[AgentRow]
     failures: list[FailureGroup] = []
+    steering: list[SteeringLine] = []
+    paused: bool = False  # a person paused it and nobody has unpaused it yet
 
 
 def campaign_view(
@@ -232,7 +250,33 @@ def campaign_view(
         skills=skill_rows(run),
         agents=agent_rows(run, heartbeats or {}),
         failures=failure_groups(run),
+        steering=steering_lines(run),
+        paused=run.summary is None and _paused(run),
     )
+
+
+def steering_lines(run: Run) -> list[SteeringLine]:
+    """What people did to the campaign, oldest first."""
+    lines = []
+    for event in run.steered:
+        said = describe(event)  # type: ignore[arg-type]  # every Steered is an Event
+        head = f" {run.cid} "
+        lines.append(
+            SteeringLine(
+                t=run.t(event.at),
+                by=event.by,
+                kind=str(type(event).__struct_config__.tag),
+                text=said.split(head, 1)[1] if head in said else said,
+                refused=isinstance(event, SteeringRefused),
+            )
+        )
+    return lines
+
+
+def _paused(run: Run) -> bool:
+    """Whether the last pause or unpause applied was a pause."""
+    turns = [e for e in run.steered if isinstance(e, CampaignPaused | CampaignUnpaused)]
+    return bool(turns) and isinstance(turns[-1], CampaignPaused)
 
 
 def _status(run: Run, now: float) -> Status:

@@ -286,7 +286,7 @@ class Actor:
         query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
         co = work.co_parent
         values = (
-            task_values(work.task, parent, models.statement)
+            task_values(work.task, parent, models.statement, work.notes)
             | {
                 "parent_code": parent.source,
                 "fitness_score": f"{work.parent_evaluation.score:.4f}",
@@ -441,7 +441,7 @@ class Actor:
             BlockMarkerError: the proposal's EVOLVE-BLOCK markers do not pair up.
         """
         values = (
-            task_values(work.task, work.artifact, models.statement)
+            task_values(work.task, work.artifact, models.statement, work.notes)
             | {
                 "old_version": work.stale_version,
                 "new_version": work.pool_version,
@@ -520,7 +520,7 @@ class Actor:
         self, models: CampaignModels, work: ExtractWork
     ) -> tuple[SkillDraft, Usage]:
         """The actor model's skill for an improving change (the ``skill_extractor`` prompt)."""
-        values = task_values(work.task, work.parent.artifact, models.statement) | {
+        values = task_values(work.task, work.parent.artifact, models.statement, work.notes) | {
             "parent_code": work.parent.artifact.source,
             "child_code": work.child.artifact.source,
             "delta": f"{work.delta:.4f}",

@@ -14,6 +14,12 @@ from collections.abc import Sequence
 from nats.errors import Error as NatsError
 from nats.js.object_store import ObjectStore
 
+from evobus.agents.evolution.summary import (
+    RULE_BASED_ENGINE,
+    contrastive_split,
+    rule_based_summary,
+    summary_values,
+)
 from evobus.agents.prompts import Prompt
 from evobus.agents.prompts.context import MAX_CONTEXT_CHARS, clip, evaluation_json, task_values
 from evobus.agents.registry_api.client import RegistryClient
@@ -119,17 +125,14 @@ class Critic:
         )
 
     async def summarize(self, work: SummarizeWork, ctx: MessageContext) -> Sequence[Outbound]:
-        """POLCA's c_history through the ``summarizer`` prompt; offline, the statistics as
-        they are."""
+        """POLCA's c_history through the ``summarizer`` prompt (App. B: the pool split around
+        τ, with contrastive pairs); offline, ``offline_summary``."""
         models = await self.models.for_campaign(work.campaign)
         if models is None:
-            summary = Summary(
-                work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000)
-            )
-            return [result_outbound(summary, "summarize")]
-        values = task_values(work.task, SUMMARY_ARTIFACT, models.statement) | {
-            "context": clip(work.context, MAX_CONTEXT_CHARS)
-        }
+            return [result_outbound(offline_summary(work), "summarize")]
+        values = task_values(
+            work.task, SUMMARY_ARTIFACT, models.statement, work.notes
+        ) | summarizer_values(work)
         try:
             out, prompt = await models.ask("critic", "summarizer", values, HistorySummary)
         except LLMError as exc:
@@ -142,6 +145,29 @@ class Critic:
             usage=out.usage,
         )
         return [result_outbound(summary, "summarize")]
+
+
+def summarizer_values(work: SummarizeWork) -> dict[str, str]:
+    """The ``summarizer`` prompt's own values: the recent changes (``context``) and the pool
+    split around τ with its contrastive pairs (polca.md App. B), each clipped."""
+    split = contrastive_split(work.programs)
+    values = {"context": work.context} | summary_values(split)
+    return {k: clip(v, MAX_CONTEXT_CHARS) for k, v in values.items()}
+
+
+def offline_summary(work: SummarizeWork) -> Summary:
+    """Without a model: the rule-based summary of the pool's τ split (App. B's split and pairs,
+    the advice first, then the reasoning; engine ``rule-based-summary``), or the statistics as
+    they are when the work carries no programs."""
+    if not work.programs:
+        return Summary(work_id=work.work_id, campaign=work.campaign, text=clip(work.context, 2000))
+    reasoning, advice = rule_based_summary(contrastive_split(work.programs))
+    return Summary(
+        work_id=work.work_id,
+        campaign=work.campaign,
+        text=clip(f"{advice}\n\nReasoning: {reasoning}", 2000),
+        engine=RULE_BASED_ENGINE,
+    )
 
 
 def prose(text: str) -> str:
@@ -165,7 +191,7 @@ def critic_messages(
     if not vision:
         note = EVIDENCE_TEXT_ONLY
     artifact = work.candidate.artifact
-    values = task_values(work.task, artifact, statement) | {
+    values = task_values(work.task, artifact, statement, work.notes) | {
         "parent_code": artifact.source,
         "fitness_score": f"{work.evaluation.score:.4f}",
         "evaluation_json": evaluation_json(work.evaluation),

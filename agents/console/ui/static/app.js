@@ -5,6 +5,7 @@
 import { LineChart, bars, legend } from "./charts.js";
 import { PALETTE, clock, count, fill, h, left, score, seconds, table, text } from "./dom.js";
 import { LineageView } from "./lineage.js";
+import { candidateSteering, renderSteering, steeringBar } from "./steering.js";
 
 const STAGE_ORDER = ["diagnose", "propose", "repair", "evaluate"];
 const STALE_COLORS = { keep: PALETTE[0], discard: PALETTE[1], repair: PALETTE[2], repaired: PALETTE[3], repair_discarded: PALETTE[4] };
@@ -67,6 +68,7 @@ function campaignPage(cid) {
   const state = { cid, selected: null, selectedState: "", view: null, out: "runs", best: null,
     filter: { state: "", operator: "", error: "", search: "" } };
   layout(state);
+  steeringBar(state);
   state.tree = new LineageView(document.getElementById("lineage"), (id) => showCandidate(state, id));
   fetch("/api/campaigns").then((r) => r.json()).then((a) => { state.out = a.out; }).catch(() => {});
   const charts = {
@@ -114,6 +116,8 @@ function layout(state) {
     h("p", { class: "note", id: "about" }, ""),
     h("p", { class: "note warn", id: "feed-note" }, ""),
     h("div", { class: "resume", id: "resume", hidden: true }),
+    h("section", { class: "steering", id: "steering", hidden: true }),
+    h("section", { id: "steering-log-section", hidden: true }, h("h2", {}, "Steered"), h("div", { id: "steering-log" })),
     h("div", { class: "cards" },
       card("best score (validated)", "best-score", "best-candidate"),
       card("seed score", "seed-score", "splits"),
@@ -161,12 +165,13 @@ function layout(state) {
 function render(view, from, note, charts, state) {
   const n = view.numbers;
   const status = document.getElementById("status");
-  status.textContent = view.status;
+  status.textContent = view.paused && view.status === "running" ? "paused" : view.status;
   status.className = `badge ${view.status}`;
   text("about", [view.task && `task ${view.task}`, view.engine && `engine: ${view.engine}`,
     view.stop_reason && `stopped: ${view.stop_reason}`].filter(Boolean).join(" · "));
   text("feed-note", note || "");
   renderResume(view, state);
+  renderSteering(view);
   text("best-score", n.best_score_text);
   text("best-candidate", n.best_candidate || "");
   text("seed-score", n.seed_score_text);
@@ -373,6 +378,7 @@ function candidatePanel(d, state) {
   const out = [
     h("h3", { id: "candidate-id" }, `${d.id} — ${d.state}`),
     h("p", {}, d.decision),
+    ...candidateSteering(state, d.id),
     h("p", {}, "operator ", h("b", {}, d.operator), ", from ", ...parents,
       d.validation !== null ? ` · validation ${score(d.validation)}` : ""),
   ];
