@@ -1,6 +1,7 @@
 """Steering a running campaign from Python: pause, unpause, stop, a note for the models, a
 pinned parent, a rejected candidate (docs/steering.md). The same messages as ``evobus pause``
-and the live page's buttons; the campaign's orchestrator applies them and records an event each.
+and the live page's buttons; the campaign's orchestrator is to apply them and record an event each
+(not yet in this version: docs/steering.md).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _A = TypeVar("_A", Pause, Unpause, Stop, AddNote, PinParent, RejectCandidate)
 
 class CampaignSteering:
     """Sends steering actions to one campaign; each method returns the action once the bus has
-    stored it (the orchestrator applies it next and records its event).
+    stored it (this version's orchestrator does not apply it yet: docs/steering.md).
 
     Attributes:
         campaign_id: the campaign steered.
