@@ -83,6 +83,7 @@ from evobus.schemas.events import (
     CandidateProposed,
     CandidateRejected,
     Event,
+    MapElitesChanged,
     ParetoFrontChanged,
     SkillLearned,
     SkillUtilityUpdated,
@@ -172,6 +173,17 @@ SELECTIONS: tuple[dict[str, object], ...] = (
     {"selection": "pareto"},  # GEPA's per-instance front
     # A multi-objective front over two of pendulum's metrics, one minimised.
     {"selection": "pareto", "pareto_metrics": ["time_upright", "-peak_torque"]},
+    # MAP-Elites: parents drawn from a grid over two of pendulum's metrics (share of the
+    # episode upright, peak torque up to the limit 2).
+    {
+        "archive": "map-elites",
+        "map_elites": {
+            "descriptors": [
+                {"metric": "time_upright", "low": 0.0, "high": 1.0, "bins": 4},
+                {"metric": "peak_torque", "low": 0.0, "high": 2.0, "bins": 4},
+            ]
+        },
+    },
 )
 """The rows' parent selection, by turns."""
 
@@ -475,6 +487,14 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         on_fronts = {cid for e in fronts for cid in e.front}
         children = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
         assert {e.parent_ids[0] for e in children} & on_fronts, (children, fronts)
+    grids = [e for e in events if isinstance(e, MapElitesChanged)]
+    if spec.archive != "map-elites":
+        assert not grids
+    else:  # Mouret & Clune 2015: every program scored is placed; parents come from the cells
+        assert grids, "no map_elites_changed event"
+        placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
+        steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+        assert {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
     if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
         first = next(e for e in events if isinstance(e, BurstStarted))
         assert first.reason.startswith("zero-shot initial population"), first

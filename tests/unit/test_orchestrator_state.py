@@ -32,6 +32,7 @@ from evobus.schemas.events import (
     CandidateRejected,
     ParetoFrontChanged,
     RolledBack,
+    SummaryWritten,
     ToolRegistered,
     WorkAbandoned,
 )
@@ -528,12 +529,26 @@ def test_with_models_the_run_is_summarised_every_ten_steps_and_the_summary_is_co
     assert prop.context.startswith("summary of the run so far: nothing beats the seed yet")
 
 
-def test_offline_runs_are_not_summarised() -> None:
+def test_the_summary_request_carries_the_pool_for_polcas_contrastive_summary() -> None:
+    # Offline too: the critic answers it by rules (agents/evolution/summary.py).
     state = make_state(proposals=30)
     step = seeded(state)
-    for n in range(SUMMARY_EVERY + 1):
+    summaries: list[SummarizeWork] = []
+    for n in range(SUMMARY_EVERY):
         step = one_step(state, step, child=-1000.0 - n, parent=-1000.0)
-        assert not of_type(step, SummarizeWork)
+        summaries += of_type(step, SummarizeWork)
+    (ask,) = summaries
+    pool = set(state.population.pool.members())
+    assert {p.candidate_id for p in ask.programs} == pool and len(pool) > 2
+    children = [p for p in ask.programs if p.candidate_id != "c0000"]
+    assert all(p.parent_id in pool and p.trajectories for p in children), ask.programs
+    answer = Summary(work_id=ask.work_id, campaign="cid", text="rules", engine="rule-based-summary")
+    (written,) = of_type(state.apply(answer, None, 9.0), SummaryWritten)
+    assert (written.engine, written.text, written.programs) == (
+        "rule-based-summary",
+        "rules",
+        len(pool),
+    )
 
 
 def test_the_campaigns_phases_only_move_on() -> None:

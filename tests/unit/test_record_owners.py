@@ -30,6 +30,7 @@ import pytest
 
 from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit
 from evobus.agents.evolution.history import EvolutionHistory
+from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.reordering import PassHistory
 from evobus.agents.evolution.speculative import SpeculativeSet
@@ -62,6 +63,7 @@ MUTATORS: dict[type, frozenset[str]] = {
     SpeculativeSet: frozenset({"admit", "confirm", "remove", "note_derived", "forget_item"}),
     PassHistory: frozenset({"record"}),
     RateMeter: frozenset({"record"}),
+    MapElitesArchive: frozenset({"insert"}),
     # Every draw moves the generator on.
     random.Random: frozenset(n for n in dir(random.Random) if n[0] != "_")
     - {"getstate", "VERSION"},
@@ -78,6 +80,11 @@ READERS: dict[type, frozenset[str]] = {
     SpeculativeSet: frozenset({"is_speculative", "members"}),
     PassHistory: frozenset({"streak"}),
     RateMeter: frozenset({"rate", "rates"}),
+    # sample draws from the rng it is handed (the selection record's, by its owner).
+    MapElitesArchive: frozenset(
+        {"cells", "coverage", "values", "cell_of", "sample", "elites"}
+        | {"snapshot", "from_snapshot"}
+    ),
     random.Random: frozenset({"getstate", "VERSION"}),
 }
 # Functions that only read the containers and evolution objects handed to them.
@@ -115,6 +122,8 @@ RECORDS = {
 def mutators_of(kind: object) -> frozenset[str]:
     """The methods that change a value of type ``kind`` (none for an immutable one)."""
     origin = typing.get_origin(kind) or kind
+    if origin in (typing.Union, types.UnionType):  # an optional object: its type's
+        return frozenset().union(*(mutators_of(k) for k in typing.get_args(kind)))
     if isinstance(origin, type) and origin in _CONTAINER_MUTATORS:
         return _CONTAINER_MUTATORS[origin]
     return MUTATORS.get(origin, frozenset()) if isinstance(origin, type) else frozenset()

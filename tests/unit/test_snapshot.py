@@ -131,3 +131,17 @@ def test_a_snapshot_of_another_format_is_refused_naming_both_formats() -> None:
     with pytest.raises(SnapshotFormatError) as refused:
         snapshot.restore(make_state(**ASYNC), msgspec.structs.replace(taken, format=3))
     assert (refused.value.found, refused.value.reads) == (3, snapshot.SNAPSHOT_FORMAT)
+
+
+def test_a_map_elites_grid_is_kept_in_the_snapshot() -> None:
+    grid = {"descriptors": [{"metric": "score", "low": -2000.0, "high": 0.0, "bins": 20}]}
+    state = make_state(**ASYNC, archive="map-elites", map_elites=grid)
+    _, evaluations = two_proposals(state)
+    decide_first(state, evaluations, child=-900.0)
+    archive = state.population.archive
+    assert archive is not None and len(archive) >= 2  # the seed's cell and the child's
+    taken = snapshot.take(state, last_applied="w9", now=6.0)
+    restored = make_state(**ASYNC, archive="map-elites", map_elites=grid)
+    snapshot.restore(restored, snapshot.decode(snapshot.encode(taken)))
+    assert restored.population.archive is not None
+    assert restored.population.archive.snapshot() == archive.snapshot()

@@ -146,8 +146,13 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     beta = state.strategy.ucb_beta * noise_scale(pool)
     k = 2 if operator == "x_div" else 1
     rule = state.strategy.selection
+    archive = state.population.archive
     if selection.rollback_parent is not None and forced:
         parents = [selection.rollback_parent]
+    elif archive is not None and len(archive):
+        # MAP-Elites (Mouret & Clune 2015, Alg. 1): parents drawn uniformly from the occupied
+        # cells' elites; until a program is placed, from the pool.
+        parents = archive.sample(k, selection.rng)
     elif rule == "pareto":
         parents = select_parents(pool, _pareto_front(state, step, now), k, selection.rng)
     else:

@@ -80,6 +80,7 @@ class Decisions(msgspec.Struct, kw_only=True):
         seeded_patterns: the failure patterns that seeded a skill already (Phase 5).
         notes: the campaign's decisions in words (``plan.md``).
         since_summary: steps decided since the summarizer was last asked (POLCA).
+        summarized: the pool members the last summary asked for was made from.
     """
 
     stagnation: StagnationDetector
@@ -89,6 +90,7 @@ class Decisions(msgspec.Struct, kw_only=True):
     seeded_patterns: list[str] = msgspec.field(default_factory=list)
     notes: list[str] = msgspec.field(default_factory=list)
     since_summary: int = 0
+    summarized: int = 0
 
 
 def note(state: CampaignState, text: str) -> None:
@@ -376,22 +378,26 @@ def _announce_burst(state: CampaignState, step: Step, now: float, reason: str) -
 
 
 def _summarize(state: CampaignState, step: Step) -> None:
-    """Every ``SUMMARY_EVERY`` decided steps, ask for POLCA's c_history (polca.md §3): the
-    summarizer model turns the pool and the recent changes into global context. Offline the
-    context is already statistics, so nothing is asked."""
+    """Every ``SUMMARY_EVERY`` decided steps, ask for POLCA's c_history (polca.md §3 and
+    App. B): the pool's programs with their trajectories and where they came from, which the
+    critic splits around τ into successes and failures with contrastive pairs — through the
+    summarizer model, or offline by rules (agents/evolution/summary.py)."""
     decisions = state.decisions
     decisions.since_summary += 1
-    if state.spec.llm.provider == "offline" or decisions.since_summary < SUMMARY_EVERY:
+    if decisions.since_summary < SUMMARY_EVERY:
         return
     if any(p.kind == "summarize" for p in state.flight.pending.values()):
         return
     decisions.since_summary = 0
+    programs = population.summarized(state)
+    decisions.summarized = len(programs)
     item = SummarizeWork(
         work_id=state.new_work_id(),
         campaign=state.cid,
         pool_version=state.population.pool.version,
         task=state.plan.name,
         context=_pool_context(state),
+        programs=programs,
     )
     flight.send_work(state, step, "summarize", item, Pending("summarize"))
 

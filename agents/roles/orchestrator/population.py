@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from evobus.agents.evolution.map_elites import MapElitesArchive, grid_changed, kept_metrics, place
 from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.staleness import PoolChange, PoolLog
+from evobus.agents.evolution.summary import program_records
 from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.steps import Chain
+from evobus.schemas.events import MapElitesChanged
 from evobus.schemas.results import Evaluation, Migrant
+from evobus.schemas.work import ProgramRecord
 
 if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
@@ -27,10 +31,13 @@ class Population(msgspec.Struct, kw_only=True):
     Attributes:
         pool: the members, their score statistics, and the pool's version.
         log: the recent changes of the membership, by version.
+        archive: with ``[strategy] archive = "map-elites"``, the grid parents are drawn from
+            (agents/evolution/map_elites.py): every program scored on train is placed in it.
     """
 
     pool: CandidatePool = msgspec.field(default_factory=CandidatePool)
     log: PoolLog = msgspec.field(default_factory=PoolLog)
+    archive: MapElitesArchive | None = None
 
 
 def seed(state: CampaignState, candidate_id: str) -> None:
@@ -40,14 +47,38 @@ def seed(state: CampaignState, candidate_id: str) -> None:
     backlog.queue_join(state, candidate_id)
 
 
-def record_scores(state: CampaignState, candidate_id: str, evaluation: Evaluation) -> None:
+def record_scores(
+    state: CampaignState, candidate_id: str, evaluation: Evaluation, now: float
+) -> MapElitesChanged | None:
     """Add a train evaluation's scores to the candidate's statistics (POLCA's UPDATESTATS),
-    with the metrics Pareto selection compares candidates on (only those: the snapshot
-    carries every one kept)."""
+    with the metrics Pareto selection compares candidates on and the MAP-Elites descriptors
+    (only those: the snapshot carries every one kept); then place it in the MAP-Elites grid,
+    if the campaign has one: the grid's change, for the caller to announce (as MAP-Elites
+    tries every offspring, a child worse than its parent is placed too)."""
+    population = state.population
     names = [m.removeprefix("-") for m in state.strategy.pareto_metrics]
+    archive = population.archive
+    if archive is not None:
+        names += kept_metrics(archive.descriptors)
     for score in evaluation.instances:
         metrics = {n: score.metrics[n] for n in names if n in score.metrics}
-        state.population.pool.record(candidate_id, score.instance, score.score, metrics)
+        population.pool.record(candidate_id, score.instance, score.score, metrics)
+    if archive is None:
+        return None
+    insertion = place(archive, population.pool.stats(candidate_id))
+    return grid_changed(archive, insertion, candidate_id=candidate_id, campaign=state.cid, at=now)
+
+
+def summarized(state: CampaignState) -> tuple[ProgramRecord, ...]:
+    """The pool's members as POLCA's contrastive summarizer reads them (App. B): each one's
+    trajectories, its first parent and operator, and what the change that made it meant."""
+    by_id = state.candidates.by_id
+    return program_records(
+        state.population.pool,
+        parents={cid: c.parent_ids[0] for cid, c in by_id.items() if c.parent_ids},
+        operators={cid: c.operator for cid, c in by_id.items()},
+        rationales={e.candidate_id: e.summary for e in state.decisions.history.entries},
+    )
 
 
 def immigrate(state: CampaignState, candidate_id: str, migrant: Migrant, *, origin: str) -> None:
@@ -60,6 +91,8 @@ def immigrate(state: CampaignState, candidate_id: str, migrant: Migrant, *, orig
         for n, score in enumerate(scores):
             metrics = {name: values[n] for name, values in kept.items() if n < len(values)}
             pool.record(candidate_id, instance, score, metrics)
+    if state.population.archive is not None:  # announced with the grid's next change
+        place(state.population.archive, pool.stats(candidate_id))
     if pool.add(candidate_id):
         _log(state, candidate_id, "added", migrant.train_mean, "seed", f"migrant from {origin}")
         backlog.queue_join(state, candidate_id)

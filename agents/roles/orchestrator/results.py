@@ -46,7 +46,13 @@ from evobus.agents.roles.orchestrator.steps import (
 )
 from evobus.schemas.agents import AgentRef
 from evobus.schemas.artifacts import Candidate
-from evobus.schemas.events import CandidateEvaluated, SkillLearned, ToolRegistered, WorkAbandoned
+from evobus.schemas.events import (
+    CandidateEvaluated,
+    SkillLearned,
+    SummaryWritten,
+    ToolRegistered,
+    WorkAbandoned,
+)
 from evobus.schemas.llm import SIMULATOR_NOTE, Usage
 from evobus.schemas.results import (
     Diagnosis,
@@ -165,6 +171,14 @@ def apply_result(state: CampaignState, result: Result, sender: AgentRef | None, 
             on_proposal(state, step, chain, result, now)
         case Summary():
             state.observed.run_summary = result.text
+            written = SummaryWritten(
+                campaign=state.cid,
+                at=now,
+                engine=result.engine,
+                text=result.text,
+                programs=state.decisions.summarized,
+            )
+            state.emit(step, written)
         case SkillExtracted():
             _on_skill(state, step, result, pending.candidate_id, now)
         case _:
@@ -348,7 +362,9 @@ def _record_evaluation(
         observed.recent.append(ev)
         del observed.recent[:-ANALYSIS_WINDOW]
     if train and not ev.error:
-        population.record_scores(state, cid, ev)
+        grid = population.record_scores(state, cid, ev, now)
+        if grid is not None:
+            state.emit(step, grid)
     state.emit(
         step,
         CandidateEvaluated(
@@ -446,7 +462,9 @@ def _on_validation(state: CampaignState, step: Step, cid: str, ev: Evaluation, n
             shared = tuple(i for i in state.plan.validation if i in set(state.plan.train))
             known = known_evaluation(state, SEED_ID, shared)
             if known is not None:
-                population.record_scores(state, SEED_ID, known)
+                grid = population.record_scores(state, SEED_ID, known, now)
+                if grid is not None:
+                    state.emit(step, grid)
         confirm(state, step, cid, ev.score, now)
         _seed_ready(state, step, now)
         return

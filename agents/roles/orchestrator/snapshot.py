@@ -32,6 +32,7 @@ from evobus.agents.evolution.bandit import (
     OperatorBandit,
 )
 from evobus.agents.evolution.history import EvolutionHistory, HistoryEntry
+from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pool import CandidatePool, PoolSnapshot
 from evobus.agents.evolution.reordering import PassHistory
 from evobus.agents.evolution.speculative import SpeculativeSet
@@ -50,6 +51,7 @@ from evobus.agents.roles.orchestrator.progress import RunningClock
 from evobus.agents.roles.orchestrator.results import Observed, Tally
 from evobus.agents.roles.orchestrator.speculation import Speculation
 from evobus.agents.roles.orchestrator.state import CampaignState, Run
+from evobus.schemas.map_elites import ArchiveSnapshot
 
 # 2: the state's records, encoded as they are (1: every attribute mirrored by hand).
 SNAPSHOT_FORMAT = 2
@@ -222,6 +224,9 @@ _CODECS: dict[type, _Codec] = {
         _rates,
     ),
     random.Random: _Codec(_RandomForm, lambda rng: rng.getstate(), _random),
+    MapElitesArchive: _Codec(
+        ArchiveSnapshot, MapElitesArchive.snapshot, MapElitesArchive.from_snapshot
+    ),
 }
 
 

@@ -36,6 +36,7 @@ import random
 import msgspec
 
 from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit
+from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.stagnation import StagnationDetector
 from evobus.agents.roles.orchestrator import admission, backlog, flight
 from evobus.agents.roles.orchestrator.backlog import Backlog
@@ -79,6 +80,7 @@ from evobus.schemas.events import (
     Event,
     SkillUtilityUpdated,
 )
+from evobus.schemas.map_elites import archive_descriptors
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Result
 from evobus.schemas.tools import imported_tools
@@ -157,7 +159,14 @@ class CampaignState:
         )
         self.candidates = Candidates()
         self.workers = Workers(targets=stage_targets(strategy))
-        self.population = Population()
+        task = record.spec.task
+        self.population = Population(
+            archive=MapElitesArchive(
+                archive_descriptors(strategy.map_elites, task.evaluator_source, task.evaluator_name)
+            )
+            if strategy.archive == "map-elites"
+            else None
+        )
         self.speculation = Speculation()
         self.best = Best()
         self.decisions = Decisions(
