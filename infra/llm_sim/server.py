@@ -238,7 +238,9 @@ class _Driver:
         """Bring the engine up to now and release the requests that finished; the time."""
         now = self.now()
         for done in self.engine.advance(now):
-            waiter = self._waiters.pop(done.request_id)
+            waiter = self._waiters.pop(done.request_id, None)
+            if waiter is None:  # released by ``close`` already (the server is stopping)
+                continue
             waiter.result = done
             waiter.done.set()
         return now
