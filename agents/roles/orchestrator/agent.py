@@ -233,9 +233,10 @@ class OrchestratorWorker:
                     await self._serve(writer, opened.lease, incoming, asked, registry, quiet)
             if not served:
                 quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            # The root span ends first: the exporter sends it while the last writes are made.
+            state.trace.finish(state.run.status, state.run.stop_reason)
             await writer.persist()  # the finished state: `evobus resume` reports it, nothing reruns
             write_summary(shell.run_dir / "summary.json", state.summary(time.time()))
-            state.trace.finish(state.run.status, state.run.stop_reason)
             if state.run.phase == "finished":  # again: a tool request an actor sent as it stopped
                 try:
                     await writer.purge_work()
