@@ -9,6 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
+import msgspec
+
+from evobus.schemas.campaign import CampaignSummary
 
 
 def start_evobus(
@@ -38,3 +41,20 @@ async def run_evobus(
             process.terminate()
             process.wait(20)
     return code, await anyio.Path(log).read_text()
+
+
+async def run_campaign_file(
+    campaign: Path, nats_url: str, campaign_id: str, out: Path, *, log: Path
+) -> tuple[int, str, CampaignSummary | None]:
+    """``evobus run CAMPAIGN`` on ``nats_url`` as ``campaign_id`` into ``out`` (``run_evobus``):
+    its exit code, what it printed, and its summary.json (None when it wrote none)."""
+    code, output = await run_evobus(
+        "run", str(campaign), "--nats", nats_url, "--id", campaign_id, "--out", str(out), log=log
+    )
+    written = out / campaign_id / "summary.json"
+    summary = (
+        msgspec.json.decode(written.read_bytes(), type=CampaignSummary)
+        if written.exists()
+        else None
+    )
+    return code, output, summary

@@ -22,10 +22,9 @@ from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateEvaluated, CandidateProposed
 from evobus.schemas.llm import ActorDraft
-from tests.processes import run_evobus
+from tests.processes import run_campaign_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -73,21 +72,10 @@ async def test_the_actor_asks_for_and_applies_the_answer_format_of_the_campaign(
     campaign = CAMPAIGN.format(url=sim.base_url, model=ACTOR, answer=answer)
     (tmp_path / "campaign.toml").write_text(campaign)
     out = tmp_path / "runs"
-    code, output = await run_evobus(
-        "run",
-        str(tmp_path / "campaign.toml"),
-        "--nats",
-        nats_session.url,
-        "--id",
-        campaign_id,
-        "--out",
-        str(out),
-        log=tmp_path / "run.log",
+    code, output, summary = await run_campaign_file(
+        tmp_path / "campaign.toml", nats_session.url, campaign_id, out, log=tmp_path / "run.log"
     )
-    assert code == 0, output
-    summary = msgspec.json.decode(
-        (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
-    )
+    assert code == 0 and summary is not None, output
     assert summary.status == "completed" and summary.proposals == 6, output
     assert "simulator, not a language model" in summary.engine
 

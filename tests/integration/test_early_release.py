@@ -21,9 +21,8 @@ from evobus.agents.tasks.base import seed_file
 from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
-from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateProposed
-from tests.processes import run_evobus
+from tests.processes import run_campaign_file
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -77,21 +76,10 @@ async def test_the_first_usable_sample_goes_on_without_waiting_for_the_others(
 ) -> None:
     (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(url=sim.base_url))
     out = tmp_path / "runs"
-    code, output = await run_evobus(
-        "run",
-        str(tmp_path / "campaign.toml"),
-        "--nats",
-        nats_session.url,
-        "--id",
-        campaign_id,
-        "--out",
-        str(out),
-        log=tmp_path / "run.log",
+    code, output, summary = await run_campaign_file(
+        tmp_path / "campaign.toml", nats_session.url, campaign_id, out, log=tmp_path / "run.log"
     )
-    assert code == 0, output
-    summary = msgspec.json.decode(
-        (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
-    )
+    assert code == 0 and summary is not None, output
     assert summary.status == "completed" and summary.proposals == PROPOSALS, output
 
     # Each sample is a request of its own: n = 1, and the proposals' prompts come in threes.
