@@ -13,7 +13,7 @@ runs by ``evaluator_folder.py`` and ``folder_harness.py`` instead.
 Instances are repetitions of one evaluation, ``"0"``, ``"1"``, …. An evaluator file is taken
 for deterministic (``deterministic``) unless the campaign says ``[task] deterministic = false``:
 then a repetition says nothing new, and both splits are the one instance ``"0"`` — each program
-is scored once (the orchestrator reuses that score, agents/roles/orchestrator/reuse.py). For a
+is scored once (the orchestrator reuses that score, agents/roles/orchestrator/observed.py). For a
 noisy evaluator there are ``validation_episodes`` repetitions for validation and
 ``train_instances`` more for the train split; each instance in an evaluation is one call of
 the evaluator, a repeated one too.

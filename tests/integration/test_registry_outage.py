@@ -22,12 +22,10 @@ import pytest
 from nats.js import JetStreamContext
 
 from evobus.agents.registry_api.client import RegistryClient
-from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.effects import Effects, Outcome
-from evobus.agents.roles.orchestrator.novelty import epsilon_text
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import SkillRegistration, Step
+from evobus.agents.roles.orchestrator.steps import Orders, SkillRegistration
 from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
@@ -118,7 +116,7 @@ def near_copy(proposal: Proposal, index: int) -> Proposal:
     )
 
 
-def registry_calls(state: CampaignState, registry: RegistryClient) -> RegistryCalls:
+def registry_calls(state: CampaignMachine, registry: RegistryClient) -> RegistryCalls:
     """The registry task's calls for ``state``'s campaign."""
     strategy = state.strategy
     return RegistryCalls(
@@ -162,14 +160,14 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
         origin="diff",
         candidate_id="c0001",
     )
-    backlog.queue_registration(state, skill)
+    state.backlog.queue_registration(skill)
     nc = await connect(nats_server.url, name="outage-effects")
     published: list[object] = []
     try:
         effects = Effects(state, retry_seconds=0.2)
         calls = registry_calls(state, RegistryClient(nc, timeout=2.0))
 
-        async def run(step: Step) -> None:
+        async def run(step: Orders) -> None:
             published.extend(await carried(effects, calls, effects.carry(step)))
 
         for index, work in enumerate(proposes):
@@ -197,7 +195,7 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             assert registered.version == learned.version == 1
             assert registered.metadata["from"] == "c0001"
             # c0001 is in the registry's pool now: a fresh copy of it is refused at once.
-            again = await registry.admit("cid", [("c0099", epsilon_text(state, "c0001"))], 0.05)
+            again = await registry.admit("cid", [("c0099", state.epsilon_text("c0001"))], 0.05)
             assert [r.nearest_id for r in again.rejected] == ["c0001"]
     finally:
         await nc.drain()
@@ -214,7 +212,7 @@ async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_fi
     skill = SkillRegistration(
         name="swing-first-0a1b2c3d", trigger="never swings up", snippet="k = 3.0", origin="diff"
     )
-    backlog.queue_registration(state, skill)
+    state.backlog.queue_registration(skill)
     nc = await connect(nats_server.url, name="finish-effects")
     try:
         async with registry_service(nats_server.url, tmp_path / "registry"):

@@ -6,8 +6,8 @@ must drop its events again as duplicates — not keep one evaluation twice and d
 
 from __future__ import annotations
 
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit
-from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.schemas.events import CandidateEvaluated
 from evobus.schemas.results import ToolResult
 from evobus.schemas.work import EvaluateWork, ToolWork
@@ -15,7 +15,7 @@ from tests.samples import TOOL_RECORD
 from tests.unit.test_orchestrator_state import EVALUATOR, evaluation, make_state, of_type
 
 
-def seed_evaluations(state: CampaignState) -> tuple[EvaluateWork, EvaluateWork]:
+def seed_evaluations(state: CampaignMachine) -> tuple[EvaluateWork, EvaluateWork]:
     """Start the campaign and register its tool: the seed's validation and train work."""
     start = state.start(0.0)
     (tool_work,) = of_type(start, ToolWork)
@@ -28,7 +28,7 @@ def seed_evaluations(state: CampaignState) -> tuple[EvaluateWork, EvaluateWork]:
     return validation, train
 
 
-def evaluated_ids(state: CampaignState, works: list[EvaluateWork]) -> dict[str, str]:
+def evaluated_ids(state: CampaignMachine, works: list[EvaluateWork]) -> dict[str, str]:
     """Apply the evaluations of ``works`` in that order: each one's event id, by work id."""
     ids: dict[str, str] = {}
     for at, work in enumerate(works, start=2):

@@ -6,11 +6,11 @@ import msgspec
 import pytest
 
 from evobus.agents.roles.orchestrator import snapshot
-from evobus.agents.roles.orchestrator.islands import migration_target, on_decided
+from evobus.agents.roles.orchestrator.islands import migration_target
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Migrate
 from evobus.agents.roles.orchestrator.novelty import source_digest
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import SEED_ID, Step
+from evobus.agents.roles.orchestrator.steps import SEED_ID, Orders
 from evobus.agents.runner.islands import combined_summary, island_records, share
 from evobus.schemas.campaign import (
     AgentWork,
@@ -25,7 +25,7 @@ from evobus.schemas.results import Migrants
 from tests.unit.test_orchestrator_state import make_state, of_type, one_step, seeded
 
 
-def island(index: int, count: int = 2, **strategy: object) -> CampaignState:
+def island(index: int, count: int = 2, **strategy: object) -> CampaignMachine:
     """Island ``index`` of campaign ``g``, one step at a time (``make_state``), migrating
     after every decided step unless told otherwise."""
     settings: dict[str, object] = {"islands": count, "migration_interval": 1, "migrants": 1}
@@ -36,11 +36,11 @@ def island(index: int, count: int = 2, **strategy: object) -> CampaignState:
     return state
 
 
-def migrations(step: Step) -> list[Migrants]:
+def migrations(step: Orders) -> list[Migrants]:
     return [o.migrants for o in step.outbound if isinstance(o, Migrate)]
 
 
-def migrated_events(step: Step) -> list[CandidateMigrated]:
+def migrated_events(step: Orders) -> list[CandidateMigrated]:
     return of_type(step, CandidateMigrated)
 
 
@@ -69,7 +69,7 @@ def test_no_migration_before_the_interval_nor_in_a_campaign_of_one_island() -> N
     assert not migrations(one_step(alone, seeded(alone), child=-900.0, parent=-1000.0))
 
 
-def received(sender: CampaignState, receiver: CampaignState) -> tuple[Migrants, Step, Step]:
+def received(sender: CampaignMachine, receiver: CampaignMachine) -> tuple[Migrants, Orders, Orders]:
     """One migration from ``sender`` (after one decided step) applied by ``receiver`` once
     seeded: the migration, what applying it asked, what seeding the receiver asked."""
     (sent,) = migrations(one_step(sender, seeded(sender), child=-900.0, parent=-1000.0))
@@ -104,8 +104,8 @@ def test_an_island_does_not_send_on_what_it_received() -> None:
     _, _, started = received(sender, receiver)
     immigrant = receiver.islands.immigrants[0]
     receiver.population.pool.record(immigrant, "t0", 0.0)  # the best by far, and yet
-    step = Step()
-    on_decided(receiver, step, 9.0)
+    step = Orders()
+    receiver._migrate_on_decided(step, 9.0)
     assert not migrations(step)  # nor the seed, which every island has
     decided = one_step(receiver, started, child=-950.0, parent=-1000.0)  # a child of its own
     (sent,) = migrations(decided)
@@ -232,18 +232,17 @@ def test_a_member_that_stays_best_goes_to_an_island_once_unless_it_changed() -> 
     state = island(0)
     (first,) = migrations(one_step(state, seeded(state), child=-900.0, parent=-1000.0))
     (migrant,) = first.migrants
-    best = migrant.candidate.id
-    again = Step()
-    on_decided(state, again, 9.0)  # the next migration is due: the best is the same
+    again = Orders()
+    state._migrate_on_decided(again, 9.0)  # the next migration is due: the best is the same
     assert not migrations(again) and not migrated_events(again)
     assert state.islands.sent_to == {"g-i1": [source_digest(migrant.candidate.artifact)]}
     # Its program changed (a repaired child keeps its id): the new content goes.
     changed = msgspec.structs.replace(
         migrant.candidate.artifact, source=migrant.candidate.artifact.source + "\nX = 1\n"
     )
-    state.candidates.by_id[best] = msgspec.structs.replace(migrant.candidate, artifact=changed)
-    later = Step()
-    on_decided(state, later, 10.0)
+    state.candidates.keep(msgspec.structs.replace(migrant.candidate, artifact=changed))
+    later = Orders()
+    state._migrate_on_decided(later, 10.0)
     (sent,) = migrations(later)
     assert [m.candidate.artifact for m in sent.migrants] == [changed] and sent.number == 3
     # What was sent survives a snapshot: a resumed sender does not send it again.
@@ -251,8 +250,8 @@ def test_a_member_that_stays_best_goes_to_an_island_once_unless_it_changed() -> 
     taken = snapshot.take(state, last_applied="", now=11.0)
     snapshot.restore(fresh, snapshot.decode(snapshot.encode(taken)))
     assert fresh.islands.sent_to == state.islands.sent_to
-    after = Step()
-    on_decided(fresh, after, 12.0)
+    after = Orders()
+    fresh._migrate_on_decided(after, 12.0)
     assert not migrations(after)
 
 

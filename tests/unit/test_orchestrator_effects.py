@@ -3,9 +3,8 @@ the answers are made here as the registry task would send them (registry_calls.p
 
 from __future__ import annotations
 
-from evobus.agents.roles.orchestrator import backlog
 from evobus.agents.roles.orchestrator.effects import Effects
-from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.steps import SkillRegistration
 from evobus.agents.roles.orchestrator.transactions import (
     Admit,
@@ -27,7 +26,7 @@ from tests.unit.test_orchestrator_state import (
 SKILL = SkillRegistration(name="swing-0a1b2c3d", trigger="t", snippet="k = 1", origin="diff")
 
 
-def two_proposing() -> tuple[CampaignState, list[ProposeWork]]:
+def two_proposing() -> tuple[CampaignMachine, list[ProposeWork]]:
     """A campaign with ε on and two steps waiting for their proposals."""
     state = make_state(mode="sync", in_flight=2, epsilon=0.05, proposals=2)
     diagnoses = of_type(explore(state, seeded(state)), DiagnoseWork)
@@ -76,7 +75,7 @@ def test_no_registry_lets_proposals_go_on_unfiltered_and_later_ones_join_them() 
 def test_the_finish_asks_for_the_backlog_once_more_and_its_events_go_first() -> None:
     state = make_state(mode="sync", in_flight=2, proposals=2)
     seeded(state)
-    backlog.queue_registration(state, SKILL)
+    state.backlog.queue_registration(SKILL)
     effects = Effects(state)
     outcome = effects.carry(state.fail("stopped by the test", 5.0))
     assert outcome.finishes()

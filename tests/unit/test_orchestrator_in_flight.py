@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from evobus.agents.evolution.in_flight import WINDOW_MIN_PROPOSALS
 from evobus.agents.roles.orchestrator import snapshot
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import Step
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
+from evobus.agents.roles.orchestrator.steps import Orders
 from evobus.schemas.events import InFlightChanged
 from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
 from tests.unit.test_orchestrator_pipeline import is_child
@@ -27,12 +27,12 @@ class Driver:
     """Answers the work items a campaign asks for, oldest first, a second apart (children
     score below their parents: nothing joins the pool)."""
 
-    def __init__(self, state: CampaignState, step: Step) -> None:
+    def __init__(self, state: CampaignMachine, step: Orders) -> None:
         self.state = state
         self.todo = list(step.outbound)
         self.at = 3.0
 
-    def run(self, *, proposals: int) -> list[Step]:
+    def run(self, *, proposals: int) -> list[Orders]:
         """Answer until ``proposals`` proposals were answered: every step applied, in order."""
         state, applied, answered = self.state, [], 0
         while self.todo and answered < proposals:
@@ -55,7 +55,7 @@ class Driver:
         return applied
 
 
-def changes(steps: list[Step]) -> list[InFlightChanged]:
+def changes(steps: list[Orders]) -> list[InFlightChanged]:
     return [e for s in steps for e in of_type(s, InFlightChanged)]
 
 

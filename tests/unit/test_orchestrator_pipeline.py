@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from evobus.agents.roles.orchestrator import flight
-from evobus.agents.roles.orchestrator.pipeline import BEFORE_EVALUATION
-from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.machine import BEFORE_EVALUATION, CampaignMachine
 from evobus.agents.roles.orchestrator.steps import (
     PASSED_DIAGNOSE,
     SEED_ID,
     WORKERS_PERIOD_SECONDS,
-    Step,
+    Orders,
 )
 from evobus.schemas.events import (
     CandidateAccepted,
@@ -37,7 +35,7 @@ from tests.unit.test_orchestrator_state import (
 )
 
 
-def two_proposals(state: CampaignState) -> tuple[Step, list[EvaluateWork]]:
+def two_proposals(state: CampaignMachine) -> tuple[Orders, list[EvaluateWork]]:
     """Two steps diagnosed and proposed while a third scores its parent: the evaluate stage
     (K = 1) then takes the first child, and the second waits in the queue."""
     first = explore(state, seeded(state))  # step 1's parent is scored; step 2 starts
@@ -59,7 +57,7 @@ def two_proposals(state: CampaignState) -> tuple[Step, list[EvaluateWork]]:
     return second, evaluations
 
 
-def decide_first(state: CampaignState, evaluations: list[EvaluateWork], child: float) -> Step:
+def decide_first(state: CampaignMachine, evaluations: list[EvaluateWork], child: float) -> Orders:
     """The first child's evaluation: its parent scored -1000 on the same minibatch."""
     (child_work,) = evaluations
     return state.apply(evaluation(child_work, child), EVALUATOR, 5.1)
@@ -113,7 +111,7 @@ def test_reflective_staleness_repairs_against_the_pool_changes_then_evaluates() 
     )
     (repaired,) = of_type(after, StaleDecided)
     assert repaired.action == "repaired"
-    # Step 4 started meanwhile and scores its parent: the patched child waits for the slot.
+    # Orders 4 started meanwhile and scores its parent: the patched child waits for the slot.
     assert [c.stage for c in state.flight.live.values()] == ["ready", "diagnose", "explore"]
     evaluated = of_type(explore(state, decided, at=6.5), EvaluateWork)
     child = next(w for w in evaluated if w.candidate.id == "c0002")
@@ -137,7 +135,7 @@ def test_reflective_repair_may_discard_a_covered_proposal() -> None:
     assert not any(w.candidate.id == "c0002" for w in of_type(after, EvaluateWork))
 
 
-def speculative_child(state: CampaignState) -> EvaluateWork:
+def speculative_child(state: CampaignMachine) -> EvaluateWork:
     (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     (child,) = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
@@ -169,7 +167,7 @@ def test_a_promising_prefix_makes_a_speculative_candidate_that_a_bad_full_score_
     # The threshold is the parent's score on the same prefix instance, from this minibatch.
     assert (event.action, event.score, event.threshold) == ("admitted", -500.0, -1000.0)
     assert "c0001" in state.population.pool
-    assert state.speculation.speculative.is_speculative("c0001")
+    assert state.speculation.is_speculative("c0001")
     assert state.flight.pending[child.work_id]  # the full evaluation is still awaited
     assert not of_type(state.apply(partial(child, -500.0), EVALUATOR, 4.6), SpeculativeDecided)
     decided = state.apply(evaluation(child, -1100.0), EVALUATOR, 5.1)
@@ -220,7 +218,7 @@ def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_sta
     (diag_b,) = of_type(after_a, DiagnoseWork)  # B holds the slot: no step can start
     (child_a,) = of_type(state.apply(proposal(prop_a), None, 3.1), EvaluateWork)
     (admitted,) = of_type(state.apply(partial(child_a, -500.0), EVALUATOR, 3.2), SpeculativeDecided)
-    assert admitted.action == "admitted" and state.speculation.speculative.is_speculative("c0001")
+    assert admitted.action == "admitted" and state.speculation.is_speculative("c0001")
     after_b = state.apply(diagnosis(diag_b), None, 3.3)  # the slot is free: step C starts
     (c_parent,) = exploring(state, after_b)
     assert c_parent.candidate.id == "c0001"  # speculative and unscored: explored first
@@ -255,20 +253,20 @@ def test_sync_mode_passes_each_stage_as_a_generation() -> None:
     works = of_type(state.apply(proposal(proposes[1]), None, 4.1), EvaluateWork)
     assert len(works) == 2  # the barrier after propose: both children
     assert {w.instances for w in works} == {w.instances for w in parents}
-    decided: list[Step] = [state.apply(evaluation(w, -900.0), EVALUATOR, 5.0) for w in works]
+    decided: list[Orders] = [state.apply(evaluation(w, -900.0), EVALUATOR, 5.0) for w in works]
     assert not any(of_type(d, CandidateAccepted) for d in decided[:-1])  # the last one decides
     assert len(of_type(decided[-1], CandidateAccepted)) == 2
     assert len(exploring(state, decided[-1])) == 2  # the next generation
 
 
-def is_child(state: CampaignState, work: EvaluateWork) -> bool:
+def is_child(state: CampaignMachine, work: EvaluateWork) -> bool:
     """Whether ``work`` evaluates a step's child (not its parents, not a validation)."""
     pending = state.flight.pending.get(work.work_id)
-    chain = flight.chain_of(state, pending) if pending is not None else None
+    chain = state.flight.chain_of(pending) if pending is not None else None
     return chain is not None and chain.stage == "evaluate"
 
 
-def run_up_to_children(state: CampaignState, step: Step) -> list[EvaluateWork]:
+def run_up_to_children(state: CampaignMachine, step: Orders) -> list[EvaluateWork]:
     """Answer every parent evaluation, diagnosis and proposal that ``step`` and what follows
     it ask for, leaving the children's evaluations unanswered; those, in the order sent."""
     children: list[EvaluateWork] = []
@@ -311,11 +309,11 @@ def test_stage_rates_count_steps_not_work_items() -> None:
     state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)  # m_diag: a pool of 1
     (child,) = run_up_to_children(state, first)
-    chain = flight.chain_of(state, state.flight.pending[child.work_id])
+    chain = state.flight.chain_of(state.flight.pending[child.work_id])
     assert chain is not None and chain.operator == "x_div"  # two parents scored, no diagnosis
     assert set(chain.evaluations) == set(chain.parent_ids) and len(chain.parent_ids) == 2
     state.apply(evaluation(child, -950.0), EVALUATOR, 7.0)
-    rates = state.workers.rates.rates(8.0)
+    rates = state.workers.rates(8.0)
     # Each step passed each stage once, whatever it evaluated: 2 steps for every stage.
     assert rates["evaluate"] == rates["propose"] == rates["diagnose"] + rates[PASSED_DIAGNOSE]
     assert rates["diagnose"] == rates[PASSED_DIAGNOSE] == rates["propose"] / 2

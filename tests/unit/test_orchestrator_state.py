@@ -7,10 +7,16 @@ from typing import TypeVar
 import msgspec
 import pytest
 
-from evobus.agents.roles.orchestrator import flight, snapshot
+from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.errors import IllegalPhase
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import SEED_ID, SUMMARY_EVERY, SkillUse, Step, TaskPlan
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
+from evobus.agents.roles.orchestrator.steps import (
+    SEED_ID,
+    SUMMARY_EVERY,
+    Orders,
+    SkillUse,
+    TaskPlan,
+)
 from evobus.schemas.agents import AgentRef
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.campaign import (
@@ -64,7 +70,7 @@ TRAIN = ("t0", "t1", "t2")
 VALIDATION = ("v0", "v1")
 
 
-def make_state(**strategy: object) -> CampaignState:
+def make_state(**strategy: object) -> CampaignMachine:
     tools = bool(strategy.pop("tools", True))
     # Noisy unless a test says otherwise: these tests drive POLCA's re-evaluations with
     # made-up scores that repeat exactly, which would make a campaign that was not told
@@ -114,10 +120,10 @@ def make_state(**strategy: object) -> CampaignState:
         best_possible=0.0,
         deterministic=None if deterministic is None else bool(deterministic),
     )
-    return CampaignState(record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b.py")
+    return CampaignMachine(record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b.py")
 
 
-def of_type(step: Step, kind: type[M]) -> list[M]:
+def of_type(step: Orders, kind: type[M]) -> list[M]:
     return [o.message for o in step.outbound if isinstance(o.message, kind)]
 
 
@@ -156,7 +162,7 @@ def proposal(work: ProposeWork) -> Proposal:
     )
 
 
-def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
+def seeded(state: CampaignMachine, seed_score: float = -1000.0) -> Orders:
     """Register the tool and score the seed (which imports no tool, so both start at once) on
     validation and on a train minibatch."""
     start = state.start(0.0)
@@ -176,21 +182,23 @@ def seeded(state: CampaignState, seed_score: float = -1000.0) -> Step:
     return state.apply(evaluation(train, seed_score), EVALUATOR, 2.5)
 
 
-def exploring(state: CampaignState, step: Step) -> list[EvaluateWork]:
+def exploring(state: CampaignMachine, step: Orders) -> list[EvaluateWork]:
     """The parents' evaluations the steps ``step`` started ask for (POLCA Algorithm 1, l. 5)."""
     works = []
     for work in of_type(step, EvaluateWork):
         pending = state.flight.pending.get(work.work_id)
-        chain = flight.chain_of(state, pending) if pending is not None else None
+        chain = state.flight.chain_of(pending) if pending is not None else None
         if chain is not None and chain.stage == "explore":
             works.append(work)
     return works
 
 
-def explore(state: CampaignState, step: Step, score: float = -1000.0, at: float = 2.8) -> Step:
+def explore(
+    state: CampaignMachine, step: Orders, score: float = -1000.0, at: float = 2.8
+) -> Orders:
     """Score the parents of the steps ``step`` started with ``score``: what follows (a
     diagnosis asked, or a proposal) is in the step returned."""
-    after = Step()
+    after = Orders()
     for work in exploring(state, step):
         applied = state.apply(evaluation(work, score), EVALUATOR, at)
         after.outbound += applied.outbound
@@ -200,7 +208,7 @@ def explore(state: CampaignState, step: Step, score: float = -1000.0, at: float 
     return after
 
 
-def one_step(state: CampaignState, step: Step, child: float, parent: float) -> Step:
+def one_step(state: CampaignMachine, step: Orders, child: float, parent: float) -> Orders:
     """Drive one m_diag step to its decision: the parent scored on the step's minibatch
     (``parent``), then diagnosed, the child proposed and evaluated on the same minibatch."""
     (parent_work,) = exploring(state, step)
@@ -231,7 +239,7 @@ def test_the_seed_is_validated_then_a_step_scores_its_parent_before_the_critic_s
     assert diag.evaluation.work_id == parent_work.work_id and diag.evaluation.score == -900.0
 
 
-def phase(state: CampaignState) -> str:
+def phase(state: CampaignMachine) -> str:
     """The campaign's phase now (read through a call: mypy keeps no narrowing across steps)."""
     return state.run.phase
 

@@ -3,11 +3,10 @@ unfiltered, checked against the ε-net late — pure state transitions, no regis
 
 from __future__ import annotations
 
-from evobus.agents.roles.orchestrator import admission, backlog, snapshot
-from evobus.agents.roles.orchestrator.novelty import epsilon_text
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.persist import digest
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import SEED_ID, SkillRegistration, Step
+from evobus.agents.roles.orchestrator.steps import SEED_ID, Orders, SkillRegistration
 from evobus.schemas.events import (
     AdmittedUnfiltered,
     BestConfirmed,
@@ -43,7 +42,7 @@ QUEUED = SkillRegistration(
 )
 
 
-def unfiltered_child(state: CampaignState) -> tuple[str, list[EvaluateWork]]:
+def unfiltered_child(state: CampaignMachine) -> tuple[str, list[EvaluateWork]]:
     """One step up to its proposal; no registry answers the ε-net, so the child goes on
     unfiltered: its evaluation is sent at once (its parent was scored, -1000, before)."""
     (diag,) = of_type(explore(state, seeded(state)), DiagnoseWork)
@@ -59,7 +58,7 @@ def unfiltered_child(state: CampaignState) -> tuple[str, list[EvaluateWork]]:
     return request.candidate_id, works
 
 
-def decide(state: CampaignState, works: list[EvaluateWork], child: float) -> Step:
+def decide(state: CampaignMachine, works: list[EvaluateWork], child: float) -> Orders:
     """The child's score comes back (its parent scored -1000): the step is decided."""
     (child_work,) = works
     return state.apply(evaluation(child_work, child), EVALUATOR, 5.1)
@@ -111,8 +110,7 @@ def test_a_skill_an_older_actor_registered_itself_is_learned_at_once() -> None:
 def test_snapshot_and_restore_keep_the_waiting_skills_and_unfiltered_candidates() -> None:
     state = make_state(epsilon=0.1, skills=3)
     cid, _ = unfiltered_child(state)
-    backlog.queue_registration(
-        state,
+    state.backlog.queue_registration(
         SkillRegistration(name="error-timeout-1234", origin="auto-seed", trigger="t", snippet="#"),
     )
     taken = snapshot.take(state, last_applied="w9", now=6.0)
@@ -125,7 +123,7 @@ def test_snapshot_and_restore_keep_the_waiting_skills_and_unfiltered_candidates(
     again = snapshot.take(fresh, last_applied="w9", now=6.0)
     assert again == taken and digest(again) == digest(taken)
     # What is waiting is part of the state's digest (a resume that lost it would show).
-    backlog.unfiltered_checked(fresh, cid)
+    fresh.backlog.unfiltered_checked(cid)
     assert digest(snapshot.take(fresh, last_applied="w9", now=6.0)) != digest(taken)
 
 
@@ -135,8 +133,8 @@ def test_a_late_refusal_removes_a_decided_candidate_from_the_pool() -> None:
     assert of_type(decide(state, works, child=-1100.0), CandidateRejected)
     assert cid in state.population.pool and state.best.candidate_id == SEED_ID
     # The ε-net measures what the child changed against its parent (novelty.py).
-    assert backlog.next_unfiltered(state) == (cid, epsilon_text(state, cid))
-    assert epsilon_text(state, cid).startswith("+")
+    assert state.next_unfiltered() == (cid, state.epsilon_text(cid))
+    assert state.epsilon_text(cid).startswith("+")
     version = state.population.pool.version
     step = state.late_admission(cid, near(cid), 9.0)
     (filtered,) = of_type(step, CandidateFiltered)
@@ -154,13 +152,13 @@ def test_a_late_refusal_keeps_the_campaigns_best() -> None:
     (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]
     state.apply(evaluation(validate, -450.0), EVALUATOR, 7.0)
     assert state.best.candidate_id == cid
-    assert admission.protected(state, cid) == "the campaign's best"
+    assert state.protected(cid) == "the campaign's best"
     step = state.late_admission(cid, near(cid), 9.0)
     assert not of_type(step, CandidateFiltered)
     assert cid in state.population.pool and state.best.candidate_id == cid
     assert state.backlog.unfiltered == []
     assert "checked late" in state.decisions.notes[-1] and "kept" in state.decisions.notes[-1]
-    assert admission.protected(state, SEED_ID) == "the seed"
+    assert state.protected(SEED_ID) == "the seed"
 
 
 def test_a_candidate_refused_late_while_its_validation_runs_never_becomes_best() -> None:
@@ -199,11 +197,11 @@ def test_a_speculative_candidate_refused_late_leaves_the_pool() -> None:
     cid, works = unfiltered_child(state)
     child = next(w for w in works if w.candidate.id == cid)
     state.apply(partial(child, -500.0), EVALUATOR, 4.6)
-    assert cid in state.population.pool and state.speculation.speculative.is_speculative(cid)
+    assert cid in state.population.pool and state.speculation.is_speculative(cid)
     step = state.late_admission(cid, near(cid), 4.8)
     assert of_type(step, CandidateFiltered)
     assert cid not in state.population.pool
-    assert not state.speculation.speculative.is_speculative(cid)
+    assert not state.speculation.is_speculative(cid)
     assert not of_type(state.apply(evaluation(child, -400.0), EVALUATOR, 5.0), CandidateEvaluated)
 
 
@@ -212,7 +210,7 @@ def test_candidates_that_left_the_campaign_are_not_checked_late() -> None:
     cid, works = unfiltered_child(state)
     decide(state, works, child=-1100.0)
     state.population.pool.remove(cid)  # as if its step had ended undecided
-    assert backlog.next_unfiltered(state) is None and state.backlog.unfiltered == []
+    assert state.next_unfiltered() is None and state.backlog.unfiltered == []
     assert not state.late_admission(cid, near(cid), 9.0).outbound
 
 
@@ -232,7 +230,8 @@ def test_a_seeded_skill_waits_in_the_same_queue() -> None:
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
     works = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     failing = evaluation(works[0], -2000.0, error="ZeroDivisionError: division by zero")
-    state.observed.recent.extend([failing] * 10)
+    for _ in range(10):  # ten recent evaluations that failed alike (of no candidate here)
+        state.observed.evaluated("c9999", failing, train=True)
     decided = decide(state, works, child=-1100.0)
     assert not of_type(decided, SkillLearned)
     (seed,) = state.backlog.registrations

@@ -1,4 +1,4 @@
-"""A deterministic campaign scores each program once (reuse.py); the ε-net measures what a
+"""A deterministic campaign scores each program once (observed.py); the ε-net measures what a
 child changed and refuses exact duplicates (novelty.py)."""
 
 from __future__ import annotations
@@ -8,14 +8,9 @@ from collections import Counter
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.novelty import change_text, epsilon_text, source_digest
-from evobus.agents.roles.orchestrator.reuse import (
-    REPEATS_TO_TRUST,
-    is_deterministic,
-    known_evaluation,
-    repeat_outcome,
-)
-from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
+from evobus.agents.roles.orchestrator.novelty import change_text, source_digest
+from evobus.agents.roles.orchestrator.observed import REPEATS_TO_TRUST, Observed, repeat_outcome
 from evobus.agents.roles.orchestrator.steps import SEED_ID
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.campaign import LLMSection
@@ -34,13 +29,13 @@ from tests.unit.test_orchestrator_state import (
 )
 
 
-def one_instance_state(**strategy: object) -> CampaignState:
+def one_instance_state(**strategy: object) -> CampaignMachine:
     """A deterministic campaign whose train and validation instances are one ("0"), as an
     evaluator file's are."""
     strategy.setdefault("proposals", 2)
     state = make_state(deterministic=True, tools=False, minibatch=1, min_evaluations=1, **strategy)
     plan = dataclasses.replace(state.plan, train=("0",), validation=("0",))
-    return CampaignState(state.record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
+    return CampaignMachine(state.record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
 
 
 def child(work: ProposeWork, source: str) -> Proposal:
@@ -89,7 +84,7 @@ def test_a_noisy_campaign_scores_its_parents_again() -> None:
 
 def test_identical_repeats_make_an_undeclared_campaign_deterministic() -> None:
     state = make_state(deterministic=None)
-    assert not is_deterministic(state)
+    assert not state.deterministic
     first = Evaluation(
         work_id="w1",
         campaign="cid",
@@ -118,14 +113,15 @@ def test_identical_repeats_make_an_undeclared_campaign_deterministic() -> None:
     assert repeat_outcome(first, same) is True
     assert repeat_outcome(first, other) is False
     assert repeat_outcome(first, unrelated) is None and repeat_outcome(None, first) is None
-    state.observed.repeats_equal = REPEATS_TO_TRUST
-    assert is_deterministic(state)
-    state.observed.last_evaluation[SEED_ID] = first
-    known = known_evaluation(state, SEED_ID, ("b", "a", "b"))
+    state.observed = Observed(_repeats_equal=REPEATS_TO_TRUST)
+    assert state.deterministic
+    state.observed.evaluated(SEED_ID, first, train=False)  # the first: no repeat
+    known = state.known_evaluation(SEED_ID, ("b", "a", "b"))
     assert known is not None and [s.instance for s in known.instances] == ["b", "a", "b"]
-    assert known_evaluation(state, SEED_ID, ("a", "c")) is None
-    state.observed.repeats_differ = 1  # one repeat that differed: noisy after all
-    assert not is_deterministic(state) and known_evaluation(state, SEED_ID, ("a",)) is None
+    assert state.known_evaluation(SEED_ID, ("a", "c")) is None
+    assert state.observed.evaluated(SEED_ID, other, train=False) is False
+    assert state.observed.repeats_differ == 1  # one repeat that differed: noisy after all
+    assert not state.deterministic and state.known_evaluation(SEED_ID, ("a",)) is None
 
 
 def test_the_epsilon_net_measures_what_a_child_changed() -> None:
@@ -148,11 +144,11 @@ def test_an_exact_duplicate_is_refused_whatever_epsilon_is() -> None:
     assert not of_type(step, EvaluateWork)
     (request,) = step.admissions
     assert request.duplicate_of == SEED_ID
-    assert epsilon_text(state, request.candidate_id) == "+# only a comment"
+    assert state.epsilon_text(request.candidate_id) == "+# only a comment"
     rejection = Rejection(candidate_id=request.candidate_id, nearest_id=SEED_ID, distance=0.0)
     filtered = of_type(state.on_admission(request.candidate_id, rejection, 4.0), CandidateFiltered)
     assert filtered and filtered[0].distance == 0.0 and filtered[0].nearest_id == SEED_ID
-    assert epsilon_text(state, SEED_ID) == ""
+    assert state.epsilon_text(SEED_ID) == ""
 
 
 def test_the_critic_is_not_asked_again_about_an_evaluation_it_diagnosed() -> None:
@@ -174,14 +170,14 @@ def test_the_critic_is_not_asked_again_about_an_evaluation_it_diagnosed() -> Non
     assert again.diagnosis.usage.total_tokens == 0  # counted once, when it came
 
 
-def text_critic_state(**strategy: object) -> CampaignState:
+def text_critic_state(**strategy: object) -> CampaignMachine:
     """``one_instance_state`` with a model critic that reads no image, in the asynchronous
     pipeline: what ``chains.ahead`` needs to diagnose an improving child before its step."""
     state = one_instance_state(mode="async", **strategy)
     llm = LLMSection(provider="openai", critic_vision=False)
     spec = msgspec.structs.replace(state.record.spec, llm=llm)
     record = msgspec.structs.replace(state.record, spec=spec)
-    return CampaignState(record, state.plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
+    return CampaignMachine(record, state.plan, started_at=0.0, orchestrator=ME, best_artifact="/b")
 
 
 def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:

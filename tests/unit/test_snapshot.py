@@ -4,28 +4,32 @@ same way as the state it was taken from."""
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 import pytest
 
-from evobus.agents.roles.orchestrator import backlog, snapshot
+from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.errors import SnapshotFormatError
-from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.steps import SkillUse
 from evobus.agents.roles.orchestrator.writer import resume
 from evobus.schemas.events import CampaignFinished, CampaignProgress, CampaignResumed
+from evobus.schemas.map_elites import Descriptor, MapElitesSection
 from evobus.schemas.work import DiagnoseWork
+from tests.unit.test_islands import island
 from tests.unit.test_orchestrator_pipeline import ASYNC, decide_first, two_proposals
 from tests.unit.test_orchestrator_state import diagnosis, make_state, of_type
 
 
-def midway() -> CampaignState:
+def midway() -> CampaignMachine:
     """A decided step, steps in flight at several stages, a queued proposal, a spent rng, a
     skill use the registry has not credited yet."""
     state = make_state(**ASYNC)
     _, evaluations = two_proposals(state)
     decide_first(state, evaluations, child=-900.0)
-    backlog.queue_use(state, SkillUse(use_id="cid/c0003", name="raise-gain", delta=100.0))
+    state.backlog.queue_use(SkillUse(use_id="cid/c0003", name="raise-gain", delta=100.0))
     return state
 
 
@@ -145,3 +149,40 @@ def test_a_map_elites_grid_is_kept_in_the_snapshot() -> None:
     snapshot.restore(restored, snapshot.decode(snapshot.encode(taken)))
     assert restored.population.archive is not None
     assert restored.population.archive.snapshot() == archive.snapshot()
+
+
+OLD = Path(__file__).parent.parent / "golden" / "snapshots"
+MAP_ELITES = MapElitesSection(
+    descriptors=(Descriptor(metric="energy", low=-2000.0, high=0.0, bins=4),)
+)
+# Snapshots written by main a72131b (the campaign state before it was a machine of components),
+# each of a fresh campaign built as here: a decided step and a child admitted unfiltered with a
+# skill waiting for the registry (tests/unit/test_pending_registrations.py's helpers); an island
+# on MAP-Elites and Pareto selection that received migrants (test_islands.py's); an
+# asynchronous, speculative, adaptive campaign three steps in.
+OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
+    "registry": lambda: make_state(epsilon=0.1, skills=3),
+    "island": lambda: island(1, archive="map-elites", map_elites=MAP_ELITES, selection="pareto"),
+    "async": lambda: make_state(
+        mode="async", in_flight=1, speculative_alpha=0.5, adaptive_in_flight=True
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_SNAPSHOTS))
+def test_a_snapshot_of_the_state_before_the_machine_restores_and_goes_on(name: str) -> None:
+    data = (OLD / f"{name}.msgpack").read_bytes()
+    saved = snapshot.decode(data)
+    machine = OLD_SNAPSHOTS[name]()
+    snapshot.restore(machine, saved)
+    # The components encode as the records did: taken again, the same bytes.
+    again = snapshot.take(machine, last_applied=saved.last_applied, now=saved.saved_at)
+    assert snapshot.encode(again) == data
+    assert machine.run.phase == "evolving" and machine.tally.results_applied > 0
+    if name == "registry":
+        assert machine.backlog.unfiltered and machine.backlog.registrations
+        assert machine.decisions.accepted == 1
+    if name == "island":
+        assert machine.islands.immigrants and machine.population.archive is not None
+    # It goes on: the clock's next tick is a transaction like any.
+    assert machine.tick(saved.saved_at + 3.0).controls

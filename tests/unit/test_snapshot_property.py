@@ -22,10 +22,10 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evobus.agents.roles.orchestrator import backlog, snapshot
+from evobus.agents.roles.orchestrator import snapshot
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit, Send
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import Step
+from evobus.agents.roles.orchestrator.steps import Orders
 from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.campaign import Island
 from evobus.schemas.registry import Rejection
@@ -82,7 +82,7 @@ STRATEGIES = st.fixed_dictionaries(
 OTHER_ISLAND = "g-i1"  # the island migrants come from (an island's state is island 0)
 
 
-def island_state(strategy: dict[str, Any]) -> CampaignState:
+def island_state(strategy: dict[str, Any]) -> CampaignMachine:
     """A campaign of ``strategy`` (``make_state``); island 0 of two when it has islands."""
     state = make_state(**strategy, **SETTINGS)
     if state.strategy.islands > 1:
@@ -112,7 +112,7 @@ class Driver:
     works: dict[str, Work] = field(default_factory=dict)
     admitting: list[str] = field(default_factory=list)
 
-    def saw(self, step: Step) -> Step:
+    def saw(self, step: Orders) -> Orders:
         self.works.update((o.item.work_id, o.item) for o in step.outbound if isinstance(o, Send))
         self.admitting += [a.candidate_id for a in step.admissions]
         return step
@@ -188,7 +188,7 @@ def result_for(work: Work, outcome: str, score: float) -> Result:
     raise AssertionError(f"no answer to {type(work).__name__}")
 
 
-def next_input(state: CampaignState, driver: Driver, data: st.DataObject) -> tuple[Any, ...]:
+def next_input(state: CampaignMachine, driver: Driver, data: st.DataObject) -> tuple[Any, ...]:
     """One input the campaign could get now, drawn at random (as data: it is given to two
     states alike)."""
     kinds = ["tick"]
@@ -230,7 +230,7 @@ def next_input(state: CampaignState, driver: Driver, data: st.DataObject) -> tup
     return ("tick",)
 
 
-def feed(state: CampaignState, driver: Driver, given: tuple[Any, ...], now: float) -> Step:
+def feed(state: CampaignMachine, driver: Driver, given: tuple[Any, ...], now: float) -> Orders:
     """Give ``state`` one input (what the shell does with a result or a registry answer)."""
     match given:
         case ("answer", work_id, outcome, score):
@@ -244,9 +244,9 @@ def feed(state: CampaignState, driver: Driver, given: tuple[Any, ...], now: floa
             refused = Rejection(candidate_id=cid, nearest_id="c0000", distance=0.01)
             return state.on_admission(cid, refused if verdict == "refuse" else None, now)
         case ("late", refuse):
-            oldest = backlog.next_unfiltered(state)
+            oldest = state.next_unfiltered()
             if oldest is None:
-                return Step()
+                return Orders()
             refused = Rejection(candidate_id=oldest[0], nearest_id="c0000", distance=0.01)
             return state.late_admission(oldest[0], refused if refuse else None, now)
         case ("registry",):
@@ -254,20 +254,20 @@ def feed(state: CampaignState, driver: Driver, given: tuple[Any, ...], now: floa
                 skill = state.backlog.registrations[0]
                 return state.skill_registered(skill, skill.name, 1, now)
             use = state.backlog.skill_uses[0]
-            backlog.use_settled(state, use)
+            state.backlog.use_settled(use)
             return state.skill_updated(use.name, 0.5, 1, use.delta, now)
         case ("migrants", number, score):
             return state.apply(migrants(state.cid, number, score), None, now)
     return state.tick(now)
 
 
-def answered(step: Step) -> tuple[object, ...]:
+def answered(step: Orders) -> tuple[object, ...]:
     """What a state answered an input with, as comparable data (trace contexts aside)."""
     sent = [(type(o).__name__, o.msg_id, o.message) for o in step.outbound]
     return (sent, step.commits, step.admissions, step.rollbacks, step.controls)
 
 
-def encoded(state: CampaignState, now: float) -> bytes:
+def encoded(state: CampaignMachine, now: float) -> bytes:
     return snapshot.encode(snapshot.take(state, last_applied="w", now=now))
 
 
@@ -303,7 +303,7 @@ def test_a_restored_state_is_the_state_and_answers_the_same_inputs_the_same_way(
     assert msgspec.structs.asdict(restored.run) == msgspec.structs.asdict(original.run)
 
 
-def published(step: Step, seen: dict[str, object]) -> Step:
+def published(step: Orders, seen: dict[str, object]) -> Orders:
     """Remember each message ``step`` publishes under its id (an event without its time)."""
     for out in step.outbound:
         message = out.message

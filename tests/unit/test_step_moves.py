@@ -9,7 +9,6 @@ from typing import get_args
 
 import pytest
 
-from evobus.agents.roles.orchestrator import flight
 from evobus.agents.roles.orchestrator.errors import IllegalMove
 from evobus.agents.roles.orchestrator.steps import FIRST_STAGE, MOVES, Chain, ChainStage
 from evobus.schemas.artifacts import Artifact
@@ -141,7 +140,7 @@ def crossover_without_diagnosis() -> None:
     state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)
     (child,) = run_up_to_children(state, first)
-    chain = flight.chain_of(state, state.flight.pending[child.work_id])
+    chain = state.flight.chain_of(state.flight.pending[child.work_id])
     assert chain is not None and chain.operator == "x_div"
 
 

@@ -20,7 +20,7 @@ from evobus.agents.console.trace_view import (
     render_tree,
     span_files,
 )
-from evobus.agents.roles.orchestrator.state import CampaignState
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.infra.telemetry import (
     REDACTED,
@@ -130,7 +130,7 @@ def test_missing_traces_are_named(tmp_path: Path) -> None:
         raise AssertionError("no error for a missing root span")
 
 
-def traced_state(tmp_path: Path) -> tuple[CampaignState, TracerProvider, Path]:
+def traced_state(tmp_path: Path) -> tuple[CampaignMachine, TracerProvider, Path]:
     path = tmp_path / "spans.jsonl"
     provider = provider_writing(path, "evobus-orchestrator")
     state = make_state(in_flight=1, proposals=1)

@@ -29,6 +29,7 @@ from nats.js.errors import KeyNotFoundError
 
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.persist import (
     LEASE_RENEW_SECONDS,
     LEASE_TTL_SECONDS,
@@ -39,7 +40,6 @@ from evobus.agents.roles.orchestrator.persist import (
 )
 from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
-from evobus.agents.roles.orchestrator.state import CampaignState
 from evobus.agents.roles.orchestrator.steps import TaskPlan
 from evobus.agents.roles.orchestrator.transactions import (
     RegisterEnvironment,
@@ -87,7 +87,7 @@ _record_decoder = msgspec.msgpack.Decoder(CampaignRecord)
 
 def _deterministic(declared: bool | None, task: object) -> bool | None:
     """Whether the campaign's scores are deterministic: its ``[task] deterministic``, else the
-    task's own ``deterministic`` (None: neither says; the campaign observes, reuse.py)."""
+    task's own ``deterministic`` (None: neither says; the campaign observes, observed.py)."""
     if declared is not None:
         return declared
     said = getattr(task, "deterministic", None)
@@ -113,7 +113,7 @@ class Opened:
     """A campaign as its process found it: the state to run, what it writes to, the snapshot
     to resume from (None: start it), the lease it holds, and the task's environment."""
 
-    state: CampaignState
+    machine: CampaignMachine
     shell: Shell
     saved: CampaignSnapshot | None
     lease: Lease
@@ -190,21 +190,21 @@ class OrchestratorWorker:
         js = nc.jetstream()
         await ensure_streams(js)
         opened = await self._open(nc)
-        state, shell = opened.state, opened.shell
+        machine, shell = opened.machine, opened.shell
         registry = RegistryCalls(
             RegistryClient(nc),
             self.campaign,
-            state.plan.name,
-            epsilon=state.strategy.epsilon,
-            delta_max=state.strategy.delta_max,
-            embedder=state.spec.embedder,
+            machine.plan.name,
+            epsilon=machine.strategy.epsilon,
+            delta_max=machine.strategy.delta_max,
+            embedder=machine.spec.embedder,
         )
-        effects = Effects(state, environment=opened.environment)
+        effects = Effects(machine, environment=opened.environment)
         requests, asked = anyio.create_memory_object_stream[Request](math.inf)
         transactions, incoming = anyio.create_memory_object_stream[Transaction](TRANSACTIONS)
         self._transactions = transactions
         last_applied = opened.saved.last_applied if opened.saved else ""
-        writer = CampaignWriter(state, effects, shell, requests, last_applied=last_applied)
+        writer = CampaignWriter(machine, effects, shell, requests, last_applied=last_applied)
         proc = AgentProcess(self.settings, self.agent, nc, js, shell.publisher)
         proc.consumers.append(
             # The single writer applies results one at a time, in batches of what is waiting;
@@ -234,16 +234,18 @@ class OrchestratorWorker:
             if not served:
                 quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
             # The root span ends first: the exporter sends it while the last writes are made.
-            state.trace.finish(state.run.status, state.run.stop_reason)
-            await writer.persist()  # the finished state: `evobus resume` reports it, nothing reruns
-            write_summary(shell.run_dir / "summary.json", state.summary(time.time()))
-            if state.run.phase == "finished":  # again: a tool request an actor sent as it stopped
+            machine.trace.finish(machine.run.status, machine.run.stop_reason)
+            await (
+                writer.persist()
+            )  # the finished campaign: `evobus resume` reports it, nothing reruns
+            write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
+            if machine.run.finished:  # again: a tool request an actor sent as it stopped
                 try:
                     await writer.purge_work()
                 except BusError as exc:  # purged once already, before campaign_finished
-                    log.warning("campaign %s: queued work not purged again: %s", state.cid, exc)
+                    log.warning("campaign %s: queued work not purged again: %s", machine.cid, exc)
             await opened.lease.release()
-        return state.summary(time.time())
+        return machine.summary(time.time())
 
     async def _serve(
         self,
@@ -317,7 +319,7 @@ class OrchestratorWorker:
         if saved is not None and event_log.redo(saved.event_lines):
             log.info("campaign %s: appended the last snapshot's events to %s", campaign, EVENT_LOG)
         suffix = ".py" if plan.seed.language == "python" else ".txt"
-        state = CampaignState(
+        machine = CampaignMachine(
             record,
             plan,
             started_at=time.time(),
@@ -337,7 +339,7 @@ class OrchestratorWorker:
             contract=task.signature,
             entrypoint=plan.entrypoint,
         )
-        return Opened(state, shell, saved, lease, environment)
+        return Opened(machine, shell, saved, lease, environment)
 
 
 async def run_orchestrator(settings: AgentSettings, campaign: str) -> CampaignSummary:

@@ -1,13 +1,13 @@
-"""What the state machine's steps ask for, turned into what the writer carries out.
+"""What the campaign machine's orders ask for, turned into what the writer carries out.
 
-A transaction's steps (``steps.Step``) ask for messages to publish, worker targets to send,
+A transaction's orders (``steps.Orders``) ask for messages to publish, worker targets to send,
 candidates to commit to the workspace, and ε-net verdicts. ``Effects`` gathers them into an
 ``Outcome``: the bus's form of the messages, the git writes (run in a worker thread, in
 transaction order), and the registry requests (``transactions.Request``) whose answers come
 back as transactions and are applied by ``answered``. It is the writer's: only the writer task
 calls it, and it makes no I/O.
 
-What needs the registry waits in the state (and its snapshot) — skills to register, skill uses
+What needs the registry waits in the machine (and its snapshot) — skills to register, skill uses
 to credit, proposals admitted unfiltered to be checked against the ε-net late (``backlog``) —
 and is asked for by the clock, ``REGISTRY_RETRY_SECONDS`` after a call no registry answered,
 for as long as the campaign runs: a registry that is away (or hangs) holds up neither the
@@ -21,13 +21,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from evobus.agents.roles.orchestrator import backlog
-from evobus.agents.roles.orchestrator.admission import protected
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Outgoing, Send
-from evobus.agents.roles.orchestrator.novelty import epsilon_text
 from evobus.agents.roles.orchestrator.registry_calls import REGISTRY_RETRY_SECONDS
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import Commit, Step
+from evobus.agents.roles.orchestrator.steps import Commit, Orders
 from evobus.agents.roles.orchestrator.transactions import (
     Admit,
     Answer,
@@ -66,7 +63,7 @@ def outbound(message: Outgoing) -> Outbound:
 
 @dataclass(frozen=True)
 class GitWrite:
-    """One step's workspace changes: its commits (with ``plan.md`` as of the step) and its
+    """One step's workspace changes: its commits (with ``plan.md`` as of them) and its
     rollbacks (tags to roll the workspace back to)."""
 
     commits: tuple[Commit, ...]
@@ -129,7 +126,7 @@ def write(workspace: CampaignWorkspace, campaign: str, writes: list[GitWrite]) -
 
 
 class Effects:
-    """Turns one campaign's steps into outcomes, and the registry's answers into steps.
+    """Turns one campaign's steps into outcomes, and the registry's answers into orders.
 
     ``retry_seconds``: how long what waits for the registry waits after a call nobody
     answered before it is asked again.
@@ -137,12 +134,12 @@ class Effects:
 
     def __init__(
         self,
-        state: CampaignState,
+        machine: CampaignMachine,
         *,
         environment: RegisterEnvironment | None = None,
         retry_seconds: float = REGISTRY_RETRY_SECONDS,
     ) -> None:
-        self.state = state
+        self.machine = machine
         self.retry_seconds = retry_seconds
         self._environment = environment  # to register, until the registry answers
         self._environment_asked = False
@@ -153,44 +150,46 @@ class Effects:
         self._away = ""  # why the registry was last found away ("" while it answers)
 
     # -- steps ------------------------------------------------------------------------------
-    def carry(self, first: Step) -> Outcome:
+    def carry(self, first: Orders) -> Outcome:
         """``first`` and every step its admissions lead to, in order."""
         outcome = Outcome()
-        steps = deque([first])
-        while steps:
-            step = steps.popleft()
-            outcome.out.extend(map(outbound, step.outbound))
-            outcome.controls.extend(step.controls)
-            if step.commits or step.rollbacks:
-                plan = self.state.plan_md() if step.commits else ""
-                outcome.writes.append(GitWrite(tuple(step.commits), tuple(step.rollbacks), plan))
-            steps.extend(self._admit(step, outcome))
+        followers = deque([first])
+        while followers:
+            orders = followers.popleft()
+            outcome.out.extend(map(outbound, orders.outbound))
+            outcome.controls.extend(orders.controls)
+            if orders.commits or orders.rollbacks:
+                plan = self.machine.plan_md() if orders.commits else ""
+                outcome.writes.append(
+                    GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan)
+                )
+            followers.extend(self._admit(orders, outcome))
         return outcome
 
-    def _admit(self, step: Step, outcome: Outcome) -> list[Step]:
+    def _admit(self, orders: Orders, outcome: Outcome) -> list[Orders]:
         """POLCA Algorithm 4 for the step's proposals: exact duplicates are refused without
         asking (novelty.py), at distance 0; the rest are asked of the registry's ε-net. While
         earlier ones wait to be checked late, new ones join them without asking, and while an
         ε-net request is out, they wait for its answer: the ε-net sees them all in the order
         admitted."""
-        state = self.state
+        machine = self.machine
         now = time.time()
-        steps = [
-            state.on_admission(
+        followers = [
+            machine.on_admission(
                 a.candidate_id,
                 Rejection(candidate_id=a.candidate_id, nearest_id=a.duplicate_of, distance=0.0),
                 now,
             )
-            for a in step.admissions
+            for a in orders.admissions
             if a.duplicate_of
         ]
-        proposals = [(a.candidate_id, a.text) for a in step.admissions if not a.duplicate_of]
-        return steps + self._ask_epsilon_net(proposals, outcome)
+        proposals = [(a.candidate_id, a.text) for a in orders.admissions if not a.duplicate_of]
+        return followers + self._ask_epsilon_net(proposals, outcome)
 
-    def _ask_epsilon_net(self, proposals: list[tuple[str, str]], outcome: Outcome) -> list[Step]:
+    def _ask_epsilon_net(self, proposals: list[tuple[str, str]], outcome: Outcome) -> list[Orders]:
         if not proposals:
             return []
-        backlog_size = len(self.state.backlog.unfiltered)
+        backlog_size = len(self.machine.backlog.unfiltered)
         if backlog_size:
             reason = (
                 f"{backlog_size} earlier proposals wait for the registry "
@@ -206,31 +205,31 @@ class Effects:
 
     def _admit_request(self, proposals: list[tuple[str, str]]) -> Admit:
         ids = [cid for cid, _ in proposals]
-        parent, links = self.state.trace.filter_parent(ids)
+        parent, links = self.machine.trace.filter_parent(ids)
         return Admit(tuple(proposals), parent, tuple(links))
 
     def _unfiltered(
         self, proposals: list[tuple[str, str]], reason: str, *, first: bool = False
-    ) -> list[Step]:
-        state = self.state
+    ) -> list[Orders]:
+        machine = self.machine
         log.log(
             logging.WARNING if first else logging.INFO,
             "campaign %s: ε-net not asked (%s); admitting %s unfiltered, to be checked once "
             "the registry answers",
-            state.cid,
+            machine.cid,
             reason,
             ", ".join(cid for cid, _ in proposals),
         )
-        return [state.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
+        return [machine.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
 
     def resumed(self) -> Outcome:
         """The ε-net requests a resumed campaign's proposals at the ε-net were waiting for
         (their answers died with the process that asked)."""
         outcome = Outcome()
-        state = self.state
-        waiting = [(cid, epsilon_text(state, cid)) for cid in state.flight.admitting]
-        for step in self._ask_epsilon_net(waiting, outcome):
-            outcome.extend(self.carry(step))
+        machine = self.machine
+        waiting = [(cid, machine.epsilon_text(cid)) for cid in machine.flight.admitting]
+        for orders in self._ask_epsilon_net(waiting, outcome):
+            outcome.extend(self.carry(orders))
         return outcome
 
     # -- answers ----------------------------------------------------------------------------
@@ -250,63 +249,63 @@ class Effects:
                 return Outcome()
 
     def _verdicts(self, verdicts: Verdicts) -> Outcome:
-        state = self.state
+        machine = self.machine
         self._asking = None
         proposals = list(verdicts.request.proposals)
         if verdicts.failure:
             if verdicts.away:
                 self._went_away(verdicts.failure)
-            steps = self._unfiltered(proposals, verdicts.failure, first=True)
+            followers = self._unfiltered(proposals, verdicts.failure, first=True)
         else:
             self._away = ""
             now = time.time()
-            steps = [
-                state.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
+            followers = [
+                machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
             ]
         outcome = Outcome()
         held, self._held = self._held, []
-        steps += self._ask_epsilon_net(held, outcome)
-        for step in steps:
-            outcome.extend(self.carry(step))
+        followers += self._ask_epsilon_net(held, outcome)
+        for orders in followers:
+            outcome.extend(self.carry(orders))
         return outcome
 
     def _backlog_worked(self, worked: BacklogWorked) -> Outcome:
-        state = self.state
+        machine = self.machine
         self._backlog_asked = False
         if worked.away:
             self._went_away(worked.away)
         else:
             self._away = ""
-        steps: list[Step] = []
+        followers: list[Orders] = []
         for skill, name, version in worked.registered:
-            steps.append(state.skill_registered(skill, name, version, time.time()))
+            followers.append(machine.skill_registered(skill, name, version, time.time()))
         for skill in worked.refused:
-            backlog.registration_refused(state, skill)
+            machine.backlog.registration_settled(skill)
         for credit in worked.credits:
             use = credit.use
             if credit.credited:
-                updated = state.skill_updated(
+                updated = machine.skill_updated(
                     use.name, credit.utility, credit.uses, use.delta, time.time()
                 )
-                steps.append(updated)
-            backlog.use_settled(state, use)
+                followers.append(updated)
+            machine.backlog.use_settled(use)
         for cid in worked.joined:
-            backlog.joined(state, cid)
+            machine.backlog.joined(cid)
         for cid, rejection in worked.checked:
-            if rejection is not None and (why := protected(state, cid)):
+            if rejection is not None and (why := machine.protected(cid)):
                 log.info(
                     "campaign %s: %s is within ε of %s (checked late) but is %s: kept",
-                    state.cid,
+                    machine.cid,
                     cid,
                     rejection.nearest_id,
                     why,
                 )
-            steps.append(state.late_admission(cid, rejection, time.time()))
+            followers.append(machine.late_admission(cid, rejection, time.time()))
         if worked.forgot:
-            backlog.forgets_done(state, worked.request.queued_forgets)
+            machine.backlog.forgets_done(worked.request.queued_forgets)
         outcome = Outcome()
-        for step in steps:
-            outcome.extend(self.carry(step))
+        for orders in followers:
+            outcome.extend(self.carry(orders))
         return outcome
 
     def _went_away(self, why: str) -> None:
@@ -320,13 +319,13 @@ class Effects:
         what waits for it in the state (when there is any, none of it is being asked already,
         and the registry was not found away moments ago). Nothing once the campaign has
         finished: its finish asked (``final``)."""
-        if self.state.run.phase == "finished" or time.monotonic() < self._retry_after:
+        if self.machine.run.finished or time.monotonic() < self._retry_after:
             return []
         requests: list[Request] = []
         if self._environment is not None and not self._environment_asked:
             self._environment_asked = True
             requests.append(self._environment)
-        if not self._backlog_asked and backlog.waiting(self.state):
+        if not self._backlog_asked and self.machine.backlog.waiting:
             requests.append(self._backlog())
         return requests
 
@@ -340,23 +339,23 @@ class Effects:
         skills of the last results are registered (and their uses credited) before
         ``campaign_finished``; None when nothing waits, or the registry was found away moments
         ago."""
-        if not backlog.waiting(self.state) or time.monotonic() < self._retry_after:
+        if not self.machine.backlog.waiting or time.monotonic() < self._retry_after:
             return None
         return self._backlog(final=True)
 
     def _backlog(self, *, final: bool = False) -> WorkOffBacklog:
-        state = self.state
-        queues = state.backlog
+        machine = self.machine
+        queues = machine.backlog
         self._backlog_asked = True
-        unfiltered = () if state.run.phase == "finished" else backlog.still_unfiltered(state)
+        unfiltered = () if machine.run.finished else machine.still_unfiltered()
         return WorkOffBacklog(
             registrations=tuple(queues.registrations),
             skill_uses=tuple(queues.skill_uses),
-            joins=tuple((cid, epsilon_text(state, cid)) for cid in queues.joins),
+            joins=tuple((cid, machine.epsilon_text(cid)) for cid in queues.joins),
             unfiltered=tuple(
-                self._admit_request([(cid, epsilon_text(state, cid))]) for cid in unfiltered
+                self._admit_request([(cid, machine.epsilon_text(cid))]) for cid in unfiltered
             ),
-            forgets=tuple(backlog.to_forget(state)),
+            forgets=tuple(machine.to_forget()),
             queued_forgets=tuple(queues.forgets),
             final=final,
         )

@@ -47,7 +47,7 @@ class SnapshotFormatError(AgentError):
 
 
 class IllegalPhase(AgentError):
-    """The campaign was asked to move back, or to stay, in its phases (``state.PHASES``): a
+    """The campaign was asked to move back, or to stay, in its phases (``run.PHASES``): a
     bug of the state machine, like ``IllegalMove``.
 
     Attributes:

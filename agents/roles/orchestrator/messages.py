@@ -9,7 +9,7 @@ drops the copies — and a restarted orchestrator that applies the redelivered r
 order than the dead one (a result whose ack was lost comes back behind newer ones), and so
 sends other messages under the same counters, sends them under other ids: none is dropped as
 a copy of a message it is not. The stages' worker targets (control messages) are data already:
-``Step.controls``.
+``Orders.controls``.
 """
 
 from __future__ import annotations

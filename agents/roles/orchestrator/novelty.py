@@ -1,4 +1,4 @@
-"""What the ε-net measures of a candidate, and exact duplicates. Pure; reads the state.
+"""What the ε-net measures of a candidate, and exact duplicates. Pure; reads the candidates.
 
 POLCA's ε-net (Algorithm 4) keeps the pool's members at least ε apart in an embedding space.
 Embedding a whole program makes every child of it look alike: a changed number in a 3 KB file
@@ -21,13 +21,10 @@ import contextlib
 import difflib
 import functools
 import hashlib
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from evobus.agents.roles.orchestrator.steps import SEED_ID
 from evobus.schemas.artifacts import Artifact, Candidate
-
-if TYPE_CHECKING:
-    from evobus.agents.roles.orchestrator.state import CampaignState
 
 
 def change_text(parent: str, child: str) -> str:
@@ -38,9 +35,9 @@ def change_text(parent: str, child: str) -> str:
     )
 
 
-def epsilon_text(state: CampaignState, candidate_id: str) -> str:
-    """The text the ε-net embeds for ``candidate_id`` (see the module)."""
-    by_id = state.candidates.by_id
+def epsilon_text(by_id: Mapping[str, Candidate], candidate_id: str) -> str:
+    """The text the ε-net embeds for ``candidate_id`` of the candidates ``by_id`` (see the
+    module)."""
     candidate = by_id[candidate_id]
     if candidate_id == SEED_ID:
         return ""
@@ -69,11 +66,11 @@ def _digest(source: str, python: bool) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def duplicate_of(state: CampaignState, candidate: Candidate) -> str:
-    """The earliest candidate made before ``candidate`` with the same normalised source ("" for
-    none)."""
+def duplicate_of(by_id: Mapping[str, Candidate], candidate: Candidate) -> str:
+    """The earliest candidate of ``by_id`` made before ``candidate`` with the same normalised
+    source ("" for none)."""
     digest = source_digest(candidate.artifact)
-    for cid, other in state.candidates.by_id.items():
+    for cid, other in by_id.items():
         if cid != candidate.id and source_digest(other.artifact) == digest:
             return cid
     return ""

@@ -197,7 +197,7 @@ def digest(snap: CampaignSnapshot) -> str:
     """A short fingerprint of a snapshot's state (equal states, equal digests): its event lines
     are what was written with it, not part of the state."""
     state = msgspec.structs.replace(snap, event_lines=b"")
-    return hashlib.sha256(snapshot._encoder.encode(state)).hexdigest()[:16]
+    return hashlib.sha256(snapshot.encoder.encode(state)).hexdigest()[:16]
 
 
 class EventLog:

@@ -1,8 +1,9 @@
-"""The words of the orchestrator's state machine: a campaign's steps and what they ask for.
+"""The words of the campaign machine: a campaign's steps and what they ask for.
 
 A *step* (POLCA Algorithm 1, one iteration; REFLEX Algorithm 1, one generation) is a ``Chain``
-from selection to decision; ``Pending`` says what a work id in flight is for; applying a result
-returns a ``Step`` of effects for the shell. The constants that tune the pipeline, the
+from selection to decision, and "step" means nothing else here; ``Purpose`` says what a work
+id in flight is for; applying a result (a transaction) returns ``Orders`` for the shell: the
+messages to publish, the commits, the ε-net requests. The constants that tune the pipeline, the
 decisions and the summaries live here too.
 """
 
@@ -77,7 +78,7 @@ class TaskPlan:
     best_possible: float | None = None
     seed: Artifact = _PROGRAM  # the task's seed: its kind, language and entrypoint
     # Whether a program scores the same on an instance every time (None: not said, observed;
-    # reuse.py): the campaign's ``[task] deterministic``, else the task's own word.
+    # observed.py): the campaign's ``[task] deterministic``, else the task's own word.
     deterministic: bool | None = None
 
     @property
@@ -102,14 +103,14 @@ FIRST_STAGE: ChainStage = "explore"
 # The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
 # step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
 # abandoned, made from a removed speculative parent) — by leaving the live steps
-# (``flight.forget``), from any stage: that is not a move.
+# (``CampaignMachine.forget``), from any stage: that is not a move.
 MOVES: dict[ChainStage, frozenset[ChainStage]] = {
     # the parents are scored: m_diag waits for the critic, the other operators pass it
     "explore": frozenset({"explored", "diagnosed"}),
-    # a diagnose slot (refill), or the diagnosis another step or ``diagnose_ahead`` asked for
+    # a diagnose slot (_refill), or the diagnosis another step or ``_diagnose_ahead`` asked for
     "explored": frozenset({"diagnose", "diagnosed"}),
     "diagnose": frozenset({"diagnosed"}),  # the critic's diagnosis (REFLEX §3.2)
-    "diagnosed": frozenset({"propose"}),  # a propose slot (refill)
+    "diagnosed": frozenset({"propose"}),  # a propose slot (_refill)
     "propose": frozenset({"admitting", "ready"}),  # the proposal: to the ε-net when it is on
     "admitting": frozenset({"ready"}),  # admitted (or admitted unfiltered)
     # FlashEvolve §3.2: the staleness policy keeps it (evaluate) or repairs it
@@ -124,8 +125,8 @@ MOVES: dict[ChainStage, frozenset[ChainStage]] = {
 class Chain:
     """One step in flight, from selection to decision.
 
-    A step is no record of the campaign state: it is written by the stage handling it (its
-    stage only by ``move``), and lives in ``flight.Flight.live`` under its ``key``.
+    A step is no component of the machine: the machine writes it as it handles the step's
+    stages (its stage only by ``move``), and it lives in ``Flight.live`` under its ``key``.
     """
 
     operator: Operator
@@ -157,7 +158,7 @@ class Chain:
         self.stage = to
 
 
-PendingKind = Literal[
+WorkKind = Literal[
     "tool",
     "seed",
     "validate",
@@ -171,11 +172,11 @@ PendingKind = Literal[
 
 
 @dataclass(frozen=True)
-class Pending:
+class Purpose:
     """What a work id in flight is for: ``chain`` is the key of its step (0 for work of no
-    step), found among the live steps by ``flight.chain_of``."""
+    step), found among the live steps by ``Flight.chain_of``."""
 
-    kind: PendingKind
+    kind: WorkKind
     chain: int = 0
     candidate_id: str = ""
 
@@ -204,7 +205,7 @@ class AdmissionRequest:
 
 
 class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
-    """A skill's utility to credit in the registry (REFLEX §3.4): kept in the campaign state —
+    """A skill's utility to credit in the registry (REFLEX §3.4): kept in the backlog —
     and its snapshot — until the registry has it; ``use_id`` makes a repeat a no-op."""
 
     use_id: str
@@ -214,7 +215,7 @@ class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
 
 class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
     """A skill to register in the registry (REFLEX §3.4, A-Evolve Phase 5): kept in the
-    campaign state — and its snapshot — until the registry has it. Registering is idempotent
+    backlog — and the snapshot — until the registry has it. Registering is idempotent
     (the same content is the same version), so one sent again after a crash adds nothing.
 
     Attributes:
@@ -231,8 +232,9 @@ class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @dataclass
-class Step:
-    """What applying one result (or one tick) asks the shell to do."""
+class Orders:
+    """What one transaction of the machine (a result applied, a tick, a registry answer) asks
+    the shell to do."""
 
     outbound: list[Outgoing] = field(default_factory=list)  # to send: the shell publishes
     commits: list[Commit] = field(default_factory=list)
@@ -240,8 +242,8 @@ class Step:
     rollbacks: list[str] = field(default_factory=list)
     controls: list[WorkersTarget] = field(default_factory=list)
 
-    def extend(self, other: Step) -> None:
-        """Add what ``other`` asks for after what this step asks for."""
+    def extend(self, other: Orders) -> None:
+        """Add what ``other`` asks for after what these ask for."""
         self.outbound += other.outbound
         self.commits += other.commits
         self.admissions += other.admissions

@@ -1,6 +1,6 @@
-"""The campaign's single writer: one task that changes the state, one transaction at a time.
+"""The campaign's single writer: one task that changes the machine, one transaction at a time.
 
-Each transaction (``transactions.Transaction``) changes the state, writes the workspace (git, in
+Each transaction (``transactions.Transaction``) changes the machine, writes the workspace (git, in
 a worker thread: the event loop goes on renewing the lease), records and publishes what it led
 to, then snapshots: a snapshot never holds a change whose messages are not yet published. What
 needs the registry leaves as requests for the registry task; their answers come back as
@@ -28,11 +28,11 @@ from nats.js import JetStreamContext
 
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.effects import Effects, Outcome, write
+from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit
 from evobus.agents.roles.orchestrator.persist import EventLog, SnapshotStore, digest
 from evobus.agents.roles.orchestrator.snapshot import CampaignSnapshot
-from evobus.agents.roles.orchestrator.state import CampaignState
-from evobus.agents.roles.orchestrator.steps import Step
+from evobus.agents.roles.orchestrator.steps import Orders
 from evobus.agents.roles.orchestrator.transactions import (
     BacklogWorked,
     EnvironmentRegistered,
@@ -58,30 +58,32 @@ log = logging.getLogger(__name__)
 PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
 
 
-def resume(state: CampaignState, saved: CampaignSnapshot, revision: int, now: float) -> Step:
-    """Restore ``saved`` into a fresh ``state`` and announce it: a ``campaign_resumed`` event
+def resume(machine: CampaignMachine, saved: CampaignSnapshot, revision: int, now: float) -> Orders:
+    """Restore ``saved`` into a fresh ``machine`` and announce it: a ``campaign_resumed`` event
     whose digests say whether the restored state is the snapshot (they are equal)."""
-    snapshot.restore(state, saved)
-    restored = snapshot.take(state, last_applied=saved.last_applied, now=saved.saved_at)
-    state.clock.resume(now)  # the budget goes on from what had run, not from the pause
+    snapshot.restore(machine, saved)
+    restored = snapshot.take(machine, last_applied=saved.last_applied, now=saved.saved_at)
+    machine.clock.resume(now)  # the budget goes on from what had run, not from the pause
     event = CampaignResumed(
-        campaign=state.cid,
+        campaign=machine.cid,
         at=now,
         revision=revision,
-        results_applied=state.tally.results_applied,
+        results_applied=machine.tally.results_applied,
         last_applied=saved.last_applied,
         digest=digest(saved),
         restored_digest=digest(restored),
-        in_flight=len(state.flight.pending),
-        phase=state.run.phase,
+        in_flight=len(machine.flight.pending),
+        phase=machine.run.phase,
     )
     # Not from the event counter: the dead orchestrator may have published events past the
     # snapshot, which the redelivered result will publish again under the same ids (and
     # JetStream drops as duplicates) — only if this event takes none of those ids.
-    step = Step()
-    step.outbound.append(Emit(event, f"{state.cid}-resumed-{revision}", state.trace.note(event)))
-    step.controls += state.target_messages(now)
-    return step
+    orders = Orders()
+    orders.outbound.append(
+        Emit(event, f"{machine.cid}-resumed-{revision}", machine.trace.note(event))
+    )
+    orders.controls += machine.target_messages(now)
+    return orders
 
 
 @dataclass
@@ -96,7 +98,7 @@ class Finishing:
 
 @dataclass(frozen=True)
 class Shell:
-    """What the writer writes to besides the state: the bus, the snapshot, the run folder."""
+    """What the writer writes to besides the machine: the bus, the snapshot, the run folder."""
 
     nc: Client
     js: JetStreamContext
@@ -112,14 +114,14 @@ class CampaignWriter:
 
     def __init__(
         self,
-        state: CampaignState,
+        machine: CampaignMachine,
         effects: Effects,
         shell: Shell,
         requests: MemoryObjectSendStream[Request],
         *,
         last_applied: str = "",
     ) -> None:
-        self.state = state
+        self.machine = machine
         self.effects = effects
         self.shell = shell
         self.requests = requests
@@ -133,13 +135,13 @@ class CampaignWriter:
     async def begin(self, saved: CampaignSnapshot | None) -> None:
         """The first transaction: start the campaign, or resume it from ``saved`` (a finished
         campaign's queued work is purged again)."""
-        state = self.state
+        machine = self.machine
         if saved is None:
-            await self._carry_out(self.effects.carry(state.start(time.time())), persist=True)
+            await self._carry_out(self.effects.carry(machine.start(time.time())), persist=True)
             return
         revision = self.shell.store.revision or 0
-        outcome = self.effects.carry(resume(state, saved, revision, time.time()))
-        log.info("campaign %s: resumed from snapshot revision %s", state.cid, revision)
+        outcome = self.effects.carry(resume(machine, saved, revision, time.time()))
+        log.info("campaign %s: resumed from snapshot revision %s", machine.cid, revision)
         outcome.extend(self.effects.resumed())
         await self._carry_out(outcome, persist=True)
 
@@ -165,7 +167,7 @@ class CampaignWriter:
                         outcome.extend(self._apply_result(delivery))
                 await self._carry_out(outcome, persist=True, done=done)
             case Tick() if self._finishing is None and not self.finished.is_set():
-                outcome = self.effects.carry(self.state.tick(time.time()))
+                outcome = self.effects.carry(self.machine.tick(time.time()))
                 self._log_pipeline()
                 # Event ids moved on when it emitted: a restart must not reuse them.
                 await self._carry_out(outcome, persist=bool(outcome.out))
@@ -179,15 +181,15 @@ class CampaignWriter:
     def _apply_result(self, delivery: Delivery[Result]) -> Outcome:
         """Apply one result; what it leads to. A state machine that breaks on it fails the
         campaign: a redelivery would stall it."""
-        state = self.state
+        machine = self.machine
         result = delivery.item
         self.last_applied = result.work_id
         try:
-            step = state.apply(result, delivery.ctx.sender, time.time())
+            orders = machine.apply(result, delivery.ctx.sender, time.time())
         except Exception as exc:
-            log.exception("campaign %s: applying %s failed", state.cid, type(result).__name__)
-            step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
-        return self.effects.carry(step)
+            log.exception("campaign %s: applying %s failed", machine.cid, type(result).__name__)
+            orders = machine.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
+        return self.effects.carry(orders)
 
     async def _answered(self, answer: Verdicts | BacklogWorked | EnvironmentRegistered) -> None:
         """Apply the registry's answer; a held finish takes what it leads to before its
@@ -248,22 +250,22 @@ class CampaignWriter:
         outcome.requests = []
 
     async def _write_out(self, outcome: Outcome, *, persist: bool) -> None:
-        state = self.state
+        machine = self.machine
         shell = self.shell
         if outcome.writes:  # git off the event loop, in transaction order
-            await anyio.to_thread.run_sync(write, shell.workspace, state.cid, outcome.writes)
-        state.trace.end_retired()
+            await anyio.to_thread.run_sync(write, shell.workspace, machine.cid, outcome.writes)
+        machine.trace.end_retired()
         # The run folder keeps the campaign's events too (`evobus report` reads them there),
         # appended once the snapshot that holds them is written (persist).
         shell.event_log.stage(o.message for o in outcome.out if isinstance(o.message, Event))
         for target in outcome.controls:  # FlashEvolve §3.4: the agents of a stage change K
             await send_workers_target(shell.nc, target)
-        if state.run.phase == "finished":
-            write_summary(shell.run_dir / "summary.json", state.summary(time.time()))
+        if machine.run.finished:
+            write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
         await self.publish(outcome)
         if persist:
             await self.persist()
-        if state.run.phase == "finished":
+        if machine.run.finished:
             self.finished.set()
 
     async def publish(self, outcome: Outcome) -> None:
@@ -272,7 +274,7 @@ class CampaignWriter:
         EVO_WORK, whenever this process dies (a successor resumes the finished state and
         purges again)."""
         out = outcome.out
-        if self.state.run.phase == "finished" and out:
+        if self.machine.run.finished and out:
             out = [o for o in out if not subjects.is_work(o.subject)]
             await self.purge_work()
         await self.shell.publisher.publish_all(out)
@@ -281,14 +283,14 @@ class CampaignWriter:
         """Snapshot the state (after its messages are published), then append its events to
         the run folder's log."""
         shell = self.shell
-        taken = snapshot.take(self.state, last_applied=self.last_applied, now=time.time())
+        taken = snapshot.take(self.machine, last_applied=self.last_applied, now=time.time())
         await shell.store.save(shell.event_log.saved(taken))
         shell.event_log.commit()
 
     async def purge_work(self) -> None:
         """Remove what is still queued for this campaign: it will never be used (the work items
         workers hold are removed too; their acks, naks and results change nothing)."""
-        campaign = self.state.cid
+        campaign = self.machine.cid
         purge = partial(
             self.shell.js.purge_stream,
             subjects.STREAM_WORK,
@@ -302,12 +304,12 @@ class CampaignWriter:
         if time.monotonic() - self._logged < PIPELINE_LOG_SECONDS:
             return
         self._logged = time.monotonic()
-        state = self.state
-        stages = Counter(chain.stage for chain in state.flight.live.values())
+        machine = self.machine
+        stages = Counter(chain.stage for chain in machine.flight.live.values())
         log.info(
             "campaign %s: pool v%d, steps by stage %s, %d work items pending",
-            state.cid,
-            state.population.pool.version,
+            machine.cid,
+            machine.population.pool.version,
             dict(sorted(stages.items())),
-            len(state.flight.pending),
+            len(machine.flight.pending),
         )
