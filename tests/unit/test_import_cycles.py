@@ -1,7 +1,8 @@
-"""No import cycle inside the console or the runner, read from the source: each module's AST
-gives its imports (those inside functions and under ``TYPE_CHECKING`` included — an import put
-off to call time still ties the two modules), and the graph of them has no cycle. The launcher,
-which forks every agent, reaches nothing of the command line."""
+"""No import cycle inside the console, the runner or the orchestrator's core, read from the
+source: each module's AST gives its imports (those inside functions and under ``TYPE_CHECKING``
+included — an import put off to call time still ties the two modules), and the graph of them has
+no cycle. The launcher, which forks every agent, reaches nothing of the command line; a component
+of the campaign machine reaches neither the machine nor another component."""
 
 from __future__ import annotations
 
@@ -10,7 +11,24 @@ from collections.abc import Container, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agents/console", "agents/runner")
+PACKAGES = ("agents/console", "agents/runner", "agents/roles/orchestrator")
+ORCHESTRATOR = "evobus.agents.roles.orchestrator"
+# The components of the campaign machine (machine.py), each in a module of its own.
+COMPONENTS = (
+    "run",
+    "tally",
+    "observed",
+    "flight",
+    "selection",
+    "candidates",
+    "workers",
+    "population",
+    "speculation",
+    "best",
+    "decisions",
+    "backlog",
+    "islands",
+)
 
 
 def module_name(path: Path) -> str:
@@ -22,7 +40,7 @@ def module_name(path: Path) -> str:
 
 
 def sources() -> dict[str, Path]:
-    """Every module of the console and the runner, by name."""
+    """Every module of the console, the runner and the orchestrator, by name."""
     return {
         module_name(path): path
         for package in PACKAGES
@@ -91,10 +109,11 @@ def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def test_the_console_and_the_runner_have_no_import_cycle() -> None:
+def test_the_console_the_runner_and_the_orchestrator_have_no_import_cycle() -> None:
     modules = sources()
     assert "evobus.agents.runner.launcher" in modules, "the packages moved?"
     assert "evobus.agents.console.cli.main" in modules, "the packages moved?"
+    assert f"{ORCHESTRATOR}.machine" in modules, "the packages moved?"
     cycle = find_cycle(graph(modules))
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -103,6 +122,18 @@ def test_the_launcher_reaches_nothing_of_the_command_line() -> None:
     edges = graph(sources())
     reached = reachable(edges, "evobus.agents.runner.launcher")
     assert not {m for m in reached if m.startswith("evobus.agents.console")}, sorted(reached)
+
+
+def test_a_component_of_the_campaign_machine_sees_no_other_nor_the_machine() -> None:
+    edges = graph(sources())
+    components = {f"{ORCHESTRATOR}.{name}" for name in COMPONENTS}
+    assert components <= set(edges), sorted(components - set(edges))
+    for component in sorted(components):
+        reached = reachable(edges, component)
+        assert not reached & (components - {component}), (component, sorted(reached))
+        assert f"{ORCHESTRATOR}.machine" not in reached, component
+    # The machine is what composes them.
+    assert components <= edges[f"{ORCHESTRATOR}.machine"]
 
 
 def test_the_cycle_finder_sees_a_cycle() -> None:
