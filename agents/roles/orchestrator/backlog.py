@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.steps import SkillRegistration, SkillUse
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 
 
 class Best(Component, kw_only=True):

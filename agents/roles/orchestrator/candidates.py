@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.artifacts import Candidate
 from evobus.schemas.tools import ToolRef
 

@@ -10,7 +10,7 @@ import msgspec
 
 from evobus.agents.evolution.history import EvolutionHistory
 from evobus.agents.evolution.stagnation import StagnationDetector
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.steps import SUMMARY_EVERY
 from evobus.schemas.artifacts import LineageRecord, Operator
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.steps import Chain, Purpose
 from evobus.schemas.results import Result
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.campaign import Island
 
 

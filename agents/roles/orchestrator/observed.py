@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.steps import ANALYSIS_WINDOW, Chain
 from evobus.schemas.llm import Usage
 from evobus.schemas.results import Diagnosis, Evaluation

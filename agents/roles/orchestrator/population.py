@@ -16,7 +16,7 @@ import msgspec
 from evobus.agents.evolution.map_elites import MapElitesArchive, grid_changed, kept_metrics, place
 from evobus.agents.evolution.pool import CandidatePool
 from evobus.agents.evolution.staleness import PoolChange, PoolLog
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.events import MapElitesChanged
 from evobus.schemas.results import Evaluation, Migrant
 

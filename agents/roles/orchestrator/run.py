@@ -7,7 +7,7 @@ from typing import Literal
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.steps import Phase, Status
 

@@ -18,7 +18,7 @@ from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit, nex
 from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pareto import ParetoFront, select_parents
 from evobus.agents.evolution.pool import CandidatePool, PriorityRule, sample_minibatch
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.artifacts import Operator
 
 

@@ -2,7 +2,7 @@
 and restores on start (docs/failure-model.md, "What evobus guarantees").
 
 The snapshot is the machine's components (``Records``), each as its own ``snapshot()`` — its
-msgpack encoding, its private fields under their public names (``codec``) — with the running
+msgpack encoding, its private fields under their public names (``component``) — with the running
 seconds of the campaign's clock and where it stood (the last result applied). ``take(machine)``
 encodes the components at once, so later changes of the machine do not leak into the snapshot;
 ``restore(machine, snapshot)`` decodes them (``from_snapshot``) into a fresh ``CampaignMachine``
@@ -22,7 +22,7 @@ import msgspec
 from evobus.agents.roles.orchestrator.backlog import Backlog
 from evobus.agents.roles.orchestrator.best import Best
 from evobus.agents.roles.orchestrator.candidates import Candidates
-from evobus.agents.roles.orchestrator.codec import encoder
+from evobus.agents.roles.orchestrator.component import encoder
 
 __all__ = [
     "SNAPSHOT_FORMAT",

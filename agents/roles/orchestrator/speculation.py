@@ -14,7 +14,7 @@ import msgspec
 
 from evobus.agents.evolution.reordering import PassHistory, passed
 from evobus.agents.evolution.speculative import SpeculativeSet
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.results import Evaluation
 
 

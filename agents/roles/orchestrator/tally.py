@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.schemas.agents import AgentRef
 from evobus.schemas.llm import SIMULATOR_NOTE, Usage
 from evobus.schemas.results import Diagnosis, Proposal, Result

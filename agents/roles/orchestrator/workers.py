@@ -10,7 +10,7 @@ import msgspec
 
 from evobus.agents.evolution.in_flight import InFlight
 from evobus.agents.evolution.workers import RateMeter
-from evobus.agents.roles.orchestrator.codec import Component
+from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.steps import RATE_WINDOW_SECONDS
 
 

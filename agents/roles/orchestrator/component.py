@@ -1,6 +1,7 @@
-"""How a component of the campaign machine goes into a snapshot and back. Pure; no I/O.
+"""``Component``, the base of every component of the campaign machine, and how one goes into a
+snapshot and back. Pure; no I/O.
 
-Each component (``machine.CampaignMachine`` lists them) is a msgspec Struct whose fields are
+Each component (``machine.CampaignMachine`` builds them) is a msgspec Struct whose fields are
 private and encoded under their public names; its ``snapshot()`` is its msgpack encoding
 (``encode``), taken at once, so later changes do not leak into it, and ``from_snapshot``
 decodes it (``decode``). The evolution objects a component holds (pool, bandit, burst, …) go
