@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import msgspec
 
 from evobus.agents.roles.orchestrator.component import Component
-from evobus.agents.roles.orchestrator.steps import Chain, Purpose
+from evobus.agents.roles.orchestrator.steps import Chain, ChainStage, Purpose, WorkKind
 from evobus.schemas.results import Result
 
 # A successor that resumes from a snapshot older than its predecessor's last messages sends
@@ -76,18 +76,18 @@ class Flight(Component, kw_only=True):
         """The live step work of ``purpose`` is for (None for work of no step)."""
         return self._live.get(purpose.chain) if purpose.chain else None
 
-    def waiting_for(self, kind: str, candidate_id: str | None = None) -> bool:
+    def waiting_for(self, kind: WorkKind, candidate_id: str | None = None) -> bool:
         """Whether work of ``kind`` (for ``candidate_id``, when given) is in flight."""
         return any(
             p.kind == kind and (candidate_id is None or p.candidate_id == candidate_id)
             for p in self._pending.values()
         )
 
-    def in_stages(self, *stages: str) -> int:
+    def in_stages(self, *stages: ChainStage) -> int:
         """How many live steps are in one of ``stages``."""
         return sum(1 for chain in self._live.values() if chain.stage in stages)
 
-    def in_stage(self, stage: str) -> list[Chain]:
+    def in_stage(self, stage: ChainStage) -> list[Chain]:
         """The live steps in ``stage``, oldest first."""
         return [chain for chain in self._live.values() if chain.stage == stage]
 

@@ -176,6 +176,15 @@ from evobus.schemas.work import (
 FEEDS = {"diagnose": "propose", "propose": "evaluate"}
 # The stages of a step with evaluations in flight: what the evaluate stage's K bounds.
 EVALUATING: tuple[ChainStage, ...] = ("explore", "evaluate")
+# The stages of a step before its proposal is through the ε-net (sync mode's last barrier).
+BEFORE_ADMITTED: tuple[ChainStage, ...] = (
+    "explore",
+    "explored",
+    "diagnose",
+    "diagnosed",
+    "propose",
+    "admitting",
+)
 # The stages of a step between its start and its child's evaluation (what the queue bounds).
 BEFORE_EVALUATION: tuple[ChainStage, ...] = (
     "explore",
@@ -1248,8 +1257,7 @@ class CampaignMachine:
         if not flight.in_stages("explore", "explored", "diagnose"):
             for chain in flight.in_stage("diagnosed"):
                 self._propose(orders, chain)
-        before = ("explore", "explored", "diagnose", "diagnosed", "propose", "admitting")
-        if not flight.in_stages(*before):
+        if not flight.in_stages(*BEFORE_ADMITTED):
             for chain in flight.in_stage("ready"):
                 self._dispatch_ready(orders, chain, now)
         evaluated = flight.in_stage("evaluated")
