@@ -565,7 +565,7 @@ def test_the_campaigns_phases_only_move_on() -> None:
     assert state.run.phase == "evolving"
     for back in ("tools", "seed", "evolving", "finished"):
         with pytest.raises(IllegalPhase, match=f"from phase 'evolving' to '{back}'"):
-            state.enter(back)
+            state.run.enter(back, state.cid)
     assert state.run.phase == "evolving"
 
 

@@ -235,9 +235,8 @@ class OrchestratorWorker:
                 quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
             # The root span ends first: the exporter sends it while the last writes are made.
             machine.trace.finish(machine.run.status, machine.run.stop_reason)
-            await (
-                writer.persist()
-            )  # the finished campaign: `evobus resume` reports it, nothing reruns
+            # The finished campaign: `evobus resume` reports it, nothing reruns.
+            await writer.persist()
             write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
             if machine.run.finished:  # again: a tool request an actor sent as it stopped
                 try:

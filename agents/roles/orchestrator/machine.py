@@ -293,7 +293,7 @@ class CampaignMachine:
         """The text the registry's ε-net embeds for ``candidate_id`` (novelty.py)."""
         return epsilon_text(self.candidates.by_id, candidate_id)
 
-    def alive(self, candidate_id: str) -> bool:
+    def _alive(self, candidate_id: str) -> bool:
         """Whether the candidate is still in the campaign: in the pool, or its step in flight."""
         return candidate_id in self.population or self.flight.chain_making(candidate_id) is not None
 
@@ -309,33 +309,33 @@ class CampaignMachine:
     def next_unfiltered(self) -> tuple[str, str] | None:
         """The oldest candidate admitted unfiltered that is still alive, with the text the
         ε-net embeds (``Backlog.next_unfiltered``); None when none is left."""
-        cid = self.backlog.next_unfiltered(self.alive)
+        cid = self.backlog.next_unfiltered(self._alive)
         return None if cid is None else (cid, self.epsilon_text(cid))
 
     def still_unfiltered(self) -> list[str]:
         """The candidates admitted unfiltered that are still alive, oldest first."""
-        return self.backlog.still_unfiltered(self.alive)
+        return self.backlog.still_unfiltered(self._alive)
 
     def to_forget(self) -> list[str]:
         """The queued candidates the ε-net is to forget now: those still out of the pool and
         of every step in flight (one that came back meanwhile stays in the ε-net)."""
-        return [cid for cid in self.backlog.forgets if not self.alive(cid)]
+        return [cid for cid in self.backlog.forgets if not self._alive(cid)]
 
     # -- ids and publishing ------------------------------------------------------------------
-    def enter(self, phase: Phase) -> None:
+    def _enter(self, phase: Phase) -> None:
         """Move the campaign on to a later ``phase`` (``Run.enter``)."""
         self.run.enter(phase, self.cid)
 
-    def next_serial(self, counter: str) -> int:
+    def _next_serial(self, counter: str) -> int:
         """The next number of ``counter`` (work, event, candidate or chain), from 1."""
         return self.run.next_serial(counter)
 
-    def emit(self, orders: Orders, event: Event, chain: Chain | None = None) -> None:
+    def _emit(self, orders: Orders, event: Event, chain: Chain | None = None) -> None:
         """Emit ``event`` on the campaign's event stream with the next event id (and note it
         on its step's trace: ``chain``'s, else the step of the candidate it names)."""
         context = self.trace.note(event, chain)
         # The counter and the content but its time (``messages.content_id``).
-        serial = f"{self.cid}-e{self.next_serial('event'):07d}"
+        serial = f"{self.cid}-e{self._next_serial('event'):07d}"
         msg_id = content_id(serial, msgspec.structs.replace(event, at=0.0))
         if isinstance(event, CandidateEvaluated) and event.work_id:
             # From its work item, whatever else was emitted before it: one evaluation, one
@@ -343,20 +343,20 @@ class CampaignMachine:
             msg_id = f"{self.cid}-evaluated-{event.work_id}"
         orders.outbound.append(Emit(event, msg_id, context))
 
-    def new_work_id(self) -> str:
-        """A fresh work id's serial part (``send_work`` adds its content's digest)."""
-        return f"{self.cid}-w{self.next_serial('work'):06d}"
+    def _new_work_id(self) -> str:
+        """A fresh work id's serial part (``_send_work`` adds its content's digest)."""
+        return f"{self.cid}-w{self._next_serial('work'):06d}"
 
-    def send_work(self, orders: Orders, stage: str, item: Work, purpose: Purpose) -> None:
+    def _send_work(self, orders: Orders, stage: str, item: Work, purpose: Purpose) -> None:
         """Send ``item`` to ``stage``'s workers and remember what it is for. Its work id is the
-        serial ``new_work_id`` gave it and a digest of the rest (``messages.content_id``)."""
+        serial ``_new_work_id`` gave it and a digest of the rest (``messages.content_id``)."""
         blank = msgspec.structs.replace(item, work_id="")
         item = msgspec.structs.replace(item, work_id=content_id(item.work_id, blank))
         self.flight.sent(item.work_id, purpose)
         context = self.trace.context(self.flight.chain_of(purpose), purpose.candidate_id)
         orders.outbound.append(Send(stage, item, context))
 
-    def evaluate(
+    def _evaluate(
         self,
         orders: Orders,
         candidate: Candidate,
@@ -376,11 +376,11 @@ class CampaignMachine:
         # The task's tools and those the candidate's proposal asked for (newest version).
         tools = dict(self.observed.tools)
         tools.update((ref.name, ref) for ref in self.candidates.tools_of(candidate.id))
-        self.send_work(
+        self._send_work(
             orders,
             "evaluate",
             EvaluateWork(
-                work_id=self.new_work_id(),
+                work_id=self._new_work_id(),
                 campaign=self.cid,
                 pool_version=self.population.version,
                 task=self.plan.name,
@@ -402,7 +402,7 @@ class CampaignMachine:
         orders = Orders()
         budget = self.spec.campaign.budget
         orders.controls += self.target_messages(now)
-        self.emit(
+        self._emit(
             orders,
             CampaignStarted(
                 campaign=self.cid,
@@ -416,9 +416,9 @@ class CampaignMachine:
         )
         for spec in self.plan.tools:
             item = ToolWork(
-                work_id=self.new_work_id(), campaign=self.cid, pool_version=0, spec=spec
+                work_id=self._new_work_id(), campaign=self.cid, pool_version=0, spec=spec
             )
-            self.send_work(orders, "tool", item, Purpose("tool"))
+            self._send_work(orders, "tool", item, Purpose("tool"))
         if not imported_tools(self.record.seed_source) & {t.name for t in self.plan.tools}:
             # A seed that imports none of the task's tools is scored beside their
             # registration, not after it: the first evaluation comes sooner, and a seed that
@@ -448,7 +448,7 @@ class CampaignMachine:
         if rejection is None:
             chain.move("ready")
         else:
-            self.forget(chain, "filtered")
+            self._forget(chain, "filtered")
             self._filtered(orders, candidate_id, rejection, now, late=False)
             self._count_undecided(orders, now)
         self._refill(orders, now)
@@ -463,7 +463,7 @@ class CampaignMachine:
             return self._settle(orders, now)
         chain.move("ready")
         self.backlog.queue_unfiltered(candidate_id)
-        self.emit(
+        self._emit(
             orders,
             AdmittedUnfiltered(campaign=self.cid, at=now, candidate_id=candidate_id, reason=reason),
         )
@@ -484,7 +484,7 @@ class CampaignMachine:
         """
         orders = Orders()
         self.backlog.unfiltered_checked(candidate_id)
-        if rejection is None or self.run.finished or not self.alive(candidate_id):
+        if rejection is None or self.run.finished or not self._alive(candidate_id):
             return self._settle(orders, now)  # (a result may have ended its step meanwhile)
         if why := self.protected(candidate_id):
             self.decisions.note(
@@ -496,7 +496,7 @@ class CampaignMachine:
         if chain is not None:
             if self.speculation.is_speculative(candidate_id):
                 self._withdraw_speculative(candidate_id, self._score(candidate_id), chain)
-            self.drop_chain(chain, "filtered")
+            self._drop_chain(chain, "filtered")
             self._count_undecided(orders, now)  # a step that ends undecided, as a filtered one
         else:
             record = self.decisions.lineage.get(candidate_id)
@@ -521,7 +521,7 @@ class CampaignMachine:
         origin = (
             f"{self.cid}/{registration.candidate_id}" if registration.candidate_id else "auto-seed"
         )
-        self.emit(
+        self._emit(
             orders,
             SkillLearned(campaign=self.cid, at=now, name=name, version=version, origin=origin),
         )
@@ -532,7 +532,7 @@ class CampaignMachine:
     ) -> Orders:
         """Announce a skill's new utility after a child that used it was decided."""
         orders = Orders()
-        self.emit(
+        self._emit(
             orders,
             SkillUtilityUpdated(
                 campaign=self.cid, at=now, name=name, utility=utility, uses=uses, delta=delta
@@ -549,11 +549,11 @@ class CampaignMachine:
         run = self.run
         if not run.finished and self.clock.elapsed(now) >= budget.wall_seconds:
             status: Status = "completed" if self.best.candidate_id else "failed"
-            self.finish(orders, now, status, "wall-clock budget spent")
+            self._finish(orders, now, status, "wall-clock budget spent")
         elif run.phase == "evolving" and run.due("workers", WORKERS_PERIOD_SECONDS, now):
             self._rebalance(orders, now)
         if not run.finished and run.due("progress", PROGRESS_SECONDS, now):
-            self.emit(orders, self.progress(now))
+            self._emit(orders, self.progress(now))
         if not run.finished and run.due("targets", TARGETS_RESEND_SECONDS, now):
             # Control messages are core NATS: an agent that subscribed after the last one (a
             # late start, a restart) missed it. The targets go out again, so it catches up.
@@ -571,15 +571,15 @@ class CampaignMachine:
         """End the campaign as failed (the shell could not go on)."""
         orders = Orders()
         if not self.run.finished:
-            self.finish(orders, now, "failed", reason)
+            self._finish(orders, now, "failed", reason)
         return orders
 
-    def finish(self, orders: Orders, now: float, status: Status, reason: str) -> None:
+    def _finish(self, orders: Orders, now: float, status: Status, reason: str) -> None:
         """End the campaign with ``status`` and announce its summary."""
         self.run.finish(status, reason)
         self.clock.stop(now)
-        self.emit(orders, self.progress(now))
-        self.emit(orders, CampaignFinished(campaign=self.cid, at=now, summary=self.summary(now)))
+        self._emit(orders, self.progress(now))
+        self._emit(orders, CampaignFinished(campaign=self.cid, at=now, summary=self.summary(now)))
 
     # -- a result, dispatched once by its type ------------------------------------------------
     def _apply(self, result: Result, sender: AgentRef | None, now: float) -> Orders:
@@ -621,10 +621,10 @@ class CampaignMachine:
             case ToolResult():
                 self._on_tool(orders, result, now)
             case WorkFailed() if purpose.kind in ("tool", "seed"):
-                self.finish(orders, now, "failed", f"{result.stage} failed: {result.error}")
+                self._finish(orders, now, "failed", f"{result.stage} failed: {result.error}")
             case WorkFailed() if purpose.kind == "validate" and purpose.candidate_id == SEED_ID:
                 # The evaluation itself failed (no sandbox, dead-lettered): not the seed's fault.
-                self.finish(orders, now, "failed", f"the seed's evaluation failed: {result.error}")
+                self._finish(orders, now, "failed", f"the seed's evaluation failed: {result.error}")
             case WorkFailed():
                 self._abandon(orders, result, chain, now)
             case Evaluation():
@@ -653,11 +653,11 @@ class CampaignMachine:
                     text=result.text,
                     programs=self.decisions.summarized,
                 )
-                self.emit(orders, written)
+                self._emit(orders, written)
             case SkillExtracted():
                 self._on_skill(orders, result, purpose.candidate_id, now)
             case _:
-                self.finish(orders, now, "failed", f"unexpected {type(result).__name__} result")
+                self._finish(orders, now, "failed", f"unexpected {type(result).__name__} result")
 
     def _check_budgets(self, orders: Orders, now: float) -> None:
         """The token and evaluation budgets are hard stops, checked after every applied result:
@@ -671,7 +671,7 @@ class CampaignMachine:
             return
         target, best = budget.target_score, self.best.score
         if target is not None and best is not None and best >= target:
-            self.finish(orders, now, "completed", TARGET_REACHED)
+            self._finish(orders, now, "completed", TARGET_REACHED)
             return
         if budget.tokens and self.tally.usage.total_tokens >= budget.tokens:
             spent = "token"
@@ -680,13 +680,13 @@ class CampaignMachine:
         else:
             return
         status: Status = "completed" if self.best.candidate_id else "failed"
-        self.finish(orders, now, status, f"{spent} budget spent")
+        self._finish(orders, now, status, f"{spent} budget spent")
 
     # -- the tools and the seed ----------------------------------------------------------------
     def _evaluate_seed(self, orders: Orders) -> None:
         """The seed is scored on validation (its reported score) and on one train minibatch —
         only on validation when a deterministic campaign's minibatch is among those instances."""
-        self.enter("seed")
+        self._enter("seed")
         seed = Candidate(
             id=SEED_ID,
             artifact=msgspec.structs.replace(self.plan.seed, source=self.record.seed_source),
@@ -695,7 +695,7 @@ class CampaignMachine:
         # The pool's first member, and so the ε-net's (POLCA Algorithm 1): the registry is told.
         self.population.seed(seed.id)
         self.backlog.queue_join(seed.id)
-        self.evaluate(
+        self._evaluate(
             orders,
             seed,
             self.plan.validation,
@@ -705,15 +705,15 @@ class CampaignMachine:
         minibatch = self._draw_minibatch()
         if self.deterministic and set(minibatch) <= set(self.plan.validation):
             return  # its validation scores are these train scores: scored once (_on_validation)
-        self.evaluate(orders, seed, minibatch, Purpose("seed", candidate_id=SEED_ID))
+        self._evaluate(orders, seed, minibatch, Purpose("seed", candidate_id=SEED_ID))
 
     def _on_tool(self, orders: Orders, result: ToolResult, now: float) -> None:
         if result.record is None:
-            self.finish(orders, now, "failed", f"tool {result.name} was refused: {result.error}")
+            self._finish(orders, now, "failed", f"tool {result.name} was refused: {result.error}")
             return
         record = result.record
         self.observed.tool_registered(ToolRef(name=record.name, version=record.version))
-        self.emit(
+        self._emit(
             orders,
             ToolRegistered(
                 campaign=self.cid,
@@ -736,7 +736,7 @@ class CampaignMachine:
             p.candidate_id == SEED_ID or p.kind == "tool" for p in self.flight.pending.values()
         )
         if self.run.phase == "seed" and not waiting:
-            self.enter("evolving")
+            self._enter("evolving")
             self._zero_shot(orders, now)
 
     def _on_skill(
@@ -746,7 +746,7 @@ class CampaignMachine:
         the registry has it (``skill_registered`` then). An actor of an earlier evobus
         registered it itself (``version`` > 0): it is learned already."""
         if result.version > 0:
-            self.emit(
+            self._emit(
                 orders,
                 SkillLearned(
                     campaign=self.cid,
@@ -782,7 +782,7 @@ class CampaignMachine:
         return self.observed.known_diagnosis(chain, deterministic=self.deterministic)
 
     def _abandon(self, orders: Orders, result: WorkFailed, chain: Chain | None, now: float) -> None:
-        self.emit(
+        self._emit(
             orders,
             WorkAbandoned(
                 campaign=self.cid,
@@ -794,7 +794,7 @@ class CampaignMachine:
             ),
         )
         if chain is not None:
-            self.drop_chain(chain, "abandoned")
+            self._drop_chain(chain, "abandoned")
 
     # -- evaluations -----------------------------------------------------------------------------
     def _record_evaluation(
@@ -820,7 +820,7 @@ class CampaignMachine:
             )
         if train and not ev.error:
             self._record_scores(orders, cid, ev, now)
-        self.emit(
+        self._emit(
             orders,
             CandidateEvaluated(
                 campaign=self.cid,
@@ -843,7 +843,7 @@ class CampaignMachine:
         metrics = (m.removeprefix("-") for m in self.strategy.pareto_metrics)
         grid = self.population.record_scores(cid, ev, metrics, campaign=self.cid, now=now)
         if grid is not None:
-            self.emit(orders, grid)
+            self._emit(orders, grid)
 
     def _on_evaluation(
         self,
@@ -861,7 +861,7 @@ class CampaignMachine:
         if self.run.phase == "seed" and purpose.candidate_id == SEED_ID:
             reason = seed_failure(ev, self.plan.failure_score)
             if reason:  # the first of the seed's evaluations to fail stops it: no waiting
-                self.finish(orders, now, "failed", reason)
+                self._finish(orders, now, "failed", reason)
                 return
         if purpose.kind == "validate":
             self._on_validation(orders, purpose.candidate_id, ev, now)
@@ -911,7 +911,7 @@ class CampaignMachine:
         if count:
             operators = self.selection.zero_shot(count)
             reason = f"zero-shot initial population of {count} (REFLEX Algorithm 1, line 2)"
-            self.emit(
+            self._emit(
                 orders, BurstStarted(campaign=self.cid, at=now, reason=reason, operators=operators)
             )
 
@@ -944,7 +944,7 @@ class CampaignMachine:
             forced=forced,
             parent_ids=tuple(parents),
             minibatch=self._draw_minibatch(),
-            key=self.next_serial("chain"),
+            key=self._next_serial("chain"),
             version=pool.version,
         )
         if strategy.mode == "async" and strategy.speculative_alpha > 0:
@@ -968,7 +968,7 @@ class CampaignMachine:
                 chain.evaluations[parent] = known
                 continue
             chain.waiting += 1
-            self.evaluate(
+            self._evaluate(
                 orders,
                 self.candidates[parent],
                 chain.minibatch,
@@ -983,7 +983,7 @@ class CampaignMachine:
         pool = self.population.pool
         front = pool_front(pool, objectives)
         if self.selection.announce(front):
-            self.emit(
+            self._emit(
                 orders,
                 ParetoFrontChanged(
                     campaign=self.cid,
@@ -1011,7 +1011,7 @@ class CampaignMachine:
         evaluation = chain.evaluations[parent]  # on the step's minibatch (POLCA Alg. 1, l. 5)
         item = self._diagnose_work(parent, evaluation)
         chain.move("diagnose")
-        self.send_work(orders, "diagnose", item, Purpose("diagnose", chain.key, parent))
+        self._send_work(orders, "diagnose", item, Purpose("diagnose", chain.key, parent))
 
     def _diagnose_ahead(self, orders: Orders, chain: Chain) -> None:
         """Ask the critic about ``chain``'s improving child now, before any step chose it as a
@@ -1023,7 +1023,7 @@ class CampaignMachine:
         if cid is None or not self._ahead() or cid in self.observed.diagnoses:
             return
         item = self._diagnose_work(cid, chain.evaluations[cid])
-        self.send_work(orders, "diagnose", item, Purpose("diagnose", candidate_id=cid))
+        self._send_work(orders, "diagnose", item, Purpose("diagnose", candidate_id=cid))
 
     def _ahead(self) -> bool:
         """Whether an improving child is diagnosed before it is chosen (``_diagnose_ahead``):
@@ -1047,7 +1047,7 @@ class CampaignMachine:
 
     def _diagnose_work(self, candidate_id: str, evaluation: Evaluation) -> DiagnoseWork:
         return DiagnoseWork(
-            work_id=self.new_work_id(),
+            work_id=self._new_work_id(),
             campaign=self.cid,
             pool_version=self.population.version,
             task=self.plan.name,
@@ -1086,7 +1086,7 @@ class CampaignMachine:
             others=other_means(pool, parent),  # no ceiling: the parent's rank in the pool
         )
         item = ProposeWork(
-            work_id=self.new_work_id(),
+            work_id=self._new_work_id(),
             campaign=self.cid,
             pool_version=pool.version,
             task=self.plan.name,
@@ -1102,7 +1102,7 @@ class CampaignMachine:
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
         )
         chain.move("propose")
-        self.send_work(orders, "propose", item, Purpose("propose", chain.key, parent))
+        self._send_work(orders, "propose", item, Purpose("propose", chain.key, parent))
 
     def _mean_score(self, candidate_id: str) -> float | None:
         """``candidate_id``'s mean train score in the pool, else its latest evaluation's."""
@@ -1117,7 +1117,7 @@ class CampaignMachine:
         """The actor's child becomes a candidate, bound for the ε-net (when on, or to be
         refused as an exact duplicate: novelty.py) or evaluation."""
         candidate = Candidate(
-            id=f"c{self.next_serial('candidate'):04d}",
+            id=f"c{self._next_serial('candidate'):04d}",
             artifact=proposal.artifact,
             parent_ids=proposal.parent_ids,
             operator=proposal.operator,
@@ -1129,7 +1129,7 @@ class CampaignMachine:
         chain.skills_used = proposal.skills_used
         self.candidates.keep(candidate, proposal.tools)
         diagnosis_usage = chain.diagnosis.usage if chain.diagnosis is not None else Usage()
-        self.emit(
+        self._emit(
             orders,
             CandidateProposed(
                 campaign=self.cid,
@@ -1183,7 +1183,7 @@ class CampaignMachine:
             self._adapt_in_flight(orders, now)
             self._refill_async(orders, now)
         if self.run.phase == "evolving" and self.flight.idle:
-            self.finish(orders, now, "completed", "proposal budget spent")
+            self._finish(orders, now, "completed", "proposal budget spent")
 
     def _can_start(self) -> bool:
         return self.flight.proposals < self.spec.campaign.budget.proposals
@@ -1284,7 +1284,7 @@ class CampaignMachine:
         if action == "repair" and self.flight.in_stages("repair") >= self.workers.targets["repair"]:
             return  # no repair slot: it stays in the queue
         if decision.delta > 0 or action != "keep":
-            self.emit(
+            self._emit(
                 orders,
                 StaleDecided(
                     campaign=self.cid,
@@ -1303,7 +1303,7 @@ class CampaignMachine:
                 self._evaluate_chain(orders, chain)
             case "discard":
                 self._count_undecided(orders, now)
-                self.forget(chain, "stale-discarded")
+                self._forget(chain, "stale-discarded")
             case "repair":
                 self._repair(orders, chain)
 
@@ -1317,7 +1317,7 @@ class CampaignMachine:
         assert chain.candidate_id is not None
         chain.move("evaluate")
         chain.waiting += 1
-        self.evaluate(
+        self._evaluate(
             orders,
             self.candidates[chain.candidate_id],
             chain.minibatch,
@@ -1333,7 +1333,7 @@ class CampaignMachine:
         best = pool.best(min_evaluations=self.strategy.min_evaluations) or SEED_ID
         changes = log.between(chain.version, pool.version)
         item = RepairWork(
-            work_id=self.new_work_id(),
+            work_id=self._new_work_id(),
             campaign=self.cid,
             pool_version=pool.version,
             task=self.plan.name,
@@ -1348,7 +1348,7 @@ class CampaignMachine:
         chain.version = pool.version
         chain.stale_parent = ""
         purpose = Purpose("repair", chain.key, chain.candidate_id)
-        self.send_work(orders, "repair", item, purpose)
+        self._send_work(orders, "repair", item, purpose)
 
     def _on_repaired(self, orders: Orders, chain: Chain, result: Repaired, now: float) -> None:
         """The actor's repair: the patched proposal goes back to the queue (once), or the step
@@ -1357,7 +1357,7 @@ class CampaignMachine:
         cid = chain.candidate_id
         if result.artifact is None:
             action, reason = "repair_discarded", result.rationale
-            self.forget(chain, "repair-discarded")
+            self._forget(chain, "repair-discarded")
         else:
             action, reason = "repaired", result.rationale
             repaired = msgspec.structs.replace(
@@ -1367,7 +1367,7 @@ class CampaignMachine:
             chain.rationale = f"{chain.rationale} [repaired: {result.rationale}]"
             chain.repaired = True
             chain.move("ready")
-        self.emit(
+        self._emit(
             orders,
             StaleDecided(
                 campaign=self.cid,
@@ -1408,7 +1408,7 @@ class CampaignMachine:
         }
         workers = {stage: targets[stage] for stage in REBALANCED}
         for change in reallocate_with_pressure(rates, workers, bounds, pressure, FEEDS):
-            self.emit(
+            self._emit(
                 orders,
                 WorkersChanged(
                     campaign=self.cid,
@@ -1470,7 +1470,7 @@ class CampaignMachine:
             orders.controls.append(
                 WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
             )
-        self.emit(
+        self._emit(
             orders,
             InFlightChanged(
                 campaign=self.cid,
@@ -1521,13 +1521,13 @@ class CampaignMachine:
                 "evobus.error": child.error,
             },
         )
-        self.forget(chain, outcome)
+        self._forget(chain, outcome)
         self._settle_speculative(orders, chain, improved_parent, now)
         self.speculation.record_passes(child, parent_ev)
         tag = None
         if improved_parent:
             tag = self.decisions.accept()
-            self.emit(
+            self._emit(
                 orders,
                 CandidateAccepted(
                     campaign=self.cid,
@@ -1545,7 +1545,7 @@ class CampaignMachine:
                 self._extract(orders, chain, delta)
         else:
             reason = f"error: {child.error}" if child.error else f"Δ {delta:+.1f} vs {parent_id}"
-            self.emit(
+            self._emit(
                 orders,
                 CandidateRejected(
                     campaign=self.cid,
@@ -1604,7 +1604,7 @@ class CampaignMachine:
         """Ask for the improving change of ``chain`` as a skill."""
         assert chain.candidate_id is not None
         item = ExtractWork(
-            work_id=self.new_work_id(),
+            work_id=self._new_work_id(),
             campaign=self.cid,
             pool_version=self.population.version,
             task=self.plan.name,
@@ -1614,7 +1614,7 @@ class CampaignMachine:
             diagnosis=chain.diagnosis,
         )
         purpose = Purpose("extract", candidate_id=chain.candidate_id)
-        self.send_work(orders, "extract", item, purpose)
+        self._send_work(orders, "extract", item, purpose)
 
     def _seed_skills(self) -> None:
         """A-Evolve Phase 5: a failure pattern that keeps recurring seeds a skill (queued for
@@ -1656,7 +1656,7 @@ class CampaignMachine:
             self._confirm(orders, best, known.score, now)
             return
         # Validation runs also draw the behavioral evidence the critic reads (REFLEX §3.2).
-        self.evaluate(
+        self._evaluate(
             orders,
             self.candidates[best],
             self.plan.validation,
@@ -1672,7 +1672,7 @@ class CampaignMachine:
         pool = self.population.pool
         is_best = self.best.validate(cid, score) and cid in pool
         stats = pool.stats(cid) if cid in pool else None
-        self.emit(
+        self._emit(
             orders,
             BestConfirmed(
                 campaign=self.cid,
@@ -1718,7 +1718,7 @@ class CampaignMachine:
             self.selection.roll_back_to(decision.rollback_to)
             decisions.note(decision.reason)
             orders.rollbacks.append(tag)
-            self.emit(
+            self._emit(
                 orders,
                 RolledBack(
                     campaign=self.cid,
@@ -1746,7 +1746,7 @@ class CampaignMachine:
     def _announce_burst(self, orders: Orders, now: float, reason: str) -> None:
         self.decisions.note(f"burst: {reason}")
         operators = self.selection.burst_pending
-        self.emit(
+        self._emit(
             orders, BurstStarted(campaign=self.cid, at=now, reason=reason, operators=operators)
         )
 
@@ -1766,14 +1766,14 @@ class CampaignMachine:
         )
         self.decisions.summary_asked(len(programs))
         item = SummarizeWork(
-            work_id=self.new_work_id(),
+            work_id=self._new_work_id(),
             campaign=self.cid,
             pool_version=self.population.version,
             task=self.plan.name,
             context=self._pool_context(),
             programs=programs,
         )
-        self.send_work(orders, "summarize", item, Purpose("summarize"))
+        self._send_work(orders, "summarize", item, Purpose("summarize"))
 
     def _pool_context(self) -> str:
         """The pool's best members by mean, and the rolling history of changes."""
@@ -1788,7 +1788,7 @@ class CampaignMachine:
         return "\n".join(lines) + f"\n\nrecent changes:\n{self.decisions.history.render()}"
 
     # -- the end of a step, and of a candidate -------------------------------------------------
-    def forget(self, chain: Chain, outcome: str) -> None:
+    def _forget(self, chain: Chain, outcome: str) -> None:
         """A step ends: decided (``accepted``, ``rejected``), or not (``filtered``,
         ``stale-discarded``, ``repair-discarded``, ``abandoned``)."""
         self.flight.close_step(chain)
@@ -1799,11 +1799,11 @@ class CampaignMachine:
             # is next asked, the registry forgets it (``to_forget`` decides then).
             self.backlog.queue_forget(chain.candidate_id)
 
-    def drop_chain(self, chain: Chain, outcome: str) -> None:
+    def _drop_chain(self, chain: Chain, outcome: str) -> None:
         """End ``chain`` undecided (``outcome``): forget every piece of it still in flight, so
         its results will be ignored."""
         self.flight.drop_work_of(chain)
-        self.forget(chain, outcome)
+        self._forget(chain, outcome)
 
     def _leave_pool(self, cid: str, score: float, *, operator: str, rationale: str) -> None:
         """The candidate leaves the pool, and so the registry's ε-net (POLCA Algorithm 4)."""
@@ -1819,7 +1819,7 @@ class CampaignMachine:
         *,
         late: bool,
     ) -> None:
-        self.emit(
+        self._emit(
             orders,
             CandidateFiltered(
                 campaign=self.cid,
@@ -1858,7 +1858,7 @@ class CampaignMachine:
         if not self.speculation.admit(cid, partial.score, threshold):
             return
         self.population.join(cid, partial.score, operator=chain.operator, rationale=chain.rationale)
-        self.emit(
+        self._emit(
             orders,
             SpeculativeDecided(
                 campaign=self.cid,
@@ -1901,7 +1901,7 @@ class CampaignMachine:
         else:
             stale = self._withdraw_speculative(cid, child.score, chain)
             action = "removed"
-        self.emit(
+        self._emit(
             orders,
             SpeculativeDecided(
                 campaign=self.cid,
@@ -1983,7 +1983,7 @@ class CampaignMachine:
             migrants=migrants,
         )
         for migrant in migrants:
-            self.emit(
+            self._emit(
                 orders,
                 CandidateMigrated(
                     campaign=self.cid,
@@ -2049,7 +2049,7 @@ class CampaignMachine:
                 rationale="the island re-seeded from the others",
             )
         self.selection.roll_back_to(best_migrants[0])
-        self.emit(
+        self._emit(
             orders,
             IslandReseeded(
                 campaign=self.cid,
@@ -2078,14 +2078,14 @@ class CampaignMachine:
                 continue
             held.add(digest)
             local = msgspec.structs.replace(
-                migrant.candidate, id=f"c{self.next_serial('candidate'):04d}", parent_ids=()
+                migrant.candidate, id=f"c{self._next_serial('candidate'):04d}", parent_ids=()
             )
             self.candidates.keep(local)
             origin = f"{message.source}/{migrant.candidate.id}"
             if self.population.immigrate(local.id, migrant, origin=origin):
                 self.backlog.queue_join(local.id)
             self.islands.immigrated(local.id)
-            self.emit(
+            self._emit(
                 orders,
                 CandidateMigrated(
                     campaign=self.cid,
