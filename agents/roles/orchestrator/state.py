@@ -58,6 +58,7 @@ from evobus.agents.roles.orchestrator.progress import (
 from evobus.agents.roles.orchestrator.results import Observed, Tally, apply_result, evaluate_seed
 from evobus.agents.roles.orchestrator.speculation import Speculation
 from evobus.agents.roles.orchestrator.steps import (
+    BACKGROUND_STAGES,
     ENGINE,
     TARGETS_RESEND_SECONDS,
     WORKERS_PERIOD_SECONDS,
@@ -335,10 +336,19 @@ class CampaignState:
         return step
 
     def target_messages(self, now: float) -> list[WorkersTarget]:
-        """Every stage's target K as a control message (the agents' concurrency follows it)."""
+        """Every stage's target K as a control message (the agents' concurrency follows it).
+
+        The stages off the step's path (``BACKGROUND_STAGES``: skill extraction, summaries,
+        tools) take the in-flight target: their work comes from finished steps, at most one
+        item each, and must not queue behind one worker — at one, a campaign of 128 children at
+        32 in flight learned its skills one at a time and ended a minute after its last child.
+        """
+        in_flight = self.workers.in_flight
+        background = in_flight.target if in_flight else self.strategy.in_flight
+        targets = dict.fromkeys(BACKGROUND_STAGES, background) | self.workers.targets
         return [
             WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
-            for stage, k in self.workers.targets.items()
+            for stage, k in targets.items()
         ]
 
     def fail(self, reason: str, now: float) -> Step:
