@@ -51,6 +51,7 @@ from evobus.agents.roles.orchestrator.progress import RunningClock
 from evobus.agents.roles.orchestrator.results import Observed, Tally
 from evobus.agents.roles.orchestrator.speculation import Speculation
 from evobus.agents.roles.orchestrator.state import CampaignState, Run
+from evobus.agents.roles.orchestrator.steering import Steering, SteeringSnapshot
 from evobus.schemas.map_elites import ArchiveSnapshot
 
 # 2: the state's records, encoded as they are (1: every attribute mirrored by hand).
@@ -91,6 +92,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         event_lines: the events of the transaction it ends, as events.jsonl lines (appended
             after it is written; a successor appends them if its predecessor could not:
             ``persist.EventLog``). Not part of the state.
+        steering: the state's ``Steering`` (empty in a snapshot taken before there was one).
     """
 
     format: int = SNAPSHOT_FORMAT
@@ -100,6 +102,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     running_seconds: float
     records: msgspec.Raw
     event_lines: bytes = b""
+    steering: SteeringSnapshot = msgspec.field(default_factory=SteeringSnapshot)
 
 
 class _Format(msgspec.Struct):
@@ -277,6 +280,7 @@ def take(state: CampaignState, *, last_applied: str, now: float) -> CampaignSnap
         last_applied=last_applied,
         running_seconds=state.clock.elapsed(now),
         records=msgspec.Raw(_encoder.encode(records)),
+        steering=state.steering.snapshot(),
     )
 
 
@@ -295,6 +299,7 @@ def restore(state: CampaignState, snap: CampaignSnapshot) -> None:
     records = _records_decoder.decode(snap.records)
     for name in RECORDS:
         setattr(state, name, getattr(records, name))
+    state.steering = Steering.from_snapshot(snap.steering)
     # The clock stands at the snapshot's time; the shell resumes it (``clock.resume``) as the
     # campaign goes on, so the time it was stopped is not spent.
     running = state.run.phase != "finished"
