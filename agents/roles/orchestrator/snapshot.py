@@ -4,7 +4,8 @@ and restores on start (docs/failure-model.md, "What evobus guarantees").
 The snapshot is the state's records (``Records``: one per concern, each written by one module),
 encoded as they are — msgspec encodes Structs and dataclasses directly, and the evolution
 objects inside them (pool, bandit, burst, …) go as their own snapshot types (``_CODECS``) —
-with the running seconds of the campaign's clock and where it stood (the last result applied).
+with the running seconds of the campaign's clock, where it stood (the last result applied) and the
+state's ``Steering`` component (its own snapshot type; empty in a snapshot taken before it).
 ``take(state)`` encodes the records at once, so later changes of the state do not leak into the
 snapshot; ``restore(state, snapshot)`` decodes them into a fresh ``CampaignState`` built from
 the same campaign record. ``take(restore(s))`` encodes to the bytes of ``s``.
