@@ -147,8 +147,9 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
     k = 2 if operator == "x_div" else 1
     rule = state.strategy.selection
     archive = state.population.archive
-    if selection.rollback_parent is not None and forced:
-        parents = [selection.rollback_parent]
+    rollback = selection.rollback_parent
+    if rollback is not None and forced and not state.steering.rejected(rollback):
+        parents = [rollback]
     elif archive is not None and len(archive):
         # MAP-Elites (Mouret & Clune 2015, Alg. 1): parents drawn uniformly from the occupied
         # cells' elites; until a program is placed, from the pool.
@@ -157,6 +158,13 @@ def start_chain(state: CampaignState, step: Step, now: float) -> Chain:
         parents = select_parents(pool, _pareto_front(state, step, now), k, selection.rng)
     else:
         parents = pool.select(k, rule=rule, beta=beta, rng=selection.rng)
+    if any(map(state.steering.rejected, parents)):  # a MAP-Elites cell's elite a person rejected
+        parents = pool.select(
+            k, rule="mean" if rule == "mean" else "ucb", beta=beta, rng=selection.rng
+        )
+    # A parent a person pinned goes first, once (an i1 step reads no parent: the pin waits).
+    if operator != "i1" and (pinned := state.steering.take_pin()) is not None:
+        parents = [pinned, *(p for p in parents if p != pinned)][:k]
     if operator == "x_div" and len(set(parents)) < 2:
         operator = "m_diag"  # one parent (a rollback's restart): nothing to cross it with
     if operator == "i1":

@@ -20,7 +20,7 @@ from evobus.agents.roles.orchestrator.steps import Chain, Pending, Step
 from evobus.schemas.artifacts import Candidate
 from evobus.schemas.results import Result
 from evobus.schemas.tools import ToolRef
-from evobus.schemas.work import EvaluateWork, Work
+from evobus.schemas.work import EvaluateWork, TaskWork, Work
 
 if TYPE_CHECKING:
     from evobus.agents.roles.orchestrator.state import CampaignState
@@ -80,7 +80,10 @@ def chain_of(state: CampaignState, pending: Pending) -> Chain | None:
 
 def send_work(state: CampaignState, step: Step, stage: str, item: Work, pending: Pending) -> None:
     """Send ``item`` to ``stage``'s workers and remember what it is for. Its work id is the
-    serial ``state.new_work_id`` gave it and a digest of the rest (``messages.content_id``)."""
+    serial ``state.new_work_id`` gave it and a digest of the rest (``messages.content_id``).
+    A task's work carries the notes people added for the models (steering.py)."""
+    if isinstance(item, TaskWork) and state.steering.notes:
+        item = msgspec.structs.replace(item, notes=state.steering.notes)
     blank = msgspec.structs.replace(item, work_id="")
     item = msgspec.structs.replace(item, work_id=content_id(item.work_id, blank))
     state.flight.pending[item.work_id] = pending

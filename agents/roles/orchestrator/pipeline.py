@@ -100,8 +100,8 @@ def explored(state: CampaignState, chain: Chain, now: float) -> None:
 
 def refill(state: CampaignState, step: Step, now: float) -> None:
     """Move every step as far as the pipeline allows and start new ones while the budgets
-    allow; finish when nothing is left."""
-    if state.run.phase != "evolving":
+    allow; finish when nothing is left. A paused campaign (steering.py) moves nothing."""
+    if state.run.phase != "evolving" or state.steering.paused:
         return
     if state.strategy.mode == "sync":
         _refill_sync(state, step, now)

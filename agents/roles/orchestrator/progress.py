@@ -96,7 +96,9 @@ def progress_event(state: CampaignState, now: float) -> CampaignProgress:
         campaign=state.cid,
         at=now,
         elapsed=round(state.clock.elapsed(now), 3),
-        phase=state.run.phase,
+        phase="paused"
+        if state.steering.paused and state.run.phase != "finished"
+        else state.run.phase,
         stages=stages,
         proposals=proposals,
         evaluations=evaluations,

@@ -4,7 +4,8 @@ and restores on start (docs/failure-model.md, "What evobus guarantees").
 The snapshot is the state's records (``Records``: one per concern, each written by one module),
 encoded as they are — msgspec encodes Structs and dataclasses directly, and the evolution
 objects inside them (pool, bandit, burst, …) go as their own snapshot types (``_CODECS``) —
-with the running seconds of the campaign's clock and where it stood (the last result applied).
+with the running seconds of the campaign's clock, where it stood (the last result applied) and the
+state's ``Steering`` component (its own snapshot type; empty in a snapshot taken before it).
 ``take(state)`` encodes the records at once, so later changes of the state do not leak into the
 snapshot; ``restore(state, snapshot)`` decodes them into a fresh ``CampaignState`` built from
 the same campaign record. ``take(restore(s))`` encodes to the bytes of ``s``.
@@ -51,6 +52,7 @@ from evobus.agents.roles.orchestrator.progress import RunningClock
 from evobus.agents.roles.orchestrator.results import Observed, Tally
 from evobus.agents.roles.orchestrator.speculation import Speculation
 from evobus.agents.roles.orchestrator.state import CampaignState, Run
+from evobus.agents.roles.orchestrator.steering import Steering, SteeringSnapshot
 from evobus.schemas.map_elites import ArchiveSnapshot
 
 # 2: the state's records, encoded as they are (1: every attribute mirrored by hand).
@@ -91,6 +93,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         event_lines: the events of the transaction it ends, as events.jsonl lines (appended
             after it is written; a successor appends them if its predecessor could not:
             ``persist.EventLog``). Not part of the state.
+        steering: the state's ``Steering`` (empty in a snapshot taken before there was one).
     """
 
     format: int = SNAPSHOT_FORMAT
@@ -100,6 +103,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     running_seconds: float
     records: msgspec.Raw
     event_lines: bytes = b""
+    steering: SteeringSnapshot = msgspec.field(default_factory=SteeringSnapshot)
 
 
 class _Format(msgspec.Struct):
@@ -277,6 +281,7 @@ def take(state: CampaignState, *, last_applied: str, now: float) -> CampaignSnap
         last_applied=last_applied,
         running_seconds=state.clock.elapsed(now),
         records=msgspec.Raw(_encoder.encode(records)),
+        steering=state.steering.snapshot(),
     )
 
 
@@ -295,6 +300,7 @@ def restore(state: CampaignState, snap: CampaignSnapshot) -> None:
     records = _records_decoder.decode(snap.records)
     for name in RECORDS:
         setattr(state, name, getattr(records, name))
+    state.steering = Steering.from_snapshot(snap.steering)
     # The clock stands at the snapshot's time; the shell resumes it (``clock.resume``) as the
     # campaign goes on, so the time it was stopped is not spent.
     running = state.run.phase != "finished"

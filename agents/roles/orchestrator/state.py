@@ -38,7 +38,7 @@ import msgspec
 from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit
 from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.stagnation import StagnationDetector
-from evobus.agents.roles.orchestrator import admission, backlog, flight
+from evobus.agents.roles.orchestrator import admission, backlog, flight, population
 from evobus.agents.roles.orchestrator.backlog import Backlog
 from evobus.agents.roles.orchestrator.chains import Candidates, Selection
 from evobus.agents.roles.orchestrator.decide import Best, Decisions
@@ -46,7 +46,7 @@ from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.flight import Flight
 from evobus.agents.roles.orchestrator.islands import Islands
 from evobus.agents.roles.orchestrator.messages import Emit, content_id
-from evobus.agents.roles.orchestrator.pipeline import Workers, rebalance
+from evobus.agents.roles.orchestrator.pipeline import Workers, rebalance, refill
 from evobus.agents.roles.orchestrator.plan import render_plan
 from evobus.agents.roles.orchestrator.population import Population
 from evobus.agents.roles.orchestrator.progress import (
@@ -57,6 +57,7 @@ from evobus.agents.roles.orchestrator.progress import (
 )
 from evobus.agents.roles.orchestrator.results import Observed, Tally, apply_result, evaluate_seed
 from evobus.agents.roles.orchestrator.speculation import Speculation
+from evobus.agents.roles.orchestrator.steering import Standing, Steering
 from evobus.agents.roles.orchestrator.steps import (
     BACKGROUND_STAGES,
     ENGINE,
@@ -84,6 +85,7 @@ from evobus.schemas.events import (
 from evobus.schemas.map_elites import archive_descriptors
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering as SteeringAction
 from evobus.schemas.tools import imported_tools
 from evobus.schemas.work import ToolWork
 
@@ -175,6 +177,7 @@ class CampaignState:
         )
         self.backlog = Backlog()
         self.islands = Islands()
+        self.steering = Steering()  # what people did to the campaign (a component, steering.py)
 
     # -- the campaign's course ------------------------------------------------------------
     def enter(self, phase: Phase) -> None:
@@ -267,6 +270,36 @@ class CampaignState:
         while (result := flight.next_due(self)) is not None:
             step.extend(apply_result(self, result, None, now))
         return step
+
+    def steer(self, action: SteeringAction, now: float) -> Step:
+        """Apply a person's steering action once (docs/steering.md): ``steering`` rules on it;
+        its event goes out under an id of the action's, and its effect is carried out here."""
+        step = Step()
+        standing = Standing(
+            finished=self.run.phase == "finished",
+            pool=frozenset(self.population.pool.members()),
+            best=self.best.candidate_id,
+            in_flight=len(self.flight.pending),
+        )
+        ruling = self.steering.apply(action, standing, now)
+        if ruling.event is None:  # a copy of an action ruled on already
+            return step
+        context = self.trace.note(ruling.event)
+        step.outbound.append(Emit(ruling.event, f"{self.cid}-{action.action_id}", context))
+        match ruling.effect:
+            case "unpause":
+                refill(self, step, now)
+            case "stop":
+                self.finish(
+                    step, now, "completed" if self.best.candidate_id else "failed", ruling.reason
+                )
+            case "reject":
+                score = self.population.pool.stats(ruling.candidate_id).mean
+                why = f"rejected by {action.by}" + (f": {ruling.reason}" if ruling.reason else "")
+                population.leave(
+                    self, ruling.candidate_id, score, operator="steering", rationale=why
+                )
+        return self._settle(step, now)
 
     # -- what the shell reports back -------------------------------------------------------
     def on_admission(self, candidate_id: str, rejection: Rejection | None, now: float) -> Step:

@@ -52,6 +52,7 @@ from evobus.bus.streams import JETSTREAM_PATIENCE_SECONDS, patiently
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.events import CampaignResumed, Event
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering, SteeringAction
 
 log = logging.getLogger(__name__)
 
@@ -176,14 +177,17 @@ class CampaignWriter:
             case Verdicts() | BacklogWorked() | EnvironmentRegistered():
                 await self._answered(transaction)
 
-    def _apply_result(self, delivery: Delivery[Result]) -> Outcome:
-        """Apply one result; what it leads to. A state machine that breaks on it fails the
-        campaign: a redelivery would stall it."""
+    def _apply_result(self, delivery: Delivery[Result | Steering]) -> Outcome:
+        """Apply one result (or a person's steering action); what it leads to. A state machine
+        that breaks on it fails the campaign: a redelivery would stall it."""
         state = self.state
         result = delivery.item
-        self.last_applied = result.work_id
         try:
-            step = state.apply(result, delivery.ctx.sender, time.time())
+            if isinstance(result, SteeringAction):
+                step = state.steer(result, time.time())
+            else:
+                self.last_applied = result.work_id
+                step = state.apply(result, delivery.ctx.sender, time.time())
         except Exception as exc:
             log.exception("campaign %s: applying %s failed", state.cid, type(result).__name__)
             step = state.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
