@@ -65,21 +65,24 @@ def _gloss(event: Event) -> str | None:
             return "operator burst: the operators tried next, one after another, to explore"
         case StaleDecided():
             return (
-                "staleness: Δ pool versions came between the proposal's parents and its "
-                "result; then what the staleness policy did"
+                "staleness: Δ = the pool versions between drawing the proposal's parents and "
+                "its result; then what the staleness policy did"
             )
         case CandidateFiltered():
             return "ε-net: too near a program already in the pool, so not evaluated"
         case AdmittedUnfiltered():
-            return "the ε-net's near-duplicate check skipped for now"
+            return "unfiltered: the ε-net's near-duplicate check skipped until the registry is back"
         case InFlightChanged():
-            return "steps of the campaign run at once"
+            return "in flight: the steps of the campaign run at once"
         case WorkersChanged():
-            return "a stage's target of work in flight"
+            return "workers: a stage's target of work in flight"
         case RolledBack():
-            return "the best kept state (its git tag) made the current one again"
+            return "rolled back: the best kept state (its git tag) made the current one again"
         case CandidateAccepted():
-            return "into the pool on its training minibatch score; operator: how it was made"
+            return (
+                "accepted: into the pool on its training minibatch score; operator: how it was "
+                "made; tag: its git tag"
+            )
         case _:
             return None
 

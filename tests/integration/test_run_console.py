@@ -42,7 +42,10 @@ min_evaluations = 3
 
 # The design's terms, which the default view says in words or leaves out.
 JARGON = ("burst", "Δ", "ε", "UNFILTERED", "stale ", "ACCEPTED", "operators ", " times (")
-ACCEPTED_GLOSS = "into the pool on its training minibatch score; operator: how it was made"
+ACCEPTED_GLOSS = (
+    "accepted: into the pool on its training minibatch score; operator: how it was made; tag: "
+    "its git tag"
+)
 
 
 def _campaign(tmp_path: Path) -> Path:

@@ -416,15 +416,16 @@ def test_verbose_adds_the_technical_lines_each_term_glossed_once() -> None:
     kept = iter(verbose)
     assert all(line in kept for line in default)
     staleness = (
-        "  (staleness: Δ pool versions came between the proposal's parents and its result; "
-        "then what the staleness policy did)"
+        "  (staleness: Δ = the pool versions between drawing the proposal's parents and its "
+        "result; then what the staleness policy did)"
     )
     assert [line for line in verbose if line not in default] == [
         # Under each progress line once an operator was chosen: the bandit's arms.
         "    10.0 s  pool 2 programs (version 5); operators m_diag 5 times (mean reward 0.20)"
         f"  ({OPERATORS_GLOSS})",
         "    12.5 s  ACCEPTED c0007: -650.0 (was -812.2, m_diag, tag accept/1)"
-        "  (into the pool on its training minibatch score; operator: how it was made)",
+        "  (accepted: into the pool on its training minibatch score; operator: how it was made; "
+        "tag: its git tag)",
         # The kept stale proposal, silent by default; the discarded one under its words, its
         # term's meaning already said.
         f"    17.0 s  stale c0009 (Δ 1, bounded): keep{staleness}",
@@ -468,7 +469,7 @@ def test_verbose_adds_the_technical_lines_each_term_glossed_once() -> None:
         (
             AdmittedUnfiltered(campaign=CID, at=T0, candidate_id="c0004", reason="no registry"),
             "UNFILTERED c0004: no registry",
-            "the ε-net's near-duplicate check skipped for now",
+            "unfiltered: the ε-net's near-duplicate check skipped until the registry is back",
         ),
         (
             WorkersChanged(
@@ -481,14 +482,14 @@ def test_verbose_adds_the_technical_lines_each_term_glossed_once() -> None:
                 reason="bottleneck",
             ),
             "workers evaluate 4 -> 5 (evaluate 0.50/s)",
-            "a stage's target of work in flight",
+            "workers: a stage's target of work in flight",
         ),
         (
             RolledBack(
                 campaign=CID, at=T0, to_tag="accept/7", candidate_id="c0013", reason="stagnant"
             ),
             "ROLLED BACK to accept/7 (c0013): stagnant",
-            "the best kept state (its git tag) made the current one again",
+            "rolled back: the best kept state (its git tag) made the current one again",
         ),
     ],
 )
