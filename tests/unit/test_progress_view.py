@@ -19,6 +19,7 @@ from evobus.agents.runner.progress_view import (
     progress_line,
 )
 from evobus.agents.runner.progress_words import OPERATORS_GLOSS
+from evobus.agents.runtime.events import describe
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -536,4 +537,13 @@ def test_verbose_says_the_operators_as_the_run_ends() -> None:
     assert plain_lines(short, verbose=True)[-1] == (
         "    31.0 s  pool 1 program (version 2); operators m_diag 2 times (mean reward 0.20)"
         f"  ({OPERATORS_GLOSS})"
+    )
+
+
+def test_evobus_events_says_in_flight_against_the_target_in_words_too() -> None:
+    line = describe(progress(10.0)).split(" ", 2)[2]
+    assert line == (
+        "progress 10 s: diagnose 1 in flight (target 2); propose 2 in flight (target 2), "
+        "3 queued; repair 0 in flight (target 1); evaluate 4 in flight (target 4), 2 queued "
+        "| 5 proposals, 12 evaluations, best on validation -812.2, 850 tok/s"
     )
