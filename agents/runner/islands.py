@@ -144,6 +144,7 @@ async def follow_islands(
     echo: Callable[[str], None],
     *,
     run_dir: Path,
+    verbose: bool = False,
 ) -> list[tuple[CampaignFinished, tuple[RoleOutage, ...]]]:
     """Follow every island of campaign ``group`` to its end at once, each line of progress
     named by its island (plain lines: live views of their own would fight over the terminal).
@@ -168,6 +169,7 @@ async def follow_islands(
                 restarts,
                 lambda line: echo(f"[{island}] {line.strip()}"),
                 live=False,
+                verbose=verbose,
                 summary=campaign_dir(run_dir, island) / "summary.json",
             )
         except CampaignFailed as exc:
