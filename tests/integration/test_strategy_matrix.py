@@ -28,7 +28,11 @@ Beside the matrix, one more campaign at the same time has every step filtered by
 until a burst is set off (``BURST``): that burst is announced like any other; and a campaign of
 two islands (``ISLANDS``), each its own orchestrator, with Pareto selection over two metrics,
 migrating after every decided step: both islands complete, each evaluation counted once, and
-each migration received was sent and is received once.
+each migration received was sent and is received once. MAP-Elites, which the matrix's rows
+run on pendulum by turns, runs beside it on ccaa (``MAP_ELITES_CCAA``, descriptors in the
+campaign) and on an evaluator-file problem whose evaluator declares ``MAP_ELITES``
+(``MAP_ELITES_FILES``): each fills cells of its grid, draws its parents from them, and
+``evobus report`` draws the grid.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -60,6 +64,7 @@ import msgspec
 import pytest
 
 import evobus
+from evobus.agents.console.report.grid import GRID_PNG
 from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.tasks import seed_file
@@ -92,6 +97,7 @@ from evobus.schemas.events import (
     WorkersChanged,
 )
 from tests.integration.campaigns_at_once import Outcome, run_at_once
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration]
 
@@ -324,6 +330,57 @@ def islands_file() -> str:
     )
 
 
+MAP_ELITES_CCAA = "map-elites-ccaa"
+"""A campaign beside the matrix: MAP-Elites on ccaa offline, over two of its metrics."""
+MAP_ELITES_FILES = "map-elites-evaluator-file"
+"""A campaign beside the matrix: MAP-Elites on an evaluator file that declares the grid."""
+MAP_ELITES_CAMPAIGNS = (MAP_ELITES_CCAA, MAP_ELITES_FILES)
+MAP_ELITES_PROPOSALS = 6
+FILES_PROBLEM = Path(__file__).parent.parent / "files_problem"
+# The files problem's evaluator, declaring its grid (docs/evaluator-files.md): the distance to
+# the target point, and how far x alone is from it (stage 1's metric).
+DECLARED_GRID = (
+    'MAP_ELITES = [{"metric": "distance", "low": 0.0, "high": 4.0, "bins": 8}, '
+    '{"metric": "x_error", "low": 0.0, "high": 3.0, "bins": 6}]\n'
+)
+
+
+def map_elites_ccaa_file() -> str:
+    """ccaa with the offline engine, its grid over sidelobe level and directivity."""
+    return (
+        f'[campaign]\nname = "map-elites-ccaa"\ntask = "ccaa"\n'
+        f"[campaign.budget]\nproposals = {MAP_ELITES_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\n"
+        '[strategy]\narchive = "map-elites"\nin_flight = 2\nminibatch = 2\n'
+        "min_evaluations = 2\nrng_seed = 3\nepsilon = 0.0\n"
+        "[strategy.map_elites]\ndescriptors = [\n"
+        '    {metric = "sll_db", low = -40.0, high = 0.0, bins = 8},\n'
+        '    {metric = "directivity_dbi", low = 5.0, high = 15.0, bins = 8},\n]\n'
+    )
+
+
+def map_elites_files(folder: Path) -> Path:
+    """OpenEvolve's two files of tests/files_problem in ``folder``, the evaluator declaring
+    ``MAP_ELITES``, and a campaign file naming them with ``archive = "map-elites"`` and no
+    descriptors of its own."""
+    problem = folder / "map_elites_problem"
+    problem.mkdir()
+    (problem / "initial_program.py").write_text((FILES_PROBLEM / "initial_program.py").read_text())
+    evaluator = (FILES_PROBLEM / "evaluator.py").read_text()
+    (problem / "evaluator.py").write_text(
+        evaluator.replace("\nimport ", f"\n{DECLARED_GRID}import ", 1)
+    )
+    campaign = problem / "campaign.toml"
+    campaign.write_text(
+        '[campaign]\nname = "map-elites-files"\nprogram = "initial_program.py"\n'
+        'evaluator = "evaluator.py"\n'
+        f"[campaign.budget]\nproposals = {MAP_ELITES_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\ncascade_thresholds = [0.2]\n"
+        '[strategy]\narchive = "map-elites"\nin_flight = 2\nrng_seed = 1\n'
+    )
+    return campaign
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -335,11 +392,13 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files = {row.id: campaign_file(row, i, sim_url) for i, row in enumerate(ROWS)}
     files[BURST] = burst_file()
     files[ISLANDS] = islands_file()
+    files[MAP_ELITES_CCAA] = map_elites_ccaa_file()
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
         path.write_text(text)
         specs[name] = load_campaign(path)
+    specs[MAP_ELITES_FILES] = load_campaign(map_elites_files(folder))
     return specs
 
 
@@ -581,3 +640,38 @@ def test_islands_complete_and_migrate_each_candidate_once(outcomes: dict[str, Ou
     arrived = [(e.migration, e.candidate_id, e.campaign) for e in migrated if e.direction == "in"]
     assert sent and set(arrived) <= sent and max(Counter(arrived).values(), default=1) == 1
     assert all(e.target != e.campaign for e in migrated if e.direction == "out")
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", MAP_ELITES_CAMPAIGNS)
+async def test_map_elites_fills_its_grid_and_the_report_draws_it(
+    name: str, outcomes: dict[str, Outcome], tmp_path: Path
+) -> None:
+    # Mouret & Clune 2015 Alg. 1 on ccaa and on an evaluator file's problem: every program
+    # scored is placed in its cell, the grid grows by new cells, and parents come from them.
+    outcome = outcomes[name]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary = outcome.result.summary
+    assert summary.proposals == MAP_ELITES_PROPOSALS, summary.stop_reason
+    events = outcome.result.events()
+    grids = [e for e in events if isinstance(e, MapElitesChanged)]
+    filled = [e for e in grids if e.outcome == "new-cell"]
+    assert filled, [e.outcome for e in grids]
+    last = grids[-1].archive
+    declared = ("sll_db", "directivity_dbi") if name == MAP_ELITES_CCAA else ("distance", "x_error")
+    assert tuple(d.metric for d in last.descriptors) == declared
+    assert last.elites and {el.cell for el in last.elites} <= {e.cell for e in grids}, last
+    placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
+    steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+    assert steps and {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
+    # evobus report draws the last grid beside the other plots.
+    run_dir = outcome.result.run_dir
+    code, output = await run_evobus(
+        "report", run_dir.name, "--out", str(run_dir.parent), log=tmp_path / "report.log"
+    )
+    assert code == 0, output
+    report = run_dir / "report"
+    assert (report / GRID_PNG).stat().st_size > 0
+    assert GRID_PNG in (report / "index.html").read_text()
