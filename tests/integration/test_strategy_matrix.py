@@ -32,7 +32,11 @@ each migration received was sent and is received once. MAP-Elites, which the mat
 run on pendulum by turns, runs beside it on ccaa (``MAP_ELITES_CCAA``, descriptors in the
 campaign) and on an evaluator-file problem whose evaluator declares ``MAP_ELITES``
 (``MAP_ELITES_FILES``): each fills cells of its grid, draws its parents from them, and
-``evobus report`` draws the grid.
+``evobus report`` draws the grid. POLCA's contrastive summarizer (App. B), which asks after
+ten decided steps, runs beside it in two longer campaigns: through the simulator
+(``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
+groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
+and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -53,6 +57,7 @@ every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -66,8 +71,10 @@ import pytest
 import evobus
 from evobus.agents.console.report.grid import GRID_PNG
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.evolution.summary import RULE_BASED_ENGINE, RULE_BASED_LABEL
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.tasks import seed_file
+from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import (
@@ -94,6 +101,7 @@ from evobus.schemas.events import (
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
+    SummaryWritten,
     WorkersChanged,
 )
 from tests.integration.campaigns_at_once import Outcome, run_at_once
@@ -381,6 +389,32 @@ def map_elites_files(folder: Path) -> Path:
     return campaign
 
 
+SUMMARY_SIM = "summarizer-sim"
+"""A campaign beside the matrix: enough decided steps for POLCA's summarizer, with a model."""
+SUMMARY_OFFLINE = "summarizer-offline"
+"""The same offline: the rule-based summary."""
+# The summarizer asks after SUMMARY_EVERY (10) decided steps; the steps after it read it.
+SUMMARY_PROPOSALS = 16
+
+
+def summarizer_file(name: str, sim_url: str | None) -> str:
+    """Pendulum with no ε-net filtering, so that every step is decided; with ``sim_url``, its
+    models are the simulator's."""
+    text = (
+        f'[campaign]\nname = "{name}"\ntask = "pendulum"\nseed_artifact = {toml_value(str(SEED))}\n'
+        f"[campaign.budget]\nproposals = {SUMMARY_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        "[strategy]\nin_flight = 3\nminibatch = 2\nmin_evaluations = 2\nepsilon = 0.0\n"
+        "rng_seed = 5\nskills = 0\n"
+    )
+    if sim_url is not None:
+        text += (
+            f'[llm]\nprovider = "openai"\nbase_urls = [{toml_value(sim_url)}]\n'
+            f'actor_model = "{ACTOR}"\ncritic_model = "{CRITIC}"\ncritic_vision = false\n'
+        )
+    return text
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -393,6 +427,8 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[BURST] = burst_file()
     files[ISLANDS] = islands_file()
     files[MAP_ELITES_CCAA] = map_elites_ccaa_file()
+    files[SUMMARY_SIM] = summarizer_file("summarizer-sim", sim_url)
+    files[SUMMARY_OFFLINE] = summarizer_file("summarizer-offline", None)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
@@ -408,10 +444,14 @@ def outcomes(
 ) -> Iterator[dict[str, Outcome]]:
     out = tmp_path_factory.mktemp("matrix")
     options = {"answerer": OfflineAnswerer(), "time_scale": 0.02, "models": (ACTOR, CRITIC)}
-    with serve_sim_in_thread(**options, seed=7) as sim:
+    with serve_sim_in_thread(**options, seed=7, request_log=out / REQUEST_LOG) as sim:
         specs = matrix_specs(out, sim.base_url)
         prepare = {BURST: seed_in_epsilon_net}
         yield anyio.run(partial(run_at_once, prepare=prepare), nats_session.url, out, specs)
+
+
+REQUEST_LOG = "requests.jsonl"
+"""The simulator's request log, in the module's folder (``outcomes``)."""
 
 
 @dataclass
@@ -675,3 +715,66 @@ async def test_map_elites_fills_its_grid_and_the_report_draws_it(
     report = run_dir / "report"
     assert (report / GRID_PNG).stat().st_size > 0
     assert GRID_PNG in (report / "index.html").read_text()
+
+
+SUMMARY_SECTIONS = ("## Successes (mean > τ)", "## Failures (mean ≤ τ)", "## Contrastive pairs")
+"""The summarizer prompt's sections (agents/prompts/templates.py ``SUMMARIZER``)."""
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each ``## `` section of a prompt, by its heading."""
+    found: dict[str, str] = {}
+    for part in text.split("\n## ")[1:]:
+        heading, _, body = part.partition("\n")
+        found["## " + heading.strip()] = body.strip()
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_the_summarizer_contrasts_successes_and_failures_through_a_model(
+    outcomes: dict[str, Outcome],
+) -> None:
+    # POLCA App. B: the pool split around τ into successes and failures, each program paired
+    # for contrastive analysis, asked of the summarizer model; the summary then leads the
+    # context of later diagnoses and proposals.
+    outcome = outcomes[SUMMARY_SIM]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    written = [e for e in events if isinstance(e, SummaryWritten)]
+    assert written and all(e.engine.startswith("openai:") for e in written), written
+    assert all(e.programs > 1 for e in written), written
+    log = outcome.result.run_dir.parent / REQUEST_LOG
+    requests = read_request_log(log)
+    asked = [r for r in requests if r.schema == "HistorySummary"]
+    assert asked, sorted({r.schema for r in requests})
+    prompt = sections(str(asked[0].messages[-1]["text"]))
+    assert set(SUMMARY_SECTIONS) <= set(prompt), list(prompt)
+    # Both groups hold programs of the pool ("c0003 (m_diag from c0000): mean ..."), and the
+    # pairs contrast a success with a failure.
+    for group in SUMMARY_SECTIONS[:2]:
+        assert re.search(r"^c\d{4} \(.*\): mean ", prompt[group], re.M), prompt[group]
+    pairs = prompt[SUMMARY_SECTIONS[2]]
+    assert re.search(r"^c\d{4} (trajectories|parent-child): success .* / failure ", pairs, re.M), (
+        pairs
+    )
+    # The summary the model wrote leads the context of later requests.
+    later = [
+        r
+        for r in requests
+        if r.request > asked[0].request
+        and any("summary of the run so far:" in str(m["text"]) for m in r.messages)
+    ]
+    assert later, "no request after the summary carried it"
+
+
+@pytest.mark.timeout(240)
+def test_offline_the_summary_is_rule_based_and_says_so(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[SUMMARY_OFFLINE]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    written = [e for e in outcome.result.events() if isinstance(e, SummaryWritten)]
+    assert written, "no summary_written event"
+    assert all(e.engine == RULE_BASED_ENGINE for e in written), written
+    assert all(RULE_BASED_LABEL in e.text and "τ = " in e.text for e in written), written
+    assert all(e.programs > 1 for e in written), written
