@@ -32,7 +32,8 @@ each migration received was sent and is received once. MAP-Elites, which the mat
 run on pendulum by turns, runs beside it on ccaa (``MAP_ELITES_CCAA``, descriptors in the
 campaign) and on an evaluator-file problem whose evaluator declares ``MAP_ELITES``
 (``MAP_ELITES_FILES``): each fills cells of its grid, draws its parents from them, and
-``evobus report`` draws the grid. POLCA's contrastive summarizer (App. B), which asks after
+``evobus report`` draws the grid; and with two islands (``MAP_ELITES_ISLANDS``), a grid per
+island. POLCA's contrastive summarizer (App. B), which asks after
 ten decided steps, runs beside it in two longer campaigns: through the simulator
 (``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
 groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
@@ -353,6 +354,26 @@ DECLARED_GRID = (
 )
 
 
+MAP_ELITES_ISLANDS = "map-elites-islands"
+"""A campaign beside the matrix: two islands, each with its own MAP-Elites grid, migrating."""
+
+
+def map_elites_islands_file() -> str:
+    """Two islands of three proposals each on pendulum, each drawing parents from its own
+    grid over the matrix's two pendulum metrics, migrating after every decided step."""
+    grid = SELECTIONS[-1]["map_elites"]
+    assert isinstance(grid, dict)
+    return (
+        f'[campaign]\nname = "map-elites-islands"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = {ISLAND_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        '[strategy]\narchive = "map-elites"\nislands = 2\nmigration_interval = 1\n'
+        "migrants = 1\nin_flight = 2\nminibatch = 2\nmin_evaluations = 2\n"
+        f"[strategy.map_elites]\ndescriptors = {toml_value(grid['descriptors'])}\n"
+    )
+
+
 def map_elites_ccaa_file() -> str:
     """ccaa with the offline engine, its grid over sidelobe level and directivity."""
     return (
@@ -427,6 +448,7 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[BURST] = burst_file()
     files[ISLANDS] = islands_file()
     files[MAP_ELITES_CCAA] = map_elites_ccaa_file()
+    files[MAP_ELITES_ISLANDS] = map_elites_islands_file()
     files[SUMMARY_SIM] = summarizer_file("summarizer-sim", sim_url)
     files[SUMMARY_OFFLINE] = summarizer_file("summarizer-offline", None)
     specs: dict[str, CampaignSpec] = {}
@@ -715,6 +737,30 @@ async def test_map_elites_fills_its_grid_and_the_report_draws_it(
     report = run_dir / "report"
     assert (report / GRID_PNG).stat().st_size > 0
     assert GRID_PNG in (report / "index.html").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_map_elites_keeps_a_grid_per_island(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[MAP_ELITES_ISLANDS]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    assert outcome.result.summary.proposals == ISLAND_PROPOSALS
+    islands = [island_id(outcome.campaign_id, k) for k in range(2)]
+    for island in islands:
+        events = evobus.Result(outcome.result.run_dir / island).events()
+        grids = [e for e in events if isinstance(e, MapElitesChanged)]
+        assert grids and all(e.campaign == island for e in grids), island
+        assert any(e.outcome == "new-cell" for e in grids), [e.outcome for e in grids]
+        placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
+        steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+        assert {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
+    migrated = [
+        e
+        for island in islands
+        for e in evobus.Result(outcome.result.run_dir / island).events()
+        if isinstance(e, CandidateMigrated)
+    ]
+    assert migrated, "no migrant sent"
 
 
 SUMMARY_SECTIONS = ("## Successes (mean > τ)", "## Failures (mean ≤ τ)", "## Contrastive pairs")
