@@ -414,8 +414,9 @@ SUMMARY_SIM = "summarizer-sim"
 """A campaign beside the matrix: enough decided steps for POLCA's summarizer, with a model."""
 SUMMARY_OFFLINE = "summarizer-offline"
 """The same offline: the rule-based summary."""
-# The summarizer asks after SUMMARY_EVERY (10) decided steps; the steps after it read it.
-SUMMARY_PROPOSALS = 16
+# The summarizer asks after SUMMARY_EVERY (10) decided steps; with a model, the steps after it
+# read the summary (more of them than are in flight when it is asked for).
+SUMMARY_PROPOSALS = {SUMMARY_SIM: 16, SUMMARY_OFFLINE: 12}
 
 
 def summarizer_file(name: str, sim_url: str | None) -> str:
@@ -423,7 +424,8 @@ def summarizer_file(name: str, sim_url: str | None) -> str:
     models are the simulator's."""
     text = (
         f'[campaign]\nname = "{name}"\ntask = "pendulum"\nseed_artifact = {toml_value(str(SEED))}\n'
-        f"[campaign.budget]\nproposals = {SUMMARY_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        f"[campaign.budget]\nproposals = {SUMMARY_PROPOSALS[name]}\n"
+        f"wall_seconds = {WALL_SECONDS}\n"
         "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
         "[strategy]\nin_flight = 3\nminibatch = 2\nmin_evaluations = 2\nepsilon = 0.0\n"
         "rng_seed = 5\nskills = 0\n"
@@ -449,8 +451,8 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[ISLANDS] = islands_file()
     files[MAP_ELITES_CCAA] = map_elites_ccaa_file()
     files[MAP_ELITES_ISLANDS] = map_elites_islands_file()
-    files[SUMMARY_SIM] = summarizer_file("summarizer-sim", sim_url)
-    files[SUMMARY_OFFLINE] = summarizer_file("summarizer-offline", None)
+    files[SUMMARY_SIM] = summarizer_file(SUMMARY_SIM, sim_url)
+    files[SUMMARY_OFFLINE] = summarizer_file(SUMMARY_OFFLINE, None)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
