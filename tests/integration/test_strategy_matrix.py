@@ -33,8 +33,8 @@ run on pendulum by turns, runs beside it on ccaa (``MAP_ELITES_CCAA``, descripto
 campaign) and on an evaluator-file problem whose evaluator declares ``MAP_ELITES``
 (``MAP_ELITES_FILES``): each fills cells of its grid, draws its parents from them, and
 ``evobus report`` draws the grid; and with two islands (``MAP_ELITES_ISLANDS``), a grid per
-island. POLCA's contrastive summarizer (App. B), which asks after
-ten decided steps, runs beside it in two longer campaigns: through the simulator
+island. POLCA's contrastive summarizer (App. B), which asks after ten decided steps, runs
+beside it in two longer campaigns: through the simulator
 (``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
 groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
 and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
@@ -46,7 +46,8 @@ every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``
 ``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills`` and
 ``skill_scope`` (``all`` in odd rows), ``selection``
 (by turns ``ucb``, ``mean``, ``pareto`` and ``pareto`` over two metrics) with ``ucb_beta`` and
-``pareto_metrics``, ``burst_after``,
+``pareto_metrics``, or ``archive = "map-elites"`` with ``map_elites`` (every fifth row),
+``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
 ``epsilon``, ``in_flight``, ``workers``, ``queue``, ``minibatch``, ``min_evaluations``,
 ``rng_seed``, ``adaptive_in_flight`` (off in sync rows, where it changes nothing);
