@@ -42,6 +42,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from evobus.infra.errors import SandboxMountUnavailable, SandboxUnavailable
 from evobus.infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
+from evobus.infra.sandbox_limits import near_limits
 from evobus.infra.sandbox_memory import Cage, open_cage
 from evobus.infra.sandbox_memory import rlimits as memory_rlimits
 from evobus.infra.sandbox_slots import RunSlot, claim_slot, make_workdir, remove_workdir
@@ -102,6 +103,10 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     ``memory_exceeded``: the kernel killed a process of the run for holding more than
     ``[sandbox] memory_mb`` (its memory cgroup's OOM kills; infra/sandbox_memory.py).
     ``limits``: the limits it ran under, which ``failure()`` names.
+    ``cpu_seconds``: the CPU time of its processes, together (those its init reaped, with
+    what they waited for); None where it was not measured (an unisolated run).
+    ``near_limits``: the keys of the limits it came near, whether or not it failed
+    (infra/sandbox_limits.py): a result it gave may be the limit's doing.
     """
 
     returncode: int | None
@@ -118,6 +123,8 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     warm: bool = False
     memory_exceeded: bool = False
     limits: SandboxSection | None = None
+    cpu_seconds: float | None = None
+    near_limits: tuple[str, ...] = ()
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded: the limit it hit
@@ -238,13 +245,18 @@ async def run_sandboxed(
                 _prepare, chosen, interpreter, argv, limits, workdir, extra=mounts
             )
             async with caged(limits) as cage:
-                with _lifeline() as lifeline:
+                with _lifeline() as lifeline, _report_pipe() as (report, told):
                     command, uid = await anyio.to_thread.run_sync(
-                        functools.partial(prepare, cage=cage), files, slot, lifeline
+                        functools.partial(prepare, cage=cage, report=told), files, slot, lifeline
                     )
-                    run = await _execute(command, workdir, limits, chosen, stdin, lifeline, cage)
+                    run = await _execute(
+                        command, workdir, limits, chosen, stdin, (lifeline, told), cage
+                    )
+                    cpu = _reported_cpu(report)
                 exceeded = cage is not None and cage.oom_kills() > 0
-            run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded, limits=limits)
+                hits = cage.limit_hits() if cage is not None else 0
+            run = with_limits(run, limits, memory_hits=hits, cpu_seconds=cpu)
+            run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded)
             if not collect:
                 return run
             read = functools.partial(collect_files, workdir, collect, collect_max_bytes)
@@ -255,6 +267,46 @@ async def run_sandboxed(
                 await anyio.to_thread.run_sync(remove_soon, workdir)
     finally:
         slot.release()  # after the workdir went: until then its name tells the run lives
+
+
+def with_limits(
+    run: SandboxRun, limits: SandboxSection, *, memory_hits: int, cpu_seconds: float | None
+) -> SandboxRun:
+    """``run`` with the limits it ran under, its CPU time, and the limits it came near."""
+    near = near_limits(
+        limits,
+        memory_hits=memory_hits,
+        cpu_seconds=cpu_seconds,
+        duration_seconds=run.duration_seconds,
+        output=run.stdout + run.stderr,
+    )
+    return msgspec.structs.replace(run, limits=limits, cpu_seconds=cpu_seconds, near_limits=near)
+
+
+@contextlib.contextmanager
+def _report_pipe() -> Iterator[tuple[int, int]]:
+    """A pipe for one run's init to say the CPU time the run used: (read end, write end); the
+    read end does not block, both are closed after the block."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        yield read_end, write_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _reported_cpu(read_end: int) -> float | None:
+    """The CPU seconds the run's init reported, once the run is over; None without a report
+    (no init: an unisolated run; or init did not see the run end)."""
+    try:
+        text = os.read(read_end, 64)
+    except BlockingIOError:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -294,12 +346,14 @@ def _prepare(
     *,
     extra: Mapping[str, str] = MappingProxyType({}),
     cage: Cage | None = None,
+    report: int | None = None,
 ) -> tuple[list[str], int | None]:
     """Write the files and build the command line (wrapper, then the bootstrap that execs);
     with the uid the run will have, if it drops to one. ``lifeline``: the descriptor the run
     inherits, the read end of the pipe whose end tells it that we are gone. ``extra``: host
     directories bound read-only at other paths (target → source), after everything else.
-    ``cage``: the run's memory cgroup, which the bootstrap joins first."""
+    ``cage``: the run's memory cgroup, which the bootstrap joins first. ``report``: the write
+    end of the pipe the run's init reports its CPU time on."""
     python = os.path.abspath(python)
     hidden = interpreter_hidden(python, workdir)
     # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the
@@ -326,6 +380,7 @@ def _prepare(
         "uncaged": uncaged_rlimits(limits) if cage is not None else [],
         "argv": [python, "-I", *argv],
         "lifeline": lifeline,
+        "report": report,
         "deadline_seconds": limits.timeout_seconds + INIT_GRACE_SECONDS,
     }
     if isolation == "bwrap":
@@ -615,7 +670,7 @@ async def _execute(
     limits: SandboxSection,
     isolation: Isolation,
     stdin: bytes,
-    lifeline: int,
+    inherited: tuple[int, ...],
     cage: Cage | None = None,
 ) -> SandboxRun:
     stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
@@ -626,7 +681,7 @@ async def _execute(
         cwd=workdir,
         env={**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
-        pass_fds=(lifeline,) if cage is None else (lifeline, cage.procs),
+        pass_fds=inherited if cage is None else (*inherited, cage.procs),
     )
     assert process.stdout is not None and process.stderr is not None
     over_limit: list[str] = []
