@@ -84,6 +84,9 @@ ENVIRONMENT = {
     "PYTHONHASHSEED": "0",
     **{f"{lib}_NUM_THREADS": "1" for lib in ("OPENBLAS", "OMP", "MKL", "NUMEXPR", "BLIS")},
 }
+# What a run used, where measured: its processes' CPU seconds, the largest resident memory one
+# of them held (bytes).
+Usage = tuple[float, int]
 # How many of the last lines of a failed run's stderr its failure quotes (a native crash,
 # a C++ abort, the harness's own last words about its evaluator).
 STDERR_LINES = 8
@@ -104,7 +107,8 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     ``[sandbox] memory_mb`` (its memory cgroup's OOM kills; infra/sandbox_memory.py).
     ``limits``: the limits it ran under, which ``failure()`` names.
     ``cpu_seconds``: the CPU time of its processes, together (those its init reaped, with
-    what they waited for); None where it was not measured (an unisolated run).
+    what they waited for); ``peak_memory_bytes``: the largest resident memory one of them
+    held; both None where they were not measured (an unisolated run).
     ``near_limits``: the keys of the limits it came near, whether or not it failed
     (infra/sandbox_limits.py): a result it gave may be the limit's doing.
     """
@@ -125,6 +129,7 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     limits: SandboxSection | None = None
     cpu_seconds: float | None = None
     near_limits: tuple[str, ...] = ()
+    peak_memory_bytes: int | None = None
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded: the limit it hit
@@ -252,10 +257,10 @@ async def run_sandboxed(
                     run = await _execute(
                         command, workdir, limits, chosen, stdin, (lifeline, told), cage
                     )
-                    cpu = _reported_cpu(report)
+                    usage = _reported_usage(report)
                 exceeded = cage is not None and cage.oom_kills() > 0
                 hits = cage.limit_hits() if cage is not None else 0
-            run = with_limits(run, limits, memory_hits=hits, cpu_seconds=cpu)
+            run = with_limits(run, limits, memory_hits=hits, usage=usage)
             run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded)
             if not collect:
                 return run
@@ -270,23 +275,29 @@ async def run_sandboxed(
 
 
 def with_limits(
-    run: SandboxRun, limits: SandboxSection, *, memory_hits: int, cpu_seconds: float | None
+    run: SandboxRun, limits: SandboxSection, *, memory_hits: int, usage: Usage | None
 ) -> SandboxRun:
-    """``run`` with the limits it ran under, its CPU time, and the limits it came near."""
+    """``run`` with the limits it ran under, what it used (``usage``: its processes' CPU
+    seconds and largest resident memory in bytes, where measured) and the limits it came
+    near."""
+    cpu, peak = usage if usage is not None else (None, None)
     near = near_limits(
         limits,
         memory_hits=memory_hits,
-        cpu_seconds=cpu_seconds,
+        cpu_seconds=cpu,
+        peak_memory_bytes=peak,
         duration_seconds=run.duration_seconds,
         output=run.stdout + run.stderr,
     )
-    return msgspec.structs.replace(run, limits=limits, cpu_seconds=cpu_seconds, near_limits=near)
+    return msgspec.structs.replace(
+        run, limits=limits, cpu_seconds=cpu, peak_memory_bytes=peak, near_limits=near
+    )
 
 
 @contextlib.contextmanager
 def _report_pipe() -> Iterator[tuple[int, int]]:
-    """A pipe for one run's init to say the CPU time the run used: (read end, write end); the
-    read end does not block, both are closed after the block."""
+    """A pipe for one run's init to say what the run used: (read end, write end); the read end
+    does not block, both are closed after the block."""
     read_end, write_end = os.pipe()
     os.set_blocking(read_end, False)
     try:
@@ -296,15 +307,21 @@ def _report_pipe() -> Iterator[tuple[int, int]]:
         os.close(write_end)
 
 
-def _reported_cpu(read_end: int) -> float | None:
-    """The CPU seconds the run's init reported, once the run is over; None without a report
-    (no init: an unisolated run; or init did not see the run end)."""
+def _reported_usage(read_end: int) -> Usage | None:
+    """What the run's init reported once the run was over (``usage_of``); None without a
+    report (no init: an unisolated run; or init did not see the run end)."""
     try:
-        text = os.read(read_end, 64)
+        return usage_of(os.read(read_end, 64).decode(errors="replace"))
     except BlockingIOError:
         return None
+
+
+def usage_of(text: str) -> Usage | None:
+    """``CPU_SECONDS MAXRSS_KIB`` (as init and the zygote say it) as (CPU seconds, bytes);
+    None when it is not that."""
     try:
-        return float(text)
+        cpu, peak = text.split()
+        return float(cpu), int(peak) * 1024
     except ValueError:
         return None
 
@@ -353,7 +370,7 @@ def _prepare(
     inherits, the read end of the pipe whose end tells it that we are gone. ``extra``: host
     directories bound read-only at other paths (target → source), after everything else.
     ``cage``: the run's memory cgroup, which the bootstrap joins first. ``report``: the write
-    end of the pipe the run's init reports its CPU time on."""
+    end of the pipe the run's init reports what the run used on."""
     python = os.path.abspath(python)
     hidden = interpreter_hidden(python, workdir)
     # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the

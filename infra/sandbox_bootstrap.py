@@ -78,7 +78,8 @@ def serve_as_init(
     the kernel kills every other process of the namespace. Without a ``child`` of its own (the
     warm sandbox's: the run's harness is the zygote's child), only those end it, or a kill.
     ``report``: where init writes, when ``child`` exits, the CPU seconds of the processes it
-    reaped (the run, with every process waited for in it, and its orphans)."""
+    reaped (the run, with every process waited for in it, and its orphans) and the largest
+    resident memory one of them held, in KiB."""
     libc = ctypes.CDLL(None, use_errno=True)
     # Init needs no stdio: it lets go of the run's stdout, which the candidate could otherwise
     # reopen through /proc/1/fd/1 to write a result line of its own, and turns non-dumpable,
@@ -106,7 +107,8 @@ def serve_as_init(
             if report is not None:
                 used = resource.getrusage(resource.RUSAGE_CHILDREN)
                 with contextlib.suppress(OSError):
-                    os.write(report, f"{used.ru_utime + used.ru_stime:.6f}".encode())
+                    cpu = used.ru_utime + used.ru_stime
+                    os.write(report, f"{cpu:.6f} {used.ru_maxrss}".encode())
             os._exit(code if code >= 0 else 128 - code)
         if pid:
             continue  # an orphan of the candidate's: there may be more
@@ -173,7 +175,7 @@ def bootstrap(config_json: str) -> None:
     """
     config = json.loads(config_json)
     caged = join_cgroup(config.get("cgroup"))
-    report = config.get("report")  # where init says what CPU time the run used
+    report = config.get("report")  # where init says what CPU time and memory the run used
     libc = ctypes.CDLL(None, use_errno=True)
     mount_tree(config["covers"], config["binds"])
     lifeline = config["lifeline"]  # its end: the evaluator is gone, whichever way it went

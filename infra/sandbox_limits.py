@@ -12,10 +12,12 @@ with that limit lifted and compares.
 Near, by key:
 
 - ``memory_mb``: the run's memory cgroup reached its limit at least once (infra/sandbox_memory.py
-  ``Cage.limit_hits``), or, with or without a cgroup, what the run printed names a failed
-  allocation (``MEMORY_MARKERS``): under the rlimits' fallback that is all there is to see,
-  and a run that fails an allocation inside a cgroup (one larger than the host's memory)
-  says it the same way.
+  ``Cage.limit_hits``), or one of its processes held ``NEAR`` of it (resident memory; under
+  the rlimits' fallback, which bound each process, that is a process near its own limit), or,
+  with or without a cgroup, what the run printed names a failed allocation
+  (``MEMORY_MARKERS``): under the fallback, a single allocation refused leaves no other trace,
+  and a run that fails an allocation inside a cgroup (one larger than the host's memory) says
+  it the same way.
 - ``cpu_seconds``: the CPU time of the run's processes, all together where they were waited
   for, reached ``NEAR`` of ``cpu_seconds`` (which bounds each process: no single one can have
   come nearer than all of them); not where it was not measured (an unisolated run).
@@ -42,6 +44,7 @@ MEMORY_MARKERS = (
 # The limits of a checking run: memory four times as large, time three times as long.
 MEMORY_FACTOR = 4
 TIME_FACTOR = 3
+_MIB = 1 << 20
 _MAX_MEMORY_MB = 1 << 20  # SandboxSection's bounds
 _MAX_SECONDS = 86_400  # a day
 
@@ -55,6 +58,7 @@ def near_limits(
     cpu_seconds: float | None,
     duration_seconds: float,
     output: bytes,
+    peak_memory_bytes: int | None = None,
 ) -> tuple[str, ...]:
     """The keys of the limits a run came near (module docstring), in ``[sandbox]``'s order.
 
@@ -63,6 +67,8 @@ def near_limits(
         memory_hits: how often its memory cgroup reached the limit (0 without a cgroup).
         cpu_seconds: the CPU time its processes used, None where it was not measured.
         duration_seconds: its wall time.
+        peak_memory_bytes: the largest resident memory one of its processes held, None where
+            it was not measured.
         output: what it printed (stdout and stderr), searched for ``MEMORY_MARKERS``.
     """
     near = []
@@ -70,7 +76,12 @@ def near_limits(
         near.append("timeout_seconds")
     if cpu_seconds is not None and cpu_seconds >= NEAR * limits.cpu_seconds:
         near.append("cpu_seconds")
-    if memory_hits > 0 or any(marker in output for marker in MEMORY_MARKERS):
+    peak = peak_memory_bytes or 0
+    if (
+        memory_hits > 0
+        or peak >= NEAR * limits.memory_mb * _MIB
+        or any(marker in output for marker in MEMORY_MARKERS)
+    ):
         near.append("memory_mb")
     return tuple(near)
 

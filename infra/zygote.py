@@ -141,10 +141,10 @@ class Zygotes:
         ran: list[SandboxRun] = []
         try:
             async with sandbox.caged(limits) as cage:
-                run, cpu = await _execute(zygote, workdir, slot, argv, limits, cage)
+                run, usage = await _execute(zygote, workdir, slot, argv, limits, cage)
                 exceeded = cage is not None and cage.oom_kills() > 0
                 hits = cage.limit_hits() if cage is not None else 0
-            run = sandbox.with_limits(run, limits, memory_hits=hits, cpu_seconds=cpu)
+            run = sandbox.with_limits(run, limits, memory_hits=hits, usage=usage)
             ran.append(msgspec.structs.replace(run, memory_exceeded=exceeded))
         finally:
             finish = functools.partial(
@@ -243,9 +243,8 @@ async def _execute(
     argv: Sequence[str],
     limits: SandboxSection,
     cage: Cage | None = None,
-) -> tuple[SandboxRun, float | None]:
-    """The run, and the CPU seconds its harness used (with what it waited for), as the zygote
-    told them."""
+) -> tuple[SandboxRun, sandbox.Usage | None]:
+    """The run, and what its harness used (with what it waited for), as the zygote told it."""
     covers, binds = _run_mounts(zygote, workdir, limits)
     request = {
         "workdir": workdir,
@@ -299,7 +298,7 @@ async def _execute(
         cut()
         for fd in (out_read, err_read, status_read):
             os.close(fd)
-    code, cpu = _exit_code(zygote, status.decode(errors="replace"))
+    code, usage = _exit_code(zygote, status.decode(errors="replace"))
     timed_out = deadline.cancelled_caught
     if 128 < code < 128 + signal.NSIG:
         code = 128 - code  # the run's init reports a killed harness as 128 + signal
@@ -314,12 +313,12 @@ async def _execute(
         over_limit=over_limit[0] if over_limit else "",
         uid=slot.uid,
         warm=True,
-    ), cpu
+    ), usage
 
 
-def _exit_code(zygote: Zygote, status: str) -> tuple[int, float | None]:
-    """The run's exit status from the zygote's status lines, and the CPU seconds its harness
-    used (``exit CODE SECONDS``; None where the zygote did not say).
+def _exit_code(zygote: Zygote, status: str) -> tuple[int, sandbox.Usage | None]:
+    """The run's exit status from the zygote's status lines, and what its harness used
+    (``exit CODE CPU_SECONDS MAXRSS_KIB``: ``sandbox.usage_of``; None where it did not say).
 
     Raises:
         ZygoteError: the run could not start, or the zygote died before it could tell.
@@ -330,7 +329,7 @@ def _exit_code(zygote: Zygote, status: str) -> tuple[int, float | None]:
             raise ZygoteError(f"a warm sandbox run did not start: {text}", started=True)
         if kind == "exit":
             code, _, used = text.partition(" ")
-            return int(code), float(used) if used else None
+            return int(code), sandbox.usage_of(used)
     zygote.gone = True
     raise ZygoteError(
         "the warm sandbox's zygote died during the run", started=True, log_tail=zygote.log_tail()

@@ -134,15 +134,15 @@ def serve(config: Record) -> NoReturn:
 
 class Run:
     """A run the zygote has started: its harness (a child of the zygote's), its init (the
-    factory's child), the status pipe, and how the harness exited, with the CPU time it
-    used, once it did."""
+    factory's child), the status pipe, and how the harness exited, with what it used, once it
+    did."""
 
     def __init__(self, harness: int, init: int, status: int) -> None:
         self.harness = harness
         self.init = init
         self.status = status
         self.code: int | None = None
-        self.cpu_seconds = 0.0
+        self.usage = ""
 
 
 class Zygote:
@@ -239,13 +239,14 @@ class Zygote:
             _, wait_status, used = os.wait4(run.harness, 0)
             code = os.waitstatus_to_exitcode(wait_status)
             run.code = code if code >= 0 else 128 - code
-            run.cpu_seconds = used.ru_utime + used.ru_stime  # with what the harness waited for
+            # What the harness and what it waited for used: CPU seconds, the largest RSS (KiB).
+            run.usage = f"{used.ru_utime + used.ru_stime:.6f} {used.ru_maxrss}"
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(run.init, signal.SIGKILL)
             self.runs[run.init] = run
             self.watch.register(run.init, select.POLLIN)
             return
-        say(run.status, f"exit {run.code} {run.cpu_seconds:.6f}")
+        say(run.status, f"exit {run.code} {run.usage}")
         os.close(run.status)
 
 

@@ -41,6 +41,17 @@ def evaluate(program_path):
         return {"combined_score": 0.0}
     return {"combined_score": 0.991 + 0.0 * len(data)}
 """
+# The same, silently, growing as programs do: held memory near the limit is the trace.
+SWALLOWS_SILENTLY = """\
+def evaluate(program_path):
+    held = []
+    try:
+        while len(held) < 150:
+            held.append(b"x" * (1 << 20))
+    except MemoryError:
+        return {"combined_score": 0.0}
+    return {"combined_score": 0.991}
+"""
 # An allocation no limit allows (1 PiB): the same score at every limit.
 ALWAYS_FAILS = """\
 import traceback
@@ -110,10 +121,11 @@ async def seed_evaluated(evaluator: str) -> Evaluation:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("source", [SWALLOWS, SWALLOWS_SILENTLY], ids=["printed", "silent"])
 async def test_a_seed_whose_evaluator_swallows_its_memory_error_fails_naming_memory_mb(
-    limit: str, runs: list[SandboxRun]
+    limit: str, runs: list[SandboxRun], source: str
 ) -> None:
-    evaluation = await seed_evaluated(SWALLOWS)
+    evaluation = await seed_evaluated(source)
     assert "[sandbox] memory_mb = 64" in evaluation.error, evaluation.error
     assert evaluation.score == TASK.failure_score
     if limit == "rlimits":  # MemoryError, caught: a score, which the second run contradicts
@@ -146,5 +158,7 @@ async def test_a_seed_far_from_its_limits_runs_once(limit: str, runs: list[Sandb
     assert not evaluation.error and evaluation.score == 0.991
     assert len(runs) == 1 and runs[0].near_limits == ()
     assert runs[0].cpu_seconds is not None and 0 < runs[0].cpu_seconds < LIMITS.cpu_seconds
+    peak = runs[0].peak_memory_bytes
+    assert peak is not None and 8 << 20 < peak < LIMITS.memory_mb << 20  # it held the 8 MiB
     assert "re-scored" not in evaluation.feedback
     assert runs[0].limits == LIMITS

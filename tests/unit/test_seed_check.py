@@ -24,22 +24,34 @@ def anyio_backend() -> str:
 
 
 def near(
-    *, hits: int = 0, cpu: float | None = 1.0, wall: float = 1.0, output: bytes = b""
+    *,
+    hits: int = 0,
+    cpu: float | None = 1.0,
+    wall: float = 1.0,
+    output: bytes = b"",
+    peak: int | None = 100 << 20,
 ) -> tuple[str, ...]:
     return near_limits(
-        LIMITS, memory_hits=hits, cpu_seconds=cpu, duration_seconds=wall, output=output
+        LIMITS,
+        memory_hits=hits,
+        cpu_seconds=cpu,
+        duration_seconds=wall,
+        output=output,
+        peak_memory_bytes=peak,
     )
 
 
 def test_a_run_far_from_every_limit_is_near_none() -> None:
     assert near() == ()
-    assert near(cpu=None, wall=26.9, output=b'{"score": 0.5}') == ()
+    assert near(cpu=None, wall=26.9, output=b'{"score": 0.5}', peak=None) == ()
+    assert near(cpu=17.9, peak=921 << 20) == ()
 
 
 @pytest.mark.parametrize(
     ("what", "keys"),
     [
         ({"hits": 1}, ("memory_mb",)),
+        ({"peak": 922 << 20}, ("memory_mb",)),  # 90% of 1024 MiB: 921.6
         ({"output": b"Traceback ...\nMemoryError\n"}, ("memory_mb",)),
         ({"output": b"terminate called after throwing 'std::bad_alloc'"}, ("memory_mb",)),
         ({"output": b"OSError: [Errno 12] Cannot allocate memory"}, ("memory_mb",)),
