@@ -44,7 +44,7 @@ def on_admission(
     else:
         flight.forget(state, chain, "filtered")
         _filtered(state, step, candidate_id, rejection, now, late=False)
-        count_undecided(state, step, now)
+        count_undecided(state, step, chain, now)
     refill(state, step, now)
     return step
 
@@ -96,7 +96,7 @@ def late_admission(
         if is_speculative(state, candidate_id):
             withdraw_speculative(state, candidate_id, _score(state, candidate_id), chain)
         flight.drop_chain(state, chain, "filtered")
-        count_undecided(state, step, now)  # a step that ends undecided, as a filtered one
+        count_undecided(state, step, chain, now)  # a step that ends undecided, as a filtered one
     else:
         record = state.decisions.lineage.get(candidate_id)
         population.leave(

@@ -91,10 +91,12 @@ def reward(state: CampaignState, operator: Operator, delta: float) -> None:
         state.selection.bandit.update(operator, delta, delta_max=state.strategy.delta_max)
 
 
-def count_outcome(state: CampaignState, *, improved: bool) -> bool:
+def count_outcome(state: CampaignState, chain: Chain, *, improved: bool) -> bool:
     """Count a step that ended towards the next exploration burst (a step that ends
-    undecided counts as one without improvement); True when that queued a burst."""
-    return state.selection.burst.observe(improved=improved)
+    undecided counts as one without improvement; one started before the last improvement
+    does not count); True when that queued a burst."""
+    newest = state.run.serials["chain"]
+    return state.selection.burst.observe(improved, chain.key, newest)
 
 
 def zero_shot(state: CampaignState, step: Step, now: float) -> None:

@@ -174,7 +174,7 @@ def decide(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
         accepted=improved_parent,
         summary=chain.rationale,
     )
-    if count_outcome(state, improved=improved_best):
+    if count_outcome(state, chain, improved=improved_best):
         _announce_patience_burst(state, step, now)
     _seed_skills(state)
     _validate_best(state, step, now)
@@ -352,11 +352,11 @@ def _watch_stagnation(state: CampaignState, step: Step, now: float) -> None:
         _burst(state, step, now, decision.reason)
 
 
-def count_undecided(state: CampaignState, step: Step, now: float) -> None:
+def count_undecided(state: CampaignState, step: Step, chain: Chain, now: float) -> None:
     """A step that ended undecided (filtered by the ε-net, discarded as stale) counts as one
     without improvement towards the next exploration burst (REFLEX §3.4), which is
     announced when this sets it off."""
-    if count_outcome(state, improved=False):
+    if count_outcome(state, chain, improved=False):
         _announce_patience_burst(state, step, now)
 
 

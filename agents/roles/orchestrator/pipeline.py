@@ -261,7 +261,7 @@ def _dispatch_ready(state: CampaignState, step: Step, chain: Chain, now: float) 
         case "keep":
             _evaluate_chain(state, step, chain)
         case "discard":
-            count_undecided(state, step, now)
+            count_undecided(state, step, chain, now)
             flight.forget(state, chain, "stale-discarded")
         case "repair":
             _repair(state, step, chain)
