@@ -163,7 +163,7 @@ class BatchConsumer(PullConsumer[T]):
         """``msg`` decoded, or None when it was dead-lettered instead."""
         ctx = self._context(msg)
         try:
-            item = self._decoder.decode(msg.data)
+            item = self._decoder.decode_message(msg.subject, msg.data)
         except codec.DecodeError as exc:
             with tracing.consumer_span(msg.subject, ctx.msg_id, ctx.attempt, ctx.headers):
                 await self._dead_letter(msg, ctx, f"undecodable message: {exc}", None)

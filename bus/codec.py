@@ -6,6 +6,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from evobus.bus import subjects
 from evobus.schemas.agents import Heartbeat, WorkersTarget
 from evobus.schemas.events import DeadLetter, Event
 from evobus.schemas.registry import RegistryReply, RegistryRequest
@@ -45,6 +46,15 @@ class Decoder(Generic[T]):
         except RecursionError:
             raise msgspec.DecodeError("Input nested too deeply") from None
 
+    def decode_message(self, subject: str, data: bytes | bytearray | memoryview) -> T:
+        """The message in ``data``, published on ``subject`` (what a consumer calls: a stream
+        that holds more than one union says by the subject which one a message is).
+
+        Raises:
+            msgspec.DecodeError: as ``decode``.
+        """
+        return self.decode(data)
+
 
 WORK_DECODER: Decoder[Work] = Decoder(Work)
 RESULT_DECODER: Decoder[Result] = Decoder(Result)
@@ -55,6 +65,24 @@ HEARTBEAT_DECODER: Decoder[Heartbeat] = Decoder(Heartbeat)
 CONTROL_DECODER: Decoder[WorkersTarget] = Decoder(WorkersTarget)
 # Steering actions share EVO_RESULTS with the results; their subject says which decoder reads.
 STEERING_DECODER: Decoder[Steering] = Decoder(Steering)
+
+
+class _ResultsDecoder(Decoder[Result | Steering]):
+    """EVO_RESULTS as an orchestrator reads it: a steering action on a campaign's steering
+    subject (which only a user allowed to steer may publish to), a result anywhere else — so a
+    worker cannot steer by publishing an action as a result (it is dead-lettered)."""
+
+    __slots__ = ()
+
+    def decode_message(
+        self, subject: str, data: bytes | bytearray | memoryview
+    ) -> Result | Steering:
+        if subjects.is_steering(subject):
+            return STEERING_DECODER.decode(data)
+        return RESULT_DECODER.decode(data)
+
+
+RESULTS_AND_STEERING_DECODER: Decoder[Result | Steering] = _ResultsDecoder(Result | Steering)
 REGISTRY_REQUEST_DECODER: Decoder[RegistryRequest] = Decoder(RegistryRequest)
 REGISTRY_REPLY_DECODER: Decoder[RegistryReply] = Decoder(RegistryReply)
 

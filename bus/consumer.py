@@ -293,7 +293,7 @@ class PullConsumer(Generic[T]):
         ctx = self._context(msg)
         with tracing.consumer_span(msg.subject, ctx.msg_id, ctx.attempt, ctx.headers) as span:
             try:
-                item = self._decoder.decode(msg.data)
+                item = self._decoder.decode_message(msg.subject, msg.data)
             except codec.DecodeError as exc:
                 await self._dead_letter(msg, ctx, f"undecodable message: {exc}", None)
                 return

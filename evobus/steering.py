@@ -1,7 +1,6 @@
 """Steering a running campaign from Python: pause, unpause, stop, a note for the models, a
 pinned parent, a rejected candidate (docs/steering.md). The same messages as ``evobus pause``
-and the live page's buttons; the campaign's orchestrator is to apply them and record an event each
-(not yet in this version: docs/steering.md).
+and the live page's buttons; the campaign's orchestrator applies each once and records its event.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ _A = TypeVar("_A", Pause, Unpause, Stop, AddNote, PinParent, RejectCandidate)
 
 class CampaignSteering:
     """Sends steering actions to one campaign; each method returns the action once the bus has
-    stored it (this version's orchestrator does not apply it yet: docs/steering.md).
+    stored it; the orchestrator then applies it and records its event (docs/steering.md).
 
     Attributes:
         campaign_id: the campaign steered.

@@ -42,6 +42,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from evobus.infra.errors import SandboxMountUnavailable, SandboxUnavailable
 from evobus.infra.sandbox_bootstrap import BOOTSTRAP_SOURCE
+from evobus.infra.sandbox_limits import near_limits
 from evobus.infra.sandbox_memory import Cage, open_cage
 from evobus.infra.sandbox_memory import rlimits as memory_rlimits
 from evobus.infra.sandbox_slots import RunSlot, claim_slot, make_workdir, remove_workdir
@@ -83,6 +84,9 @@ ENVIRONMENT = {
     "PYTHONHASHSEED": "0",
     **{f"{lib}_NUM_THREADS": "1" for lib in ("OPENBLAS", "OMP", "MKL", "NUMEXPR", "BLIS")},
 }
+# What a run used, where measured: its processes' CPU seconds, the largest resident memory one
+# of them held (bytes).
+Usage = tuple[float, int]
 # How many of the last lines of a failed run's stderr its failure quotes (a native crash,
 # a C++ abort, the harness's own last words about its evaluator).
 STDERR_LINES = 8
@@ -102,6 +106,11 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     ``memory_exceeded``: the kernel killed a process of the run for holding more than
     ``[sandbox] memory_mb`` (its memory cgroup's OOM kills; infra/sandbox_memory.py).
     ``limits``: the limits it ran under, which ``failure()`` names.
+    ``cpu_seconds``: the CPU time of its processes, together (those its init reaped, with
+    what they waited for); ``peak_memory_bytes``: the largest resident memory one of them
+    held; both None where they were not measured (an unisolated run).
+    ``near_limits``: the keys of the limits it came near, whether or not it failed
+    (infra/sandbox_limits.py): a result it gave may be the limit's doing.
     """
 
     returncode: int | None
@@ -118,6 +127,9 @@ class SandboxRun(msgspec.Struct, frozen=True, kw_only=True):
     warm: bool = False
     memory_exceeded: bool = False
     limits: SandboxSection | None = None
+    cpu_seconds: float | None = None
+    near_limits: tuple[str, ...] = ()
+    peak_memory_bytes: int | None = None
 
     def failure(self) -> str:
         """A short human reason why the run failed, or "" when it succeeded: the limit it hit
@@ -238,13 +250,18 @@ async def run_sandboxed(
                 _prepare, chosen, interpreter, argv, limits, workdir, extra=mounts
             )
             async with caged(limits) as cage:
-                with _lifeline() as lifeline:
+                with _lifeline() as lifeline, _report_pipe() as (report, told):
                     command, uid = await anyio.to_thread.run_sync(
-                        functools.partial(prepare, cage=cage), files, slot, lifeline
+                        functools.partial(prepare, cage=cage, report=told), files, slot, lifeline
                     )
-                    run = await _execute(command, workdir, limits, chosen, stdin, lifeline, cage)
+                    run = await _execute(
+                        command, workdir, limits, chosen, stdin, (lifeline, told), cage
+                    )
+                    usage = _reported_usage(report)
                 exceeded = cage is not None and cage.oom_kills() > 0
-            run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded, limits=limits)
+                hits = cage.limit_hits() if cage is not None else 0
+            run = with_limits(run, limits, memory_hits=hits, usage=usage)
+            run = msgspec.structs.replace(run, uid=uid, memory_exceeded=exceeded)
             if not collect:
                 return run
             read = functools.partial(collect_files, workdir, collect, collect_max_bytes)
@@ -255,6 +272,58 @@ async def run_sandboxed(
                 await anyio.to_thread.run_sync(remove_soon, workdir)
     finally:
         slot.release()  # after the workdir went: until then its name tells the run lives
+
+
+def with_limits(
+    run: SandboxRun, limits: SandboxSection, *, memory_hits: int, usage: Usage | None
+) -> SandboxRun:
+    """``run`` with the limits it ran under, what it used (``usage``: its processes' CPU
+    seconds and largest resident memory in bytes, where measured) and the limits it came
+    near."""
+    cpu, peak = usage if usage is not None else (None, None)
+    near = near_limits(
+        limits,
+        memory_hits=memory_hits,
+        cpu_seconds=cpu,
+        peak_memory_bytes=peak,
+        duration_seconds=run.duration_seconds,
+        output=run.stdout + run.stderr,
+    )
+    return msgspec.structs.replace(
+        run, limits=limits, cpu_seconds=cpu, peak_memory_bytes=peak, near_limits=near
+    )
+
+
+@contextlib.contextmanager
+def _report_pipe() -> Iterator[tuple[int, int]]:
+    """A pipe for one run's init to say what the run used: (read end, write end); the read end
+    does not block, both are closed after the block."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        yield read_end, write_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _reported_usage(read_end: int) -> Usage | None:
+    """What the run's init reported once the run was over (``usage_of``); None without a
+    report (no init: an unisolated run; or init did not see the run end)."""
+    try:
+        return usage_of(os.read(read_end, 64).decode(errors="replace"))
+    except BlockingIOError:
+        return None
+
+
+def usage_of(text: str) -> Usage | None:
+    """``CPU_SECONDS MAXRSS_KIB`` (as init and the zygote say it) as (CPU seconds, bytes);
+    None when it is not that."""
+    try:
+        cpu, peak = text.split()
+        return float(cpu), int(peak) * 1024
+    except ValueError:
+        return None
 
 
 @contextlib.asynccontextmanager
@@ -294,12 +363,14 @@ def _prepare(
     *,
     extra: Mapping[str, str] = MappingProxyType({}),
     cage: Cage | None = None,
+    report: int | None = None,
 ) -> tuple[list[str], int | None]:
     """Write the files and build the command line (wrapper, then the bootstrap that execs);
     with the uid the run will have, if it drops to one. ``lifeline``: the descriptor the run
     inherits, the read end of the pipe whose end tells it that we are gone. ``extra``: host
     directories bound read-only at other paths (target → source), after everything else.
-    ``cage``: the run's memory cgroup, which the bootstrap joins first."""
+    ``cage``: the run's memory cgroup, which the bootstrap joins first. ``report``: the write
+    end of the pipe the run's init reports what the run used on."""
     python = os.path.abspath(python)
     hidden = interpreter_hidden(python, workdir)
     # Drop to the slot's uid whenever we are root, unless no uid but ours could reach the
@@ -326,6 +397,7 @@ def _prepare(
         "uncaged": uncaged_rlimits(limits) if cage is not None else [],
         "argv": [python, "-I", *argv],
         "lifeline": lifeline,
+        "report": report,
         "deadline_seconds": limits.timeout_seconds + INIT_GRACE_SECONDS,
     }
     if isolation == "bwrap":
@@ -615,7 +687,7 @@ async def _execute(
     limits: SandboxSection,
     isolation: Isolation,
     stdin: bytes,
-    lifeline: int,
+    inherited: tuple[int, ...],
     cage: Cage | None = None,
 ) -> SandboxRun:
     stdout, stderr, cap = bytearray(), bytearray(), limits.max_output_bytes
@@ -626,7 +698,7 @@ async def _execute(
         cwd=workdir,
         env={**ENVIRONMENT, "HOME": workdir, "TMPDIR": workdir},
         start_new_session=True,
-        pass_fds=(lifeline,) if cage is None else (lifeline, cage.procs),
+        pass_fds=inherited if cage is None else (*inherited, cage.procs),
     )
     assert process.stdout is not None and process.stderr is not None
     over_limit: list[str] = []

@@ -8,6 +8,7 @@ shipped beside it, for the same mounts, init and confinement of each run it fork
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import inspect
 import json
@@ -21,7 +22,7 @@ from typing import NoReturn
 
 _HEADER = (
     "from __future__ import annotations\n"
-    "import ctypes, json, os, resource, select, signal, sys, time\n"
+    "import contextlib, ctypes, json, os, resource, select, signal, sys, time\n"
     "from collections.abc import Sequence\n"
     "from typing import NoReturn\n\n"
 )
@@ -68,12 +69,17 @@ def mount_opened(
         os.close(fd)
 
 
-def serve_as_init(child: int | None, lifeline: int, deadline_seconds: float) -> NoReturn:
+def serve_as_init(
+    child: int | None, lifeline: int, deadline_seconds: float, report: int | None = None
+) -> NoReturn:
     """Be the init of a run's pid namespace until ``child`` (the run) exits, then exit as it
     did; exit as if killed when the ``lifeline`` pipe ends (the evaluator is gone or ended the
     run) or the deadline passes (the evaluator is alive but stuck). Init's exit ends the run:
     the kernel kills every other process of the namespace. Without a ``child`` of its own (the
-    warm sandbox's: the run's harness is the zygote's child), only those end it, or a kill."""
+    warm sandbox's: the run's harness is the zygote's child), only those end it, or a kill.
+    ``report``: where init writes, when ``child`` exits, the CPU seconds of the processes it
+    reaped (the run, with every process waited for in it, and its orphans) and the largest
+    resident memory one of them held, in KiB."""
     libc = ctypes.CDLL(None, use_errno=True)
     # Init needs no stdio: it lets go of the run's stdout, which the candidate could otherwise
     # reopen through /proc/1/fd/1 to write a result line of its own, and turns non-dumpable,
@@ -98,6 +104,11 @@ def serve_as_init(child: int | None, lifeline: int, deadline_seconds: float) -> 
             pid, status = 0, 0
         if pid == child:
             code = os.waitstatus_to_exitcode(status)
+            if report is not None:
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
+                with contextlib.suppress(OSError):
+                    cpu = used.ru_utime + used.ru_stime
+                    os.write(report, f"{cpu:.6f} {used.ru_maxrss}".encode())
             os._exit(code if code >= 0 else 128 - code)
         if pid:
             continue  # an orphan of the candidate's: there may be more
@@ -164,6 +175,7 @@ def bootstrap(config_json: str) -> None:
     """
     config = json.loads(config_json)
     caged = join_cgroup(config.get("cgroup"))
+    report = config.get("report")  # where init says what CPU time and memory the run used
     libc = ctypes.CDLL(None, use_errno=True)
     mount_tree(config["covers"], config["binds"])
     lifeline = config["lifeline"]  # its end: the evaluator is gone, whichever way it went
@@ -175,7 +187,9 @@ def bootstrap(config_json: str) -> None:
         # its child, and init reaps until it is gone (its exit ends the namespace).
         child = os.fork()
         if child:
-            serve_as_init(child, lifeline, config["deadline_seconds"])
+            serve_as_init(child, lifeline, config["deadline_seconds"], report)
+    if report is not None:  # the run never gets it: only init tells what it used
+        os.close(report)
     confine(config["rlimits"] + ([] if caged else config.get("uncaged", [])), config["uid"])
     if not in_namespace:
         # Unisolated, no init to end the run: the candidate itself at least dies with the

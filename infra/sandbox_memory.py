@@ -67,15 +67,31 @@ class Cage:
     def oom_kills(self) -> int:
         """How many processes of the run the kernel killed for going over the limit."""
         name = "memory.events" if self.controller.version == 2 else "memory.oom_control"
+        return self._counters(name).get("oom_kill", 0)
+
+    def limit_hits(self) -> int:
+        """How often the run reached its limit, whatever came of it (reclaim, a failed
+        charge, an OOM kill): v2 ``memory.events`` ``max``, ``oom`` and ``oom_kill``; v1
+        ``memory.failcnt`` (``memory.memsw.failcnt`` too) and ``oom_kill``. A run that never
+        did held less than ``memory_mb`` all along: nothing of it depended on the limit."""
+        if self.controller.version == 2:
+            events = self._counters("memory.events")
+            return sum(events.get(key, 0) for key in ("max", "oom", "oom_kill"))
+        hits = self.oom_kills()
+        for name in ("memory.failcnt", "memory.memsw.failcnt"):
+            hits += self._counters(name, single=True).get("", 0)
+        return hits
+
+    def _counters(self, name: str, *, single: bool = False) -> dict[str, int]:
+        """A counter file of the cgroup: ``key value`` lines, or one number (``single``,
+        under the key ""); empty where it cannot be read."""
         try:
             with open(os.path.join(self.path, name)) as file:
-                for line in file:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
+                if single:
+                    return {"": int(file.read())}
+                return {k: int(v) for k, _, v in (ln.partition(" ") for ln in file) if v}
         except (OSError, ValueError):
-            pass
-        return 0
+            return {}
 
     def close(self) -> None:
         """Remove the cgroup, once the run's processes are gone; blocking."""

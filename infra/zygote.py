@@ -141,9 +141,11 @@ class Zygotes:
         ran: list[SandboxRun] = []
         try:
             async with sandbox.caged(limits) as cage:
-                run = await _execute(zygote, workdir, slot, argv, limits, cage)
+                run, usage = await _execute(zygote, workdir, slot, argv, limits, cage)
                 exceeded = cage is not None and cage.oom_kills() > 0
-            ran.append(msgspec.structs.replace(run, memory_exceeded=exceeded, limits=limits))
+                hits = cage.limit_hits() if cage is not None else 0
+            run = sandbox.with_limits(run, limits, memory_hits=hits, usage=usage)
+            ran.append(msgspec.structs.replace(run, memory_exceeded=exceeded))
         finally:
             finish = functools.partial(
                 _finish_run, slot, workdir, collect if ran else (), collect_max_bytes
@@ -241,7 +243,8 @@ async def _execute(
     argv: Sequence[str],
     limits: SandboxSection,
     cage: Cage | None = None,
-) -> SandboxRun:
+) -> tuple[SandboxRun, sandbox.Usage | None]:
+    """The run, and what its harness used (with what it waited for), as the zygote told it."""
     covers, binds = _run_mounts(zygote, workdir, limits)
     request = {
         "workdir": workdir,
@@ -295,7 +298,7 @@ async def _execute(
         cut()
         for fd in (out_read, err_read, status_read):
             os.close(fd)
-    code = _exit_code(zygote, status.decode(errors="replace"))
+    code, usage = _exit_code(zygote, status.decode(errors="replace"))
     timed_out = deadline.cancelled_caught
     if 128 < code < 128 + signal.NSIG:
         code = 128 - code  # the run's init reports a killed harness as 128 + signal
@@ -310,11 +313,12 @@ async def _execute(
         over_limit=over_limit[0] if over_limit else "",
         uid=slot.uid,
         warm=True,
-    )
+    ), usage
 
 
-def _exit_code(zygote: Zygote, status: str) -> int:
-    """The run's exit status from the zygote's status lines.
+def _exit_code(zygote: Zygote, status: str) -> tuple[int, sandbox.Usage | None]:
+    """The run's exit status from the zygote's status lines, and what its harness used
+    (``exit CODE CPU_SECONDS MAXRSS_KIB``: ``sandbox.usage_of``; None where it did not say).
 
     Raises:
         ZygoteError: the run could not start, or the zygote died before it could tell.
@@ -324,7 +328,8 @@ def _exit_code(zygote: Zygote, status: str) -> int:
         if kind == "error":
             raise ZygoteError(f"a warm sandbox run did not start: {text}", started=True)
         if kind == "exit":
-            return int(text)
+            code, _, used = text.partition(" ")
+            return int(code), sandbox.usage_of(used)
     zygote.gone = True
     raise ZygoteError(
         "the warm sandbox's zygote died during the run", started=True, log_tail=zygote.log_tail()

@@ -134,13 +134,15 @@ def serve(config: Record) -> NoReturn:
 
 class Run:
     """A run the zygote has started: its harness (a child of the zygote's), its init (the
-    factory's child), the status pipe, and how the harness exited once it did."""
+    factory's child), the status pipe, and how the harness exited, with what it used, once it
+    did."""
 
     def __init__(self, harness: int, init: int, status: int) -> None:
         self.harness = harness
         self.init = init
         self.status = status
         self.code: int | None = None
+        self.usage = ""
 
 
 class Zygote:
@@ -234,15 +236,17 @@ class Zygote:
         self.watch.unregister(pidfd)
         os.close(pidfd)
         if run.code is None:
-            _, wait_status = os.waitpid(run.harness, 0)
+            _, wait_status, used = os.wait4(run.harness, 0)
             code = os.waitstatus_to_exitcode(wait_status)
             run.code = code if code >= 0 else 128 - code
+            # What the harness and what it waited for used: CPU seconds, the largest RSS (KiB).
+            run.usage = f"{used.ru_utime + used.ru_stime:.6f} {used.ru_maxrss}"
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(run.init, signal.SIGKILL)
             self.runs[run.init] = run
             self.watch.register(run.init, select.POLLIN)
             return
-        say(run.status, f"exit {run.code}")
+        say(run.status, f"exit {run.code} {run.usage}")
         os.close(run.status)
 
 

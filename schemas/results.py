@@ -93,6 +93,10 @@ class Proposal(WorkResult, frozen=True, kw_only=True, tag="proposal"):
     # The mutation intensity the work item asked for (A-Evolve's graduated intensity), echoed
     # so the orchestrator's candidate_proposed event carries it; None from an older actor.
     intensity: float | None = None
+    # FlashEvolve §3.3 with ``ProposeWork.samples_taken`` > 1: which of the item's released
+    # samples this is, in the order they were sent on (0: the first, the item's own result;
+    # k > 0: a further child of the same work item, message id ``<work id>-sample-<k>``).
+    sample: int = 0
 
 
 class ToolResult(WorkResult, frozen=True, kw_only=True, tag="tool_result"):

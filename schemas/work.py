@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -92,6 +92,10 @@ class ProposeWork(TaskWork, frozen=True, kw_only=True, tag="propose"):
     offline engine's choice reproducible and a redelivered item give the same child.
     ``intensity`` scales the size of the change (A-Evolve's graduated intensity); ``skills`` is
     how many skills the actor retrieves from the registry for the diagnosis (REFLEX §3.4).
+    ``samples_taken`` is how many of the actor's samples (``[llm] samples``) the requester takes
+    as proposals of this item (FlashEvolve §3.3): 1, the first usable one, the others cancelled;
+    k > 1, each usable sample sent on as its own ``Proposal`` as soon as it is ready, up to k
+    (``Proposal.sample`` numbers them).
     """
 
     operator: Operator
@@ -104,6 +108,7 @@ class ProposeWork(TaskWork, frozen=True, kw_only=True, tag="propose"):
     intensity: float = 1.0
     context: str = ""
     skills: int = 0
+    samples_taken: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
 
 
 class ToolWork(WorkItem, frozen=True, kw_only=True, tag="tool"):

@@ -134,6 +134,7 @@ class BurstSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     operators: tuple[Operator, ...]
     stalled: int
     pending: tuple[Operator, ...]
+    horizon: int = 0  # absent from snapshots written before it: no step is passed over
 
 
 class ExplorationBurst:
@@ -141,10 +142,18 @@ class ExplorationBurst:
     ``operators`` (initialisation, crossover, diagnostic mutation) to run before the bandit
     chooses again.
 
+    "Improvement stalls" counts the steps that could have built on the last improvement: a
+    step started before it (with K steps in flight, the K already on their way) says nothing
+    about a stall and is passed over. Counted from every decided step, a campaign at 32 in
+    flight burst as soon as the steps in flight at each improvement came back, and a quarter of
+    its proposals were forced initialisations and crossovers.
+
     Attributes:
         patience: K, the non-improving steps that trigger a burst.
         operators: the burst, in the order it is consumed.
         stalled: non-improving steps since the last improvement or burst.
+        horizon: the newest step started when the last improvement came; steps up to it
+            (their serial numbers) are not counted.
     """
 
     def __init__(
@@ -155,6 +164,7 @@ class ExplorationBurst:
         self.patience = patience
         self.operators = operators
         self.stalled = 0
+        self.horizon = 0
         self._queue: deque[Operator] = deque()
 
     @property
@@ -162,15 +172,24 @@ class ExplorationBurst:
         """Forced operators not yet consumed, next first."""
         return tuple(self._queue)
 
-    def observe(self, improved: bool) -> bool:
+    def observe(self, improved: bool, step: int = 0, newest: int = 0) -> bool:
         """Record one decided step; returns True when it triggered a burst.
 
-        A burst is queued on the K-th consecutive non-improving step, and the count starts again.
-        While a burst is still queued, stalls do not queue another one.
+        Args:
+            improved: whether the step improved (the campaign's best).
+            step: the step's serial number, given when it started (0: not known, counted).
+            newest: the newest serial number given so far.
+
+        A burst is queued on the K-th consecutive non-improving step started after the last
+        improvement, and the count starts again. While a burst is still queued, stalls do not
+        queue another one.
         """
         if improved:
             self.stalled = 0
+            self.horizon = max(self.horizon, newest)
             return False
+        if step and step <= self.horizon:
+            return False  # it started before the improvement: no evidence of a stall
         self.stalled += 1
         if self.stalled >= self.patience and not self._queue:
             self._queue.extend(self.operators)
@@ -206,6 +225,7 @@ class ExplorationBurst:
             operators=self.operators,
             stalled=self.stalled,
             pending=self.pending,
+            horizon=self.horizon,
         )
 
     @classmethod
@@ -213,6 +233,7 @@ class ExplorationBurst:
         """Rebuild the burst state from ``snapshot()``'s output."""
         burst = cls(snapshot.patience, snapshot.operators)
         burst.stalled = snapshot.stalled
+        burst.horizon = snapshot.horizon
         burst._queue.extend(snapshot.pending)
         return burst
 

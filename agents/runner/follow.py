@@ -37,16 +37,18 @@ async def follow(
     echo: Callable[[str], None],
     *,
     live: bool | None = False,
+    verbose: bool = False,
     summary: Path,
 ) -> CampaignFinished:
     """Show progress until the campaign's ``campaign_finished`` event (or, should the event
     subscription have missed it, an orchestrator that exits 0 after writing ``summary``);
     restart dead workers (with backoff) and a crashed orchestrator (it resumes), announcing
-    each exit and each return as an event."""
+    each exit and each return as an event. ``live`` and ``verbose`` choose the progress view
+    (``progress_view.make_progress``)."""
     cid, children = restarts.campaign, restarts.children
     js = nc.jetstream()
     publisher = Publisher(js, None)  # the supervisor is no agent: no Evo-Sender
-    progress = make_progress(echo, live=live)
+    progress = make_progress(echo, live=live, verbose=verbose)
     finished: list[CampaignFinished] = []
     failures: list[str] = []
     limit = spec.campaign.budget.wall_seconds + FINISH_GRACE_SECONDS

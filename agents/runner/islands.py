@@ -45,8 +45,10 @@ def share(total: int, index: int, count: int) -> int:
 def island_records(
     group: str, spec: CampaignSpec, seed_source: str, out_dir: str, submitted_at: float
 ) -> list[CampaignRecord]:
-    """The records of campaign ``group``'s islands, each with its share of the budgets; their
-    run folders are inside ``out_dir``.
+    """The records of campaign ``group``'s islands, each with its share of the budgets and its
+    own random stream (``rng_seed`` plus its index: with one seed, every island drew the same
+    parents and operators, made the same children, and skipped the others' migrants as
+    duplicates); their run folders are inside ``out_dir``.
 
     Raises:
         ValueError: an island's id is no valid campaign id (``group`` is too long).
@@ -62,10 +64,11 @@ def island_records(
             tokens=share(budget.tokens, index, count),
         )
         section = msgspec.structs.replace(spec.campaign, budget=shared)
+        strategy = msgspec.structs.replace(spec.strategy, rng_seed=spec.strategy.rng_seed + index)
         records.append(
             CampaignRecord(
                 campaign=island_id(group, index),
-                spec=msgspec.structs.replace(spec, campaign=section),
+                spec=msgspec.structs.replace(spec, campaign=section, strategy=strategy),
                 seed_source=seed_source,
                 out_dir=out_dir,
                 submitted_at=submitted_at,
@@ -144,6 +147,7 @@ async def follow_islands(
     echo: Callable[[str], None],
     *,
     run_dir: Path,
+    verbose: bool = False,
 ) -> list[tuple[CampaignFinished, tuple[RoleOutage, ...]]]:
     """Follow every island of campaign ``group`` to its end at once, each line of progress
     named by its island (plain lines: live views of their own would fight over the terminal).
@@ -168,6 +172,7 @@ async def follow_islands(
                 restarts,
                 lambda line: echo(f"[{island}] {line.strip()}"),
                 live=False,
+                verbose=verbose,
                 summary=campaign_dir(run_dir, island) / "summary.json",
             )
         except CampaignFailed as exc:

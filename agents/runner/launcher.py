@@ -27,6 +27,7 @@ its work is redelivered).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import runpy
@@ -93,8 +94,11 @@ class ForkedAgent:
         return code
 
     def send_signal(self, signum: int) -> None:
+        """Signal it, unless it is gone: the fork server reaps it, so its exit may not be known
+        here yet when its pid is already free (a stop racing the agent's own exit)."""
         if self._process.exitcode is None:
-            os.kill(self.pid, signum)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

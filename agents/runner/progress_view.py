@@ -6,7 +6,10 @@ burst, a stage's workers moving, a stale proposal not kept, a kind of failure th
 become one line each; the
 ``progress`` event (every couple of seconds) becomes a compact line at most every
 ``PLAIN_EVERY_SECONDS`` of campaign time in the plain view, and the stage table and header of
-the live one (rich).
+the live one (rich). With ``verbose`` (``evobus run -v``) both also print the technical
+lines of the design's terms (``progress_words.technical``: a burst, a staleness decision, an
+ε-net filter, an acceptance with its operator) and the operator bandit's shares with each
+progress line, each term's meaning said the first time it appears.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from rich.table import Table
 from rich.text import Text
 
 from evobus.agents.runner.outcomes import OutcomeTally, error_kind
+from evobus.agents.runner.progress_words import (
+    OPERATORS_GLOSS,
+    operators_line,
+    plain_words,
+    technical,
+)
 from evobus.agents.runtime.events import describe, score
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -29,6 +38,7 @@ from evobus.schemas.events import (
     AgentRestarted,
     BestConfirmed,
     BurstStarted,
+    CampaignFinished,
     CampaignProgress,
     CampaignResumed,
     CampaignStarted,
@@ -99,46 +109,14 @@ def progress_line(event: CampaignProgress) -> str:
     )
 
 
-# What the staleness policy did, in words (its actions: StaleDecided).
-_STALE_ACTIONS = {
-    "discard": "discarded",
-    "repair": "sent to be repaired",
-    "repaired": "repaired and kept",
-    "repair_discarded": "discarded after repair (the pool already covers it)",
-}
-
-
-def plain_words(event: Event) -> str | None:
-    """The console's line for an event whose ``evobus events`` line uses the design's terms
-    (burst, stale, Δ, ε, in flight), in words a newcomer reads; None for the others."""
-    match event:
-        case BurstStarted():
-            return f"exploring: trying {', '.join(event.operators)} next ({event.reason})"
-        case RolledBack():
-            return f"went back to {event.candidate_id}, the best kept state: {event.reason}"
-        case StaleDecided():
-            versions = f"{event.delta} version{'s' * (event.delta != 1)}"
-            done = _STALE_ACTIONS.get(event.action, event.action)
-            return f"{event.candidate_id} {done}: made from the pool as it was {versions} ago" + (
-                f" ({event.reason})" if event.reason else ""
-            )
-        case AdmittedUnfiltered():
-            return (
-                f"{event.candidate_id} goes on without the near-duplicate check (checked once "
-                f"the registry is back): {event.reason}"
-            )
-        case InFlightChanged():
-            return f"steps run at once: {event.old} -> {event.new} ({event.reason})"
-        case WorkersChanged():
-            return f"{event.stage}'s target of work in flight: {event.old} -> {event.new}"
-        case _:
-            return None
-
-
 class _Narrator:
     """The one-off lines both views print, with the little state they need."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, verbose: bool = False) -> None:
+        self.verbose = verbose
+        self.glossed: set[str] = set()  # the glosses -v has given: each is said once
+        # The last progress event not shown in lines: -v says its operators as the run ends.
+        self.unshown: CampaignProgress | None = None
         self.started_at: float | None = None
         self.budget_proposals: int | None = None
         self.campaign: str = ""
@@ -150,8 +128,30 @@ class _Narrator:
         elapsed = at - (self.started_at or at)
         return f"  {elapsed:6.1f} s"
 
+    def lines(self, event: Event) -> list[str]:
+        """The lines ``event`` deserves: its line in words (``note``), then with ``verbose``
+        its technical line (a progress event's: the operators'; the finish's: those of the
+        last progress event not shown, ``unshown``); none for most."""
+        line = self.note(event)
+        said = [] if line is None else [line]
+        if not self.verbose:
+            return said
+        if isinstance(event, CampaignProgress | CampaignFinished):
+            last = event if isinstance(event, CampaignProgress) else self.unshown
+            self.unshown = None
+            operators = None if last is None else operators_line(last)
+            extra = None if operators is None else (operators, OPERATORS_GLOSS)
+        else:
+            extra = technical(event)
+        if extra is not None:
+            line, gloss = extra
+            legend = "" if gloss in self.glossed else f"  ({gloss})"
+            self.glossed.add(gloss)
+            said.append(f"{self.head(event.at)}  {line}{legend}")
+        return said
+
     def note(self, event: Event) -> str | None:
-        """The line ``event`` deserves, or None."""
+        """The line in words ``event`` deserves, or None."""
         failed = self.outcomes.add(event)
         if failed:  # a child's failure: said when its kind repeats, not child by child
             repeated = self.outcomes.repeated(failed)
@@ -213,9 +213,9 @@ class PlainProgress:
     leaving do nothing.
     """
 
-    def __init__(self, echo: Callable[[str], None]) -> None:
+    def __init__(self, echo: Callable[[str], None], *, verbose: bool = False) -> None:
         self.echo = echo
-        self._narrator = _Narrator()
+        self._narrator = _Narrator(verbose=verbose)
         self._progress_at: float | None = None  # the ``elapsed`` of the last progress line
 
     def __enter__(self) -> Self:
@@ -237,9 +237,12 @@ class PlainProgress:
             ):
                 self._progress_at = event.elapsed
                 self.echo(progress_line(event))
+                for line in self._narrator.lines(event):  # -v: the operators' line
+                    self.echo(line)
+            else:
+                self._narrator.unshown = event
             return
-        line = self._narrator.note(event)
-        if line is not None:
+        for line in self._narrator.lines(event):
             self.echo(line)
 
 
@@ -261,8 +264,8 @@ class LiveProgress:
     ``with LiveProgress(console) as view: view.show(event)``; the last view stays on screen.
     """
 
-    def __init__(self, console: Console | None = None) -> None:
-        self._narrator = _Narrator()
+    def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
+        self._narrator = _Narrator(verbose=verbose)
         self.last: CampaignProgress | None = None
         self.live = Live(self.render(), console=console, transient=False, auto_refresh=False)
 
@@ -281,11 +284,11 @@ class LiveProgress:
     def show(self, event: Event) -> None:
         """Print ``event``'s line above the view if it has one; redraw the view when the event
         changes it (the start, a progress event)."""
-        line = self._narrator.note(event)
-        if line is not None:
-            self.live.console.print(Text(line, style=_style(event)))
+        if not isinstance(event, CampaignProgress):  # the view shows it, redrawn
+            for line in self._narrator.lines(event):
+                self.live.console.print(Text(line, style=_style(event)))
         if isinstance(event, CampaignProgress):
-            self.last = event
+            self.last = self._narrator.unshown = event
         if isinstance(event, CampaignProgress | CampaignStarted):
             self.live.update(self.render(), refresh=True)
 
@@ -346,14 +349,19 @@ class LiveProgress:
 
 
 def make_progress(
-    echo: Callable[[str], None], *, console: Console | None = None, live: bool | None = None
+    echo: Callable[[str], None],
+    *,
+    console: Console | None = None,
+    live: bool | None = None,
+    verbose: bool = False,
 ) -> PlainProgress | LiveProgress:
     """The progress view of ``evobus run``: live when ``live`` is True, or when it is None and
     ``console`` (stdout by default) is an interactive terminal by rich's own judgement (a
     terminal, not ``TERM=dumb``); else plain lines through ``echo``. ``NO_COLOR`` and the like
-    are rich's to honour. Either is a context manager with ``show(event)``.
+    are rich's to honour; ``verbose`` adds the technical lines (``evobus run -v``). Either is a
+    context manager with ``show(event)``.
     """
     if live is None:
         console = console or Console()
         live = console.is_interactive
-    return LiveProgress(console) if live else PlainProgress(echo)
+    return LiveProgress(console, verbose=verbose) if live else PlainProgress(echo, verbose=verbose)

@@ -263,6 +263,8 @@ class RunOptions:
     # The rich live view of the progress: True, False (plain lines through ``echo``), or None
     # for live when stdout is a terminal (the ``evobus run`` command line).
     live: bool | None = False
+    # The technical lines too (``evobus run -v``): progress_view's ``verbose``.
+    verbose: bool = False
     # A campaign built in Python instead of read from ``campaign_file``; its relative paths are
     # relative to the working directory.
     spec: CampaignSpec | None = None
@@ -543,7 +545,14 @@ async def _supervise(
                 )
                 if islands:
                     ended = await follow_islands(
-                        nc, spec, cid, islands, children, echo, run_dir=run_dir
+                        nc,
+                        spec,
+                        cid,
+                        islands,
+                        children,
+                        echo,
+                        run_dir=run_dir,
+                        verbose=options.verbose,
                     )
                 else:
                     restarts = Restarts(cid, children)
@@ -553,6 +562,7 @@ async def _supervise(
                         restarts,
                         echo,
                         live=options.live,
+                        verbose=options.verbose,
                         summary=run_dir / "summary.json",
                     )
                     outages = restarts.outages(time.monotonic())  # a role still down: up to now

@@ -312,15 +312,17 @@ def describe(event: Event) -> str:
         case InFlightChanged():
             return f"{head} in flight {event.old} -> {event.new}: {event.reason}"
         case CampaignProgress():
-            stages = ", ".join(
-                f"{name} {load.in_flight}/{load.workers}"
-                + (f" +{load.queued}" if load.queued else "")
+            # In flight against the target said as such: "evaluate 6/4" read as 6 of 4.
+            stages = "; ".join(
+                f"{name} {load.in_flight} in flight"
+                + (f" (target {load.workers})" if load.workers else "")
+                + (f", {load.queued} queued" if load.queued else "")
                 for name, load in event.stages.items()
             )
             return (
-                f"{head} progress {event.elapsed:.0f} s: {stages}; {event.proposals} proposals, "
-                f"{event.evaluations} evaluations, best {score(event.best_score)}, "
-                f"{event.tokens_per_second:.0f} tok/s"
+                f"{head} progress {event.elapsed:.0f} s: {stages} | {event.proposals} proposals, "
+                f"{event.evaluations} evaluations, best on validation "
+                f"{score(event.best_score)}, {event.tokens_per_second:.0f} tok/s"
             )
         case CampaignResumed():
             return (

@@ -126,20 +126,21 @@ def _finite(value: object) -> bool:
 
 
 def fitness(
-    metrics: Mapping[str, float], nonfinite: Sequence[str] = ()
+    metrics: Mapping[str, float], nonfinite: Mapping[str, str] | None = None
 ) -> tuple[float | None, str]:
     """The score of ``metrics`` by OpenEvolve's rule and how it was reached, or None and why
-    there is none."""
+    there is none (the bad value said: ``nonfinite`` maps the metrics that were numbers but
+    not finite to their values, as text)."""
     if "combined_score" in metrics:
         return metrics["combined_score"], "combined_score"
-    if "combined_score" in nonfinite:
-        return None, "its combined_score is not a finite number"
+    if nonfinite and "combined_score" in nonfinite:
+        return None, f"its combined_score is {nonfinite['combined_score']}, not a finite number"
     values = [v for k, v in metrics.items() if k != "error"]
     if not values:
         return None, "it gave no numeric metric"
     score = math.fsum(v / len(values) for v in values)  # divided first: no overflow
     if not math.isfinite(score):
-        return None, "the mean of its metrics is not a finite number"
+        return None, f"the mean of its metrics is {score!r}, not a finite number"
     return score, f"mean of {len(values)} numeric metric{'s' * (len(values) != 1)}"
 
 
@@ -153,7 +154,8 @@ def stage_failure(name: str, reply: StageReply, *, first: bool) -> str:
             said += " (over the sandbox's memory limit, [sandbox] memory_mb?)"
         return said
     if first:
-        score, why = fitness(reply.metrics, reply.nonfinite)
+        nonfinite = {name: reply.notes.get(name, "?") for name in reply.nonfinite}
+        score, why = fitness(reply.metrics, nonfinite)
         if score is None:
             return f"{name} gave no score: {why}" + _returned(reply)
     return ""

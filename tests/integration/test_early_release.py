@@ -3,26 +3,44 @@
 shows each sample asked for on its own (``n = 1``, three requests with the same prompt); the
 events show each child released by the first usable sample to answer, some while other samples
 of its proposal were still running (then cancelled) — not after all three.
+
+And the actor's side of sending every sample on: an ``evobus agent actor`` process given a
+work item that takes three samples (``ProposeWork.samples_taken``) publishes each usable
+sample as its own proposal result as soon as it is judged, numbered by ``Proposal.sample``,
+each its own message; the orchestrator takes one child per work item and does not ask for more
+yet (docs/papers.md).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from evobus.agents.console.sim_answers import OfflineAnswerer
 from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.agents.tasks.base import seed_file
+from evobus.bus import codec, subjects
+from evobus.bus.connection import connect
+from evobus.bus.publisher import Outbound, Publisher
+from evobus.bus.streams import ensure_streams, key_value
 from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import RunningSim, serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
+from evobus.schemas.artifacts import Artifact, Candidate
+from evobus.schemas.campaign import CampaignRecord, CampaignSection, CampaignSpec, LLMSection
 from evobus.schemas.events import CandidateProposed
-from tests.processes import run_campaign_file
+from evobus.schemas.results import Proposal, WorkFailed
+from evobus.schemas.work import ProposeWork
+from tests.conftest import time_left
+from tests.processes import run_campaign_file, start_evobus
+from tests.samples import EVALUATION
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -102,3 +120,86 @@ async def test_the_first_usable_sample_goes_on_without_waiting_for_the_others(
     assert all(finished + pending == SAMPLES for finished, pending in counts), counts
     # Released before all its samples had answered: the early release.
     assert any(pending > 0 for _, pending in counts), counts
+
+
+SENT_ON = re.compile(r"\[sample (\d) of 3 to answer, sent on as child (\d) of up to 3; (\d) still")
+
+
+@pytest.mark.timeout(120)
+async def test_an_actor_asked_for_every_sample_sends_each_on_as_its_own_proposal(
+    sim: RunningSim, nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    nc = await connect(nats_server.url, name="test-samples")
+    js = nc.jetstream()
+    await ensure_streams(js)
+    llm = LLMSection(
+        provider="openai",
+        base_urls=(sim.base_url,),
+        actor_model=MODEL,
+        critic_model=MODEL,
+        samples=SAMPLES,
+    )
+    record = CampaignRecord(
+        campaign=campaign_id,
+        spec=CampaignSpec(campaign=CampaignSection(task="pendulum"), llm=llm),
+        seed_source="",
+        out_dir=str(tmp_path),
+        submitted_at=time.time(),
+    )
+    await (await key_value(js, subjects.KV_CAMPAIGNS)).create(
+        campaign_id, msgspec.msgpack.encode(record)
+    )
+    log = tmp_path / "actor.log"
+    actor = start_evobus("agent", "actor", "--nats", nats_server.url, log=log)
+    try:
+        results = await js.subscribe(
+            subjects.result(campaign_id, "propose"), stream=subjects.STREAM_RESULTS
+        )
+        work = ProposeWork(
+            work_id=f"{campaign_id}-w1",
+            campaign=campaign_id,
+            pool_version=1,
+            task="pendulum",
+            operator="m_text",
+            parent=Candidate(id="c0000", artifact=Artifact(source=SEED.read_text())),
+            parent_evaluation=EVALUATION,
+            samples_taken=SAMPLES,
+        )
+        await Publisher(js, None).publish(
+            Outbound(subjects.work(campaign_id, "propose"), work, work.work_id, campaign_id)
+        )
+        # Every sample of the simulator's offline engine is usable: three children come back.
+        received: list[tuple[str, Proposal | WorkFailed]] = []
+        with anyio.fail_after(time_left()):
+            while sum(isinstance(r, Proposal) for _, r in received) < SAMPLES:
+                msg = await results.next_msg(timeout=None)
+                result = codec.RESULT_DECODER.decode(msg.data)
+                assert isinstance(result, Proposal | WorkFailed), result
+                received.append((msg.headers.get("Nats-Msg-Id", "") if msg.headers else "", result))
+        assert all(isinstance(r, Proposal) for _, r in received), received
+        proposals = [r for _, r in received if isinstance(r, Proposal)]
+        # One work item, three children, numbered in the order they were sent on, each its own
+        # message: the first the item's result, the others samples of it.
+        assert {p.work_id for p in proposals} == {work.work_id}
+        assert [p.sample for p in proposals] == [0, 1, 2]
+        assert [msg_id for msg_id, _ in received] == [
+            f"{work.work_id}-result",
+            f"{work.work_id}-sample-1",
+            f"{work.work_id}-sample-2",
+        ]
+        notes = [SENT_ON.search(p.rationale) for p in proposals]
+        assert all(notes), [p.rationale for p in proposals]
+        said = [tuple(int(g) for g in m.groups()) for m in notes if m]
+        # The k-th child sent on was the k-th sample to answer, the others still running.
+        assert said == [(k, k, SAMPLES - k) for k in range(1, SAMPLES + 1)], said
+        assert all(p.usage.total_tokens > 0 for p in proposals), [p.usage for p in proposals]
+        assert len({p.artifact.source for p in proposals}) > 1  # three samples, not one thrice
+        requests = [
+            r for r in read_request_log(tmp_path / "requests.jsonl") if r.schema == "ActorDraft"
+        ]
+        assert len(requests) == SAMPLES and all(r.n == 1 for r in requests), requests
+        await results.unsubscribe()
+    finally:
+        actor.terminate()
+        await anyio.to_thread.run_sync(actor.wait, 20)
+        await nc.drain()

@@ -5,6 +5,10 @@ through the real processes, on a real nats-server.
   says a repeated kind of failure as it happens; ``summary.json`` holds the counts;
 - a seed whose evaluation holds more memory than ``[sandbox] memory_mb`` stops the run with
   that key named;
+- a seed whose evaluator swallows a limit's doing (a ``MemoryError`` caught, a program killed
+  for its CPU time taken for a bad one) and scores 0.0 without an error stops the run, naming
+  the key and both scores, once a second run without the limit scored it otherwise; one that
+  scored the same goes on, the evaluator's log saying so once;
 - an evaluator reserving 4 GiB of address space (as jax does) and touching little of it scores
   its seed inside the sandbox, at the defaults, exactly as outside;
 - an evaluator that returns ``{"combined_score": 0.0, "error": ""}`` has failed, and one that
@@ -91,6 +95,45 @@ def evaluate(program_path):
     except Exception as e:
         return {"combined_score": 0.0, "error": str(e)}
 """
+# Catches the failure and scores the program 0.0 with no error key, printing the traceback as
+# many do: under memory_mb = 64 (rlimits) a MemoryError; with a cgroup, the OOM killer.
+SWALLOWS_MEMORY = """\
+import traceback
+
+
+def evaluate(program_path):
+    try:
+        data = b"x" * (200 << 20)
+    except MemoryError:
+        traceback.print_exc()
+        return {"combined_score": 0.0}
+    return {"combined_score": 0.991 + 0.0 * len(data)}
+"""
+# Runs the program's work in a process of its own, as many evaluators do, and takes its death
+# for a bad program: 1.5 CPU seconds, killed by SIGXCPU under cpu_seconds = 1.
+SWALLOWS_CPU = """\
+import subprocess
+import sys
+
+WORK = "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1.5:\\n    pass\\n"
+
+
+def evaluate(program_path):
+    done = subprocess.run([sys.executable, "-c", WORK], check=False)
+    return {"combined_score": 0.991 if done.returncode == 0 else 0.0}
+"""
+# An allocation no limit allows (1 PiB), caught: the same score at every limit.
+ALWAYS_FAILS = """\
+import traceback
+
+
+def evaluate(program_path):
+    try:
+        bytearray(1 << 50)
+    except MemoryError:
+        traceback.print_exc()
+    return {"combined_score": 0.5}
+"""
 MISSING_MODULE = """\
 import evobus_missing_module
 
@@ -107,6 +150,17 @@ proposals = 2
 wall_seconds = 3600  # the test's timeout bounds it: ended by its budget of work, not a clock
 [sandbox]
 memory_mb = 128
+"""
+
+LIMITED_CAMPAIGN = """
+[campaign]
+program = "{program}"
+evaluator = "{evaluator}"
+[campaign.budget]
+proposals = 2
+wall_seconds = 3600
+[sandbox]
+{limit}
 """
 
 
@@ -192,6 +246,70 @@ async def test_a_seed_over_the_memory_limit_stops_the_run_naming_memory_mb(
         if isinstance(e, CandidateEvaluated)
     ]
     assert evaluated and all("[sandbox] memory_mb" in e.error for e in evaluated)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(
+    ("source", "limit", "said"),
+    [
+        (SWALLOWS_MEMORY, "memory_mb = 64", "[sandbox] memory_mb = 64"),
+        (
+            SWALLOWS_CPU,
+            "cpu_seconds = 1",
+            "the seed scored 0.0 under [sandbox] cpu_seconds = 1 and 0.991 with cpu_seconds = "
+            "3: raise cpu_seconds",
+        ),
+    ],
+    ids=["memory", "cpu"],
+)
+async def test_a_seed_scored_by_a_limit_stops_the_run_naming_it(
+    nats_server: NatsServer,
+    tmp_path: Path,
+    campaign_id: str,
+    source: str,
+    limit: str,
+    said: str,
+) -> None:
+    evaluator = tmp_path / "evaluator.py"
+    evaluator.write_text(source)
+    campaign = tmp_path / "campaign.toml"
+    program = (PROBLEM / "initial_program.py").as_posix()
+    text = LIMITED_CAMPAIGN.format(program=program, evaluator=evaluator.as_posix(), limit=limit)
+    campaign.write_text(text)
+    args = [str(campaign), "--nats", nats_server.url, "--id", campaign_id]
+    code, output = await evobus_run(tmp_path, *args)
+    assert code == EXIT_CONFIG, output
+    failed = f"evobus: campaign {campaign_id} failed: {SEED_FAILED}"
+    assert failed in output and said in output.split(failed, 1)[1], output
+    assert summary_of(tmp_path, campaign_id).seed_score is None
+
+
+@pytest.mark.timeout(150)
+async def test_a_seed_scored_the_same_without_the_limit_goes_on_saying_so(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    evaluator = tmp_path / "evaluator.py"
+    evaluator.write_text(ALWAYS_FAILS)
+    campaign = tmp_path / "campaign.toml"
+    program = (PROBLEM / "initial_program.py").as_posix()
+    limit = "memory_mb = 64"
+    text = LIMITED_CAMPAIGN.format(program=program, evaluator=evaluator.as_posix(), limit=limit)
+    campaign.write_text(text)
+    args = [str(campaign), "--nats", nats_server.url, "--id", campaign_id]
+    code, output = await evobus_run(tmp_path, *args)
+    assert code == 0, output
+    assert summary_of(tmp_path, campaign_id).seed_score == 0.5
+    logs = tmp_path / "runs" / campaign_id / "logs"
+    said = [
+        line
+        for log in sorted(logs.glob("evaluator-*.log"))
+        for line in log.read_text().splitlines()
+        if "seed re-scored" in line
+    ]
+    assert len(said) == 1, said  # the seed, once; never a child
+    assert said[0].endswith(
+        "seed re-scored without the memory limit (memory_mb = 256 instead of 64): same score 0.5"
+    )
 
 
 @pytest.mark.timeout(120)

@@ -87,10 +87,12 @@ async def test_address_space_reserved_but_untouched_is_no_memory_held(
     result = await run(RESERVES, warmth)
     assert result.failure() == "", result.stderr.decode()
     assert result.stdout == b"reserved\n"
+    assert result.near_limits == ()  # nothing of its result can be the limit's doing
 
 
 async def test_holding_more_than_memory_mb_fails_naming_it(limit: str, warmth: str) -> None:
     result = await run(HOLDS_TOO_MUCH, warmth)
+    assert result.near_limits == ("memory_mb",)
     if limit == "cgroup":  # the kernel's OOM killer, counted by the run's cgroup
         assert result.memory_exceeded
         assert result.failure().startswith(
@@ -123,6 +125,7 @@ async def test_the_cpu_and_wall_limits_are_named_by_their_keys(warmth: str) -> N
     busy_limits = SandboxSection(cpu_seconds=1, timeout_seconds=time_left())
     busy = await run("while True:\n    pass\n", warmth, busy_limits)
     assert "[sandbox] cpu_seconds = 1" in busy.failure(), busy.failure()
+    assert "cpu_seconds" in busy.near_limits and busy.cpu_seconds is not None
     asleep = await run("import time\ntime.sleep(60)\n", warmth, SandboxSection(timeout_seconds=1))
-    assert asleep.timed_out
+    assert asleep.timed_out and "timeout_seconds" in asleep.near_limits
     assert asleep.failure().endswith("([sandbox] timeout_seconds = 1)"), asleep.failure()

@@ -2,7 +2,8 @@
 ``evobus`` commands, the Python API and the page's POST routes — on a real nats-server; the
 NATS permissions let only a user allowed to steer send them; a resent action is stored once.
 
-What the orchestrator does with them is docs/steering.md's; these tests stop at the bus."""
+What the orchestrator does with them is docs/steering.md's; these tests stop at the bus
+(``test_steering_applied.py`` runs a campaign that applies them)."""
 
 from __future__ import annotations
 

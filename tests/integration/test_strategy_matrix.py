@@ -28,7 +28,16 @@ Beside the matrix, one more campaign at the same time has every step filtered by
 until a burst is set off (``BURST``): that burst is announced like any other; and a campaign of
 two islands (``ISLANDS``), each its own orchestrator, with Pareto selection over two metrics,
 migrating after every decided step: both islands complete, each evaluation counted once, and
-each migration received was sent and is received once.
+each migration received was sent and is received once. MAP-Elites, which the matrix's rows
+run on pendulum by turns, runs beside it on ccaa (``MAP_ELITES_CCAA``, descriptors in the
+campaign) and on an evaluator-file problem whose evaluator declares ``MAP_ELITES``
+(``MAP_ELITES_FILES``): each fills cells of its grid, draws its parents from them, and
+``evobus report`` draws the grid; and with two islands (``MAP_ELITES_ISLANDS``), a grid per
+island. POLCA's contrastive summarizer (App. B), which asks after ten decided steps, runs
+beside it in two longer campaigns: through the simulator
+(``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
+groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
+and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -37,7 +46,8 @@ every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``
 ``crossover_rate`` (bandit off), ``initial_population`` (bandit on), ``skills`` and
 ``skill_scope`` (``all`` in odd rows), ``selection``
 (by turns ``ucb``, ``mean``, ``pareto`` and ``pareto`` over two metrics) with ``ucb_beta`` and
-``pareto_metrics``, ``burst_after``,
+``pareto_metrics``, or ``archive = "map-elites"`` with ``map_elites`` (every fifth row),
+``burst_after``,
 ``stagnation_window`` and ``stagnation_threshold`` (small enough to act within four steps),
 ``epsilon``, ``in_flight``, ``workers``, ``queue``, ``minibatch``, ``min_evaluations``,
 ``rng_seed``, ``adaptive_in_flight`` (off in sync rows, where it changes nothing);
@@ -49,6 +59,7 @@ every stale proposal is discarded), ``speculative_alpha`` and ``reorder_window``
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -60,9 +71,12 @@ import msgspec
 import pytest
 
 import evobus
+from evobus.agents.console.report.grid import GRID_PNG
 from evobus.agents.console.sim_answers import OfflineAnswerer
+from evobus.agents.evolution.summary import RULE_BASED_ENGINE, RULE_BASED_LABEL
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.tasks import seed_file
+from evobus.infra.llm_sim.request_log import read_request_log
 from evobus.infra.llm_sim.server import serve_sim_in_thread
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import (
@@ -89,9 +103,11 @@ from evobus.schemas.events import (
     SkillUtilityUpdated,
     SpeculativeDecided,
     StaleDecided,
+    SummaryWritten,
     WorkersChanged,
 )
 from tests.integration.campaigns_at_once import Outcome, run_at_once
+from tests.processes import run_evobus
 
 pytestmark = [pytest.mark.integration]
 
@@ -324,6 +340,105 @@ def islands_file() -> str:
     )
 
 
+MAP_ELITES_CCAA = "map-elites-ccaa"
+"""A campaign beside the matrix: MAP-Elites on ccaa offline, over two of its metrics."""
+MAP_ELITES_FILES = "map-elites-evaluator-file"
+"""A campaign beside the matrix: MAP-Elites on an evaluator file that declares the grid."""
+MAP_ELITES_CAMPAIGNS = (MAP_ELITES_CCAA, MAP_ELITES_FILES)
+MAP_ELITES_PROPOSALS = 6
+FILES_PROBLEM = Path(__file__).parent.parent / "files_problem"
+# The files problem's evaluator, declaring its grid (docs/evaluator-files.md): the distance to
+# the target point, and how far x alone is from it (stage 1's metric).
+DECLARED_GRID = (
+    'MAP_ELITES = [{"metric": "distance", "low": 0.0, "high": 4.0, "bins": 8}, '
+    '{"metric": "x_error", "low": 0.0, "high": 3.0, "bins": 6}]\n'
+)
+
+
+MAP_ELITES_ISLANDS = "map-elites-islands"
+"""A campaign beside the matrix: two islands, each with its own MAP-Elites grid, migrating."""
+
+
+def map_elites_islands_file() -> str:
+    """Two islands of three proposals each on pendulum, each drawing parents from its own
+    grid over the matrix's two pendulum metrics, migrating after every decided step."""
+    grid = SELECTIONS[-1]["map_elites"]
+    assert isinstance(grid, dict)
+    return (
+        f'[campaign]\nname = "map-elites-islands"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = {ISLAND_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        '[strategy]\narchive = "map-elites"\nislands = 2\nmigration_interval = 1\n'
+        "migrants = 1\nin_flight = 2\nminibatch = 2\nmin_evaluations = 2\n"
+        f"[strategy.map_elites]\ndescriptors = {toml_value(grid['descriptors'])}\n"
+    )
+
+
+def map_elites_ccaa_file() -> str:
+    """ccaa with the offline engine, its grid over sidelobe level and directivity."""
+    return (
+        f'[campaign]\nname = "map-elites-ccaa"\ntask = "ccaa"\n'
+        f"[campaign.budget]\nproposals = {MAP_ELITES_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\n"
+        '[strategy]\narchive = "map-elites"\nin_flight = 2\nminibatch = 2\n'
+        "min_evaluations = 2\nrng_seed = 3\nepsilon = 0.0\n"
+        "[strategy.map_elites]\ndescriptors = [\n"
+        '    {metric = "sll_db", low = -40.0, high = 0.0, bins = 8},\n'
+        '    {metric = "directivity_dbi", low = 5.0, high = 15.0, bins = 8},\n]\n'
+    )
+
+
+def map_elites_files(folder: Path) -> Path:
+    """OpenEvolve's two files of tests/files_problem in ``folder``, the evaluator declaring
+    ``MAP_ELITES``, and a campaign file naming them with ``archive = "map-elites"`` and no
+    descriptors of its own."""
+    problem = folder / "map_elites_problem"
+    problem.mkdir()
+    (problem / "initial_program.py").write_text((FILES_PROBLEM / "initial_program.py").read_text())
+    evaluator = (FILES_PROBLEM / "evaluator.py").read_text()
+    (problem / "evaluator.py").write_text(
+        evaluator.replace("\nimport ", f"\n{DECLARED_GRID}import ", 1)
+    )
+    campaign = problem / "campaign.toml"
+    campaign.write_text(
+        '[campaign]\nname = "map-elites-files"\nprogram = "initial_program.py"\n'
+        'evaluator = "evaluator.py"\n'
+        f"[campaign.budget]\nproposals = {MAP_ELITES_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\ncascade_thresholds = [0.2]\n"
+        '[strategy]\narchive = "map-elites"\nin_flight = 2\nrng_seed = 1\n'
+    )
+    return campaign
+
+
+SUMMARY_SIM = "summarizer-sim"
+"""A campaign beside the matrix: enough decided steps for POLCA's summarizer, with a model."""
+SUMMARY_OFFLINE = "summarizer-offline"
+"""The same offline: the rule-based summary."""
+# The summarizer asks after SUMMARY_EVERY (10) decided steps; with a model, the steps after it
+# read the summary (more of them than are in flight when it is asked for).
+SUMMARY_PROPOSALS = {SUMMARY_SIM: 16, SUMMARY_OFFLINE: 12}
+
+
+def summarizer_file(name: str, sim_url: str | None) -> str:
+    """Pendulum with no ε-net filtering, so that every step is decided; with ``sim_url``, its
+    models are the simulator's."""
+    text = (
+        f'[campaign]\nname = "{name}"\ntask = "pendulum"\nseed_artifact = {toml_value(str(SEED))}\n'
+        f"[campaign.budget]\nproposals = {SUMMARY_PROPOSALS[name]}\n"
+        f"wall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        "[strategy]\nin_flight = 3\nminibatch = 2\nmin_evaluations = 2\nepsilon = 0.0\n"
+        "rng_seed = 5\nskills = 0\n"
+    )
+    if sim_url is not None:
+        text += (
+            f'[llm]\nprovider = "openai"\nbase_urls = [{toml_value(sim_url)}]\n'
+            f'actor_model = "{ACTOR}"\ncritic_model = "{CRITIC}"\ncritic_vision = false\n'
+        )
+    return text
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -335,11 +450,16 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files = {row.id: campaign_file(row, i, sim_url) for i, row in enumerate(ROWS)}
     files[BURST] = burst_file()
     files[ISLANDS] = islands_file()
+    files[MAP_ELITES_CCAA] = map_elites_ccaa_file()
+    files[MAP_ELITES_ISLANDS] = map_elites_islands_file()
+    files[SUMMARY_SIM] = summarizer_file(SUMMARY_SIM, sim_url)
+    files[SUMMARY_OFFLINE] = summarizer_file(SUMMARY_OFFLINE, None)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
         path.write_text(text)
         specs[name] = load_campaign(path)
+    specs[MAP_ELITES_FILES] = load_campaign(map_elites_files(folder))
     return specs
 
 
@@ -349,10 +469,14 @@ def outcomes(
 ) -> Iterator[dict[str, Outcome]]:
     out = tmp_path_factory.mktemp("matrix")
     options = {"answerer": OfflineAnswerer(), "time_scale": 0.02, "models": (ACTOR, CRITIC)}
-    with serve_sim_in_thread(**options, seed=7) as sim:
+    with serve_sim_in_thread(**options, seed=7, request_log=out / REQUEST_LOG) as sim:
         specs = matrix_specs(out, sim.base_url)
         prepare = {BURST: seed_in_epsilon_net}
         yield anyio.run(partial(run_at_once, prepare=prepare), nats_session.url, out, specs)
+
+
+REQUEST_LOG = "requests.jsonl"
+"""The simulator's request log, in the module's folder (``outcomes``)."""
 
 
 @dataclass
@@ -581,3 +705,127 @@ def test_islands_complete_and_migrate_each_candidate_once(outcomes: dict[str, Ou
     arrived = [(e.migration, e.candidate_id, e.campaign) for e in migrated if e.direction == "in"]
     assert sent and set(arrived) <= sent and max(Counter(arrived).values(), default=1) == 1
     assert all(e.target != e.campaign for e in migrated if e.direction == "out")
+    # Islands draw from their own seeds: a migrant is no copy of the target's own child.
+    assert arrived, migrated
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", MAP_ELITES_CAMPAIGNS)
+async def test_map_elites_fills_its_grid_and_the_report_draws_it(
+    name: str, outcomes: dict[str, Outcome], tmp_path: Path
+) -> None:
+    # Mouret & Clune 2015 Alg. 1 on ccaa and on an evaluator file's problem: every program
+    # scored is placed in its cell, the grid grows by new cells, and parents come from them.
+    outcome = outcomes[name]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary = outcome.result.summary
+    assert summary.proposals == MAP_ELITES_PROPOSALS, summary.stop_reason
+    events = outcome.result.events()
+    grids = [e for e in events if isinstance(e, MapElitesChanged)]
+    filled = [e for e in grids if e.outcome == "new-cell"]
+    assert filled, [e.outcome for e in grids]
+    last = grids[-1].archive
+    declared = ("sll_db", "directivity_dbi") if name == MAP_ELITES_CCAA else ("distance", "x_error")
+    assert tuple(d.metric for d in last.descriptors) == declared
+    assert last.elites and {el.cell for el in last.elites} <= {e.cell for e in grids}, last
+    placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
+    steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+    assert steps and {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
+    # evobus report draws the last grid beside the other plots.
+    run_dir = outcome.result.run_dir
+    code, output = await run_evobus(
+        "report", run_dir.name, "--out", str(run_dir.parent), log=tmp_path / "report.log"
+    )
+    assert code == 0, output
+    report = run_dir / "report"
+    assert (report / GRID_PNG).stat().st_size > 0
+    assert GRID_PNG in (report / "index.html").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_map_elites_keeps_a_grid_per_island(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[MAP_ELITES_ISLANDS]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    assert outcome.result.summary.proposals == ISLAND_PROPOSALS
+    islands = [island_id(outcome.campaign_id, k) for k in range(2)]
+    for island in islands:
+        events = evobus.Result(outcome.result.run_dir / island).events()
+        grids = [e for e in events if isinstance(e, MapElitesChanged)]
+        assert grids and all(e.campaign == island for e in grids), island
+        assert any(e.outcome == "new-cell" for e in grids), [e.outcome for e in grids]
+        placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
+        steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
+        assert {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
+    migrated = [
+        e
+        for island in islands
+        for e in evobus.Result(outcome.result.run_dir / island).events()
+        if isinstance(e, CandidateMigrated)
+    ]
+    assert migrated, "no migrant sent"
+
+
+SUMMARY_SECTIONS = ("## Successes (mean > τ)", "## Failures (mean ≤ τ)", "## Contrastive pairs")
+"""The summarizer prompt's sections (agents/prompts/templates.py ``SUMMARIZER``)."""
+
+
+def sections(text: str) -> dict[str, str]:
+    """Each ``## `` section of a prompt, by its heading."""
+    found: dict[str, str] = {}
+    for part in text.split("\n## ")[1:]:
+        heading, _, body = part.partition("\n")
+        found["## " + heading.strip()] = body.strip()
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_the_summarizer_contrasts_successes_and_failures_through_a_model(
+    outcomes: dict[str, Outcome],
+) -> None:
+    # POLCA App. B: the pool split around τ into successes and failures, each program paired
+    # for contrastive analysis, asked of the summarizer model; the summary then leads the
+    # context of later diagnoses and proposals.
+    outcome = outcomes[SUMMARY_SIM]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    written = [e for e in events if isinstance(e, SummaryWritten)]
+    assert written and all(e.engine.startswith("openai:") for e in written), written
+    assert all(e.programs > 1 for e in written), written
+    log = outcome.result.run_dir.parent / REQUEST_LOG
+    requests = read_request_log(log)
+    asked = [r for r in requests if r.schema == "HistorySummary"]
+    assert asked, sorted({r.schema for r in requests})
+    prompt = sections(str(asked[0].messages[-1]["text"]))
+    assert set(SUMMARY_SECTIONS) <= set(prompt), list(prompt)
+    # Both groups hold programs of the pool ("c0003 (m_diag from c0000): mean ..."), and the
+    # pairs contrast a success with a failure.
+    for group in SUMMARY_SECTIONS[:2]:
+        assert re.search(r"^c\d{4} \(.*\): mean ", prompt[group], re.M), prompt[group]
+    pairs = prompt[SUMMARY_SECTIONS[2]]
+    assert re.search(r"^c\d{4} (trajectories|parent-child): success .* / failure ", pairs, re.M), (
+        pairs
+    )
+    # The summary the model wrote leads the context of later requests.
+    later = [
+        r
+        for r in requests
+        if r.request > asked[0].request
+        and any("summary of the run so far:" in str(m["text"]) for m in r.messages)
+    ]
+    assert later, "no request after the summary carried it"
+
+
+@pytest.mark.timeout(240)
+def test_offline_the_summary_is_rule_based_and_says_so(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[SUMMARY_OFFLINE]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    written = [e for e in outcome.result.events() if isinstance(e, SummaryWritten)]
+    assert written, "no summary_written event"
+    assert all(e.engine == RULE_BASED_ENGINE for e in written), written
+    assert all(RULE_BASED_LABEL in e.text and "τ = " in e.text for e in written), written
+    assert all(e.programs > 1 for e in written), written

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -35,7 +34,7 @@ import evobus
 from evobus.agents.console.ui.server import UiOptions, serve_ui
 from evobus.agents.runtime.events import EVENT_LOG, score
 from evobus.infra.nats_server import NatsServer
-from tests.conftest import time_left
+from tests.conftest import eventually, time_left
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
@@ -387,78 +386,97 @@ async def evobus_ui(out: Path, cid: str) -> AsyncIterator[str]:
         assert code == 0
 
 
-@pytest.mark.anyio
-@pytest.mark.timeout(90)
-async def test_the_steering_buttons_post_their_actions_to_the_bus(
-    nats_session: NatsServer, tmp_path: Path
-) -> None:
-    from evobus.agents.runtime.events import append_events
-    from evobus.bus.connection import connect as bus_connect
-    from evobus.bus.streams import ensure_streams
-    from evobus.schemas.events import (
-        CampaignPaused,
-        CampaignStarted,
-        CandidateProposed,
-        NoteAdded,
+def row_click(candidate: str) -> str:
+    """JavaScript: click the candidates' table row of ``candidate``."""
+    return (
+        "[...document.querySelectorAll('#candidates tbody tr')]"
+        f".find((r) => r.cells[0].textContent.startsWith({json.dumps(candidate)})).click()"
     )
-    from evobus.schemas.steering import AddNote, Pause, PinParent
-    from tests.integration.test_steering import stored
 
-    cid = f"ui-steer-{os.getpid()}"
+
+@pytest.mark.anyio
+@pytest.mark.timeout(150)
+async def test_each_steering_button_sends_its_action_and_the_page_shows_its_event(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    from evobus.agents.runtime.events import read_events
+    from evobus.bus.connection import connect as bus_connect
+    from evobus.schemas.steering import AddNote, Pause, PinParent, RejectCandidate, Stop, Unpause
+    from tests.integration.test_steering import stored
+    from tests.integration.test_steering_applied import members
+
+    cid = "ui-steer"
     out = tmp_path / "runs"
-    t0 = time.time()  # a running campaign: its last event is recent
-    started = CampaignStarted(
-        campaign=cid, at=t0, task="pendulum", engine="offline", budget_proposals=4,
-        budget_wall_seconds=60.0,
-    )  # fmt: skip
-    proposed = CandidateProposed(
-        campaign=cid, at=t0 + 1, candidate_id="c0001", parent_ids=("c0000",), operator="m_diag"
-    )
-    (out / cid).mkdir(parents=True)
-    append_events(out / cid / EVENT_LOG, [started, proposed])
-    nc = await bus_connect(nats_session.url, name="test-ui-steer")
-    try:
-        js = nc.jetstream()
-        await ensure_streams(js)
-        options = UiOptions(out=out, nats_url=nats_session.url, campaign=cid, port=0, steer=True)
-        async with chromium(tmp_path / "profile") as page, serve_ui(options) as ui:
+    settings: evobus.Settings = {**SMALL, "proposals": 500}  # ended by its Stop button
+    campaign = evobus.Campaign("pendulum", **settings)
+    options = UiOptions(out=out, nats_url=nats_server.url, campaign=cid, port=0, steer=True)
+    log = "document.getElementById('steering-log')?.textContent"
+
+    def decided() -> list[str]:
+        path = out / cid / EVENT_LOG
+        return members(read_events(path)) if path.exists() else []
+
+    async with chromium(tmp_path / "profile") as page, serve_ui(options) as ui:
+        starting = campaign.start(
+            out=out, nats=nats_server.url, campaign_id=cid, workers={"evaluator": 0}, echo=None
+        )
+        async with starting as run, anyio.create_task_group() as tg:
+
+            async def evaluate() -> None:  # the evaluator: every candidate scored as asked
+                async with run.driver(concurrency=2) as driver:
+                    while (trial := await driver.ask()) is not None:
+                        await driver.tell(trial, score_of(trial.source))
+
+            tg.start_soon(evaluate)
             await page.open(ui.url)
             await page.wait_for("document.getElementById('steer-pause')")
+            await eventually(lambda: len(decided()) >= 2)
+            pinned, other = decided()[:2]
             said = "document.getElementById('steer-said').textContent"
+            # Pause: sent, then applied (its event in the page's feed), and the page says so.
             await page.value("document.getElementById('steer-pause').click()")
             await page.wait_for(f"{said}.startsWith('pause sent by')")
+            await page.wait_for(f"{log}.includes('PAUSED by')")
+            await shows(page, "status", "paused")
             await page.value(
                 "document.getElementById('steer-note').value = 'keep the torque under 1.5'"
             )
             await page.value("document.getElementById('steer-note-send').click()")
-            await page.wait_for(f"{said}.startsWith('note sent by')")
-            # A candidate's panel has its pin button.
-            await page.wait_for("document.querySelector('#candidates tbody tr')")
-            await page.value("document.querySelector('#candidates tbody tr').click()")
-            await page.wait_for("document.getElementById('steer-pin')")
-            await page.value("document.getElementById('steer-pin').click()")
-            await page.wait_for(f"{said}.startsWith('pin sent by')")
-            # The orchestrator's events of them (written here as it will): the page says paused
-            # and lists what people did.
-            append_events(
-                out / cid / EVENT_LOG,
-                [
-                    CampaignPaused(campaign=cid, at=t0 + 2, action_id="steer-a", by="ada"),
-                    NoteAdded(
-                        campaign=cid, at=t0 + 3, action_id="steer-b", by="ada", text="go",
-                        number=1,
-                    ),
-                ],
-            )  # fmt: skip
-            await shows(page, "status", "paused")
+            await page.wait_for(f"{log}.includes('note 1 from')")
+            # A candidate's panel has its pin and reject buttons.
+            await page.wait_for(row_click(pinned).split(".click()")[0])
+            await page.value(row_click(pinned))
             await page.wait_for(
-                "document.getElementById('steering-log')?.textContent.includes('note 1 from ada')"
+                f"document.getElementById('candidate-id')?.textContent.startsWith('{pinned}')"
             )
-            assert page.errors == []
-        found = [action for action, _ in await stored(js, cid)]
+            await page.value("document.getElementById('steer-pin').click()")
+            await page.wait_for(f"{log}.includes('{pinned} pinned by')")
+            await page.wait_for(row_click(other).split(".click()")[0])
+            await page.value(row_click(other))
+            await page.wait_for(
+                f"document.getElementById('candidate-id')?.textContent.startsWith('{other}')"
+            )
+            await page.value("window.prompt = () => 'scores by a loophole'")  # the reason asked
+            await page.value("document.getElementById('steer-reject').click()")
+            await page.wait_for(f"{log}.includes('{other} rejected by')")
+            await page.value("document.getElementById('steer-unpause').click()")
+            await page.wait_for(f"{log}.includes('unpaused by')")
+            await shows(page, "status", "running")
+            await page.value("window.confirm = () => true")  # "Stop …? It finishes now"
+            await page.value("document.getElementById('steer-stop').click()")
+            await page.wait_for(f"{log}.includes('STOP asked by')")
+            result = await run.wait()
+        await shows(page, "status", "completed")
+        assert page.errors == []
+    assert result.summary.status == "completed"
+    assert result.summary.stop_reason.startswith("stopped by ")
+    nc = await bus_connect(nats_server.url, name="test-ui-steer")
+    try:
+        found = [action for action, _ in await stored(nc.jetstream(), cid)]
     finally:
         await nc.drain()
-    assert [type(a) for a in found] == [Pause, AddNote, PinParent]
-    note, pin = found[1], found[2]
+    assert [type(a) for a in found] == [Pause, AddNote, PinParent, RejectCandidate, Unpause, Stop]
+    note, pin, reject = found[1], found[2], found[3]
     assert isinstance(note, AddNote) and note.text == "keep the torque under 1.5"
-    assert isinstance(pin, PinParent) and pin.candidate_id == "c0001"
+    assert isinstance(pin, PinParent) and pin.candidate_id == pinned
+    assert isinstance(reject, RejectCandidate) and reject.reason == "scores by a loophole"

@@ -311,3 +311,5 @@ async def test_evobus_run_ui_serves_the_page_of_its_campaign_on_its_own_bus(
             await proc.wait()
     assert (tmp_path / "runs" / "tiny" / "summary.json").is_file()
     assert b"embedded nats-server (JetStream) at nats://" in output
+    # Stdin is no terminal here: the page went with the run, and said it would.
+    assert b"(while the run lasts)" in output and b"the page stays" not in output

@@ -1,5 +1,6 @@
 """FlashEvolve §3.3 early release in the actor (agents/roles/actor/samples.py): the samples
-of a proposal run at once and the first usable one is released as soon as it answers."""
+of a proposal run at once and the first usable one is released as soon as it answers; asked
+for several, each usable one is released as it answers, the others still running."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from evobus.agents.roles.actor.samples import first_usable
+from evobus.agents.roles.actor.samples import Sampled, each_usable, first_usable, sample_kind
 from evobus.infra.llm import LLMError, LLMUnavailable, Structured
 from evobus.schemas.llm import ActorDraft, Usage
 
@@ -69,3 +70,58 @@ async def test_no_usable_sample_gives_the_last_answer_and_no_answer_the_first_er
 
     with pytest.raises(LLMError, match="down"):
         await first_usable(failing, 2, judge)
+
+
+async def test_each_usable_sample_is_released_as_it_answers_while_the_others_run() -> None:
+    # Sample 0 is usable, sample 1 unusable, sample 2 usable and answers only once sample 0
+    # was released: releasing does not wait for the slower samples, nor they for it.
+    started = 0
+    first_released = anyio.Event()
+    released: list[Sampled] = []
+
+    async def call() -> Structured[ActorDraft]:
+        nonlocal started
+        index, started = started, started + 1
+        if index == 0:
+            return answered("def a(): pass")
+        await first_released.wait()
+        return answered("oops" if index == 1 else "def c(): pass")
+
+    async def release(sampled: Sampled) -> None:
+        released.append(sampled)
+        first_released.set()
+
+    sampling = await each_usable(call, 3, judge, take=3, release=release)
+    assert [s.draft.code for s in released if s.draft] == ["def a(): pass", "def c(): pass"]
+    assert [s.index for s in released] == [0, 1]
+    assert [(s.finished, s.pending) for s in released] == [(1, 2), (3, 0)]
+    # Each release carries the tokens of the samples that answered since the previous one.
+    assert [s.usage.completion_tokens for s in released] == [10, 20]
+    assert (sampling.released, sampling.unused, sampling.last) == (2, Usage(), None)
+    assert [sample_kind(s.index) for s in released] == ["result", "sample-1"]
+
+
+async def test_once_enough_are_released_the_rest_are_cancelled_and_late_tokens_kept() -> None:
+    cancelled = anyio.Event()
+    started = 0
+
+    async def call() -> Structured[ActorDraft]:
+        nonlocal started
+        index, started = started, started + 1
+        if index < 2:
+            return answered("def a(): pass")
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    released: list[Sampled] = []
+
+    async def release(sampled: Sampled) -> None:
+        released.append(sampled)
+
+    sampling = await each_usable(call, 3, judge, take=1, release=release)
+    assert len(released) == 1 and cancelled.is_set()
+    # The second sample had answered when the first was released: its tokens are not lost.
+    assert sampling.released == 1 and sampling.unused.completion_tokens == 10

@@ -100,6 +100,28 @@ def test_burst_triggers_after_exactly_k_non_improving_steps() -> None:
     assert burst.pending == BURST_OPERATORS
 
 
+def test_steps_started_before_the_last_improvement_do_not_count_as_stalls() -> None:
+    # Steps 1-8 in flight; step 2 improves the best while 8 have started.
+    burst = ExplorationBurst(patience=3)
+    assert burst.observe(True, step=2, newest=8) is False
+    assert burst.horizon == 8
+    # Steps 1 and 3-8 started before that improvement: they come back and count for nothing.
+    assert [burst.observe(False, step=s, newest=8) for s in (1, 3, 4, 5, 6, 7, 8)] == [False] * 7
+    assert (burst.stalled, burst.pending) == (0, ())
+    # Steps started after it do: the third in a row sets off the burst.
+    assert [burst.observe(False, step=s, newest=12) for s in (9, 10, 11)] == [False, False, True]
+    # An old improvement's horizon never moves back.
+    burst.observe(True, step=12, newest=5)
+    assert burst.horizon == 8
+    snap = msgspec.json.decode(msgspec.json.encode(burst.snapshot()), type=BurstSnapshot)
+    assert ExplorationBurst.from_snapshot(snap).horizon == 8
+    # A snapshot written before the horizon existed passes no step over.
+    old = msgspec.json.decode(
+        b'{"patience": 3, "operators": ["i1"], "stalled": 1, "pending": []}', type=BurstSnapshot
+    )
+    assert ExplorationBurst.from_snapshot(old).horizon == 0
+
+
 def test_burst_is_consumed_in_order_before_the_bandit_chooses() -> None:
     bandit = OperatorBandit()
     burst = ExplorationBurst(patience=1)

@@ -28,6 +28,7 @@ COMPONENTS = (
     "decisions",
     "backlog",
     "islands",
+    "steering",
 )
 
 

@@ -136,9 +136,11 @@ def test_the_islands_split_the_budgets_and_keep_the_wall_clock() -> None:
     assert share(0, 1, 3) == 0  # unlimited stays unlimited
     spec = parse_campaign(
         '[campaign]\ntask = "pendulum"\n[campaign.budget]\nproposals = 7\nevaluations = 20\n'
-        "wall_seconds = 50\n[strategy]\nislands = 2\n"
+        "wall_seconds = 50\n[strategy]\nislands = 2\nrng_seed = 7\n"
     )
     records = island_records("g", spec, "src", "/out/g", 1.0)
+    # Each island its own random stream: one seed made the same children on both.
+    assert [r.spec.strategy.rng_seed for r in records] == [7, 8]
     assert [r.campaign for r in records] == ["g-i0", "g-i1"]
     assert [r.island for r in records] == [Island(group="g", index=k, count=2) for k in (0, 1)]
     budgets = [r.spec.campaign.budget for r in records]

@@ -323,7 +323,16 @@ def test_the_stage_targets_are_sent_again_for_agents_that_started_late() -> None
     state = make_state(mode="async", in_flight=4, workers={"evaluate": 2}, proposals=50)
     start = state.start(0.0)
     sent = {(c.stage, c.concurrency) for c in start.controls}
-    assert sent == {("diagnose", 4), ("propose", 4), ("evaluate", 2), ("repair", 4)}
+    # The stages off the step's path (extraction, summaries, tools) take the in-flight target.
+    assert sent == {
+        ("diagnose", 4),
+        ("propose", 4),
+        ("evaluate", 2),
+        ("repair", 4),
+        ("extract", 4),
+        ("summarize", 4),
+        ("tool", 4),
+    }
     assert not state.tick(1.0).controls
     again = state.tick(2.5)
     assert {(c.stage, c.concurrency) for c in again.controls} == sent

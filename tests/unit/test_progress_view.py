@@ -18,6 +18,8 @@ from evobus.agents.runner.progress_view import (
     make_progress,
     progress_line,
 )
+from evobus.agents.runner.progress_words import OPERATORS_GLOSS
+from evobus.agents.runtime.events import describe
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import (
     AdmittedUnfiltered,
@@ -28,6 +30,7 @@ from evobus.schemas.events import (
     CampaignStarted,
     CandidateAccepted,
     CandidateEvaluated,
+    CandidateFiltered,
     Event,
     InFlightChanged,
     OperatorShare,
@@ -36,6 +39,7 @@ from evobus.schemas.events import (
     StaleDecided,
     ToolRegistered,
     WorkAbandoned,
+    WorkersChanged,
 )
 
 T0 = 1_700_000_000.0
@@ -188,9 +192,10 @@ def campaign_events() -> list[Event]:
     return events
 
 
-def plain_lines(events: list[Event]) -> list[str]:
+def plain_lines(events: list[Event], *, verbose: bool = False) -> list[str]:
     lines: list[str] = []
-    with make_progress(lines.append, console=Console(file=io.StringIO())) as view:
+    console = Console(file=io.StringIO())
+    with make_progress(lines.append, console=console, verbose=verbose) as view:
         assert isinstance(view, PlainProgress)
         for event in events:
             view.show(event)
@@ -398,3 +403,147 @@ def test_a_rollback_is_said_once_with_its_burst() -> None:
     burst = BurstStarted(campaign=CID, at=T0, reason=reason, operators=("i1",))
     lines = plain_lines([campaign_events()[0], back, burst])
     assert lines[1:] == [f"     0.0 s  went back to c0013, the best kept state: {reason}"]
+
+
+# The design's terms the default view says in words or leaves out.
+JARGON = ("burst", "Δ", "ε", "UNFILTERED", "stale ", "ACCEPTED", "chosen", "operators")
+
+
+def test_verbose_adds_the_technical_lines_each_term_glossed_once() -> None:
+    events = campaign_events()
+    default, verbose = plain_lines(events), plain_lines(events, verbose=True)
+    assert not [line for line in default if any(term in line for term in JARGON)]
+    # -v keeps every line of the default view, in order, and adds its own.
+    kept = iter(verbose)
+    assert all(line in kept for line in default)
+    staleness = (
+        "  (staleness: Δ = the pool versions between drawing the proposal's parents and its "
+        "result; then what the staleness policy did)"
+    )
+    assert [line for line in verbose if line not in default] == [
+        # Under each progress line once an operator was chosen: the bandit's arms.
+        "    10.0 s  pool 2 programs (version 5); operators m_diag 5 times (mean reward 0.20)"
+        f"  ({OPERATORS_GLOSS})",
+        "    12.5 s  ACCEPTED c0007: -650.0 (was -812.2, m_diag, tag accept/1)"
+        "  (accepted: into the pool on its training minibatch score; operator: how it was made; "
+        "tag: its git tag)",
+        # The kept stale proposal, silent by default; the discarded one under its words, its
+        # term's meaning already said.
+        f"    17.0 s  stale c0009 (Δ 1, bounded): keep{staleness}",
+        "    17.5 s  stale c0010 (Δ 4, bounded): discard (too stale)",
+        "    20.0 s  pool 3 programs (version 10); operators m_diag 10 times (mean reward 0.20)",
+        "    30.0 s  pool 4 programs (version 15); operators m_diag 15 times (mean reward 0.20)",
+    ]
+    assert verbose.index("    17.5 s  stale c0010 (Δ 4, bounded): discard (too stale)") == (
+        verbose.index(
+            "    17.5 s  c0010 discarded: made from the pool as it was 4 versions ago (too stale)"
+        )
+        + 1
+    )
+    # Validation and train stay on lines of their own.
+    assert not [line for line in verbose if "validation" in line and "train" in line]
+
+
+@pytest.mark.parametrize(
+    ("event", "technical", "gloss"),
+    [
+        (
+            BurstStarted(
+                campaign=CID, at=T0, reason="no improvement", operators=("i1", "x_div", "m_diag")
+            ),
+            "burst i1+x_div+m_diag: no improvement",
+            "operator burst: the operators tried next",
+        ),
+        (
+            CandidateFiltered(
+                campaign=CID,
+                at=T0,
+                candidate_id="c0012",
+                nearest_id="c0004",
+                distance=0.0011,
+                epsilon=0.002,
+            ),
+            "filtered c0012: a near-duplicate of c0004 (distance 0.001, under the ε-net "
+            "radius 0.002)",
+            "ε-net: too near a program already in the pool, so not evaluated",
+        ),
+        (
+            AdmittedUnfiltered(campaign=CID, at=T0, candidate_id="c0004", reason="no registry"),
+            "UNFILTERED c0004: no registry",
+            "unfiltered: the ε-net's near-duplicate check skipped until the registry is back",
+        ),
+        (
+            WorkersChanged(
+                campaign=CID,
+                at=T0,
+                stage="evaluate",
+                old=4,
+                new=5,
+                rates={"evaluate": 0.5},
+                reason="bottleneck",
+            ),
+            "workers evaluate 4 -> 5 (evaluate 0.50/s)",
+            "workers: a stage's target of work in flight",
+        ),
+        (
+            RolledBack(
+                campaign=CID, at=T0, to_tag="accept/7", candidate_id="c0013", reason="stagnant"
+            ),
+            "ROLLED BACK to accept/7 (c0013): stagnant",
+            "rolled back: the best kept state (its git tag) made the current one again",
+        ),
+    ],
+)
+def test_each_technical_line_says_what_its_term_is(
+    event: Event, technical: str, gloss: str
+) -> None:
+    default = plain_lines([campaign_events()[0], event])
+    verbose = plain_lines([campaign_events()[0], event], verbose=True)
+    line = next(line for line in verbose if technical in line)
+    assert line.startswith("     0.0 s  ") and f"{technical}  ({gloss}" in line
+    assert line not in default
+    assert not [line for line in default if any(term in line for term in JARGON)]
+
+
+def test_the_live_view_prints_the_technical_lines_above_it_with_verbose(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=200)
+    with make_progress(print, console=console, verbose=True) as view:
+        assert isinstance(view, LiveProgress)
+        for event in campaign_events():
+            view.show(event)
+    rendered = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())
+    assert "stale c0009 (Δ 1, bounded): keep  (staleness: " in rendered
+    assert "ACCEPTED c0007: -650.0 (was -812.2, m_diag, tag accept/1)" in rendered
+    assert "new best c0007    -640.5 on validation" in rendered  # the words stay
+    # The bandit's shares, which the live view has no place for, as the campaign ends.
+    assert "pool 4 programs (version 15); operators m_diag 15 times (mean reward 0.20)" in rendered
+
+
+def test_verbose_says_the_operators_as_the_run_ends() -> None:
+    # The orchestrator's last progress event comes with its finish, under 10 s after the
+    # last line: -v gives the bandit's final shares as the campaign ends, whatever its length.
+    events = campaign_events()
+    events.insert(-1, progress(33.0))
+    default, verbose = plain_lines(events), plain_lines(events, verbose=True)
+    assert default == plain_lines(campaign_events())
+    assert verbose[-1] == (
+        "    31.0 s  pool 4 programs (version 16); operators m_diag 16 times (mean reward 0.20)"
+    )
+    short = [campaign_events()[0], progress(0.0), progress(4.0), campaign_events()[-1]]
+    assert plain_lines(short, verbose=True)[-1] == (
+        "    31.0 s  pool 1 program (version 2); operators m_diag 2 times (mean reward 0.20)"
+        f"  ({OPERATORS_GLOSS})"
+    )
+
+
+def test_evobus_events_says_in_flight_against_the_target_in_words_too() -> None:
+    line = describe(progress(10.0)).split(" ", 2)[2]
+    assert line == (
+        "progress 10 s: diagnose 1 in flight (target 2); propose 2 in flight (target 2), "
+        "3 queued; repair 0 in flight (target 1); evaluate 4 in flight (target 4), 2 queued "
+        "| 5 proposals, 12 evaluations, best on validation -812.2, 850 tok/s"
+    )

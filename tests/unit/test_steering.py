@@ -9,7 +9,7 @@ import pytest
 from starlette.requests import Request
 
 from evobus.agents.console.ui.steering import same_origin
-from evobus.bus import codec
+from evobus.bus import codec, subjects
 from evobus.bus.connection import Credentials
 from evobus.bus.steering import ACTION_NAMES, build_action, who
 from evobus.schemas.steering import ACTIONS, AddNote, PinParent, RejectCandidate, action_kind
@@ -146,3 +146,13 @@ def test_the_page_view_lists_what_people_did_and_says_paused() -> None:
     assert view.steering[1].text == "note 1 from ada for the models: go"
     unpaused = CampaignUnpaused(campaign="c1", at=t0 + 9, action_id="steer-4", by="ada")
     assert not campaign_view("c1", [started, *steered, unpaused], now=t0 + 10).paused
+
+
+def test_the_orchestrator_reads_an_action_only_from_the_steering_subject() -> None:
+    # A result and an action share EVO_RESULTS: the subject says which one a message is, so an
+    # action published as a result (by a worker, which may not steer) is no action.
+    action = build_action("pause", "c1", "ada")
+    decoder = codec.RESULTS_AND_STEERING_DECODER
+    assert decoder.decode_message(subjects.steering("c1"), codec.encode(action)) == action
+    with pytest.raises(codec.DecodeError):
+        decoder.decode_message(subjects.result("c1", "evaluate"), codec.encode(action))

@@ -4,6 +4,7 @@ as the harness reads it, the checks made before a campaign starts."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 import pytest
@@ -37,7 +38,14 @@ def test_combined_score_wins_else_the_mean_of_numbers_but_error() -> None:
     assert fitness({"combined_score": 0.2, "a": 9.0}) == (0.2, "combined_score")
     assert fitness({"a": 1.0, "b": 2.0, "error": 100.0}) == (1.5, "mean of 2 numeric metrics")
     assert fitness({"error": 0.0})[0] is None
-    assert fitness({"a": 1.0}, nonfinite=["combined_score"])[0] is None
+    assert fitness({"a": 1.0}, nonfinite={"combined_score": "nan"}) == (
+        None,
+        "its combined_score is nan, not a finite number",  # the bad value said
+    )
+    assert fitness({"a": 1.0, "b": math.inf}) == (
+        None,
+        "the mean of its metrics is inf, not a finite number",
+    )
 
 
 def test_an_evaluation_result_or_a_dict_becomes_numbers_notes_and_artifacts() -> None:

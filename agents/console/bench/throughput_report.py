@@ -287,7 +287,8 @@ RATIO_FIELDS = (
 
 
 def ratios(runs: Sequence[ThroughputRun]) -> dict[str, dict[str, float]]:
-    """Each async run's rates over the sync run's (0 where the sync rate is 0)."""
+    """Each async run's rates over the sync run's; a rate the sync run did not reach (0: a
+    run too short for its first proposal, say) has no ratio and is left out."""
     sync = next((r for r in runs if r.mode == "sync"), None)
     if sync is None:
         return {}
@@ -296,8 +297,9 @@ def ratios(runs: Sequence[ThroughputRun]) -> dict[str, dict[str, float]]:
         if run.mode == "sync":
             continue
         out[run.label] = {
-            name: round(getattr(run, name) / base, 2) if (base := getattr(sync, name)) else 0.0
+            name: round(getattr(run, name) / base, 2)
             for name in RATIO_FIELDS
+            if (base := getattr(sync, name))
         }
     return out
 
@@ -374,5 +376,9 @@ def format_report(report: ThroughputReport) -> str:
         lines += ["", "async / sync (used: proposals whose evaluation came back)"]
         for label, values in report.ratios.items():
             shown = ", ".join(f"{name} {value:.2f}x" for name, value in values.items())
+            missing = [name for name in RATIO_FIELDS if name not in values]
+            if missing:
+                lead = "; " if shown else ""
+                shown += f"{lead}no ratio for {', '.join(missing)}: the sync run made none"
             lines.append(f"  {label:<17}{shown}")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -88,8 +89,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--ui",
         action="store_true",
         help="serve the campaign's live web page beside the run (loopback, a free port) and "
-        "print its URL",
+        "print its URL; when stdin is a terminal the page stays after the run until Ctrl-C",
     )
+    _add_verbose(run)
 
     resume = sub.add_parser(
         "resume", help="go on with a campaign from its orchestrator's last snapshot"
@@ -99,6 +101,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     resume.add_argument("--out", type=Path, default=Path("runs"), help="run folder root")
     resume.add_argument(
         "--workers", action="append", default=[], metavar="ROLE=K", help="K processes of ROLE"
+    )
+    _add_verbose(resume)
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print the technical lines, each with what its term means: operator bursts, "
+        "staleness decisions, ε-net filters, acceptances with their operator, the operator "
+        "bandit's choices",
     )
 
 
@@ -126,9 +140,7 @@ def _first_evaluation(run_dir: Path) -> float | None:
 
 
 async def command(args: argparse.Namespace) -> int:
-    from evobus.agents.runner.outcomes import outcome_lines
     from evobus.agents.runner.peer_files import on_command_line
-    from evobus.agents.runner.restarts import describe_outage
     from evobus.agents.runner.supervisor import (
         COMMAND_LINE_ORIGIN,
         RunOptions,
@@ -136,7 +148,6 @@ async def command(args: argparse.Namespace) -> int:
         resume_campaign,
         run_campaign,
     )
-    from evobus.agents.runtime.events import describe_splits, score
 
     resuming = args.command == "resume"
     spec, campaign_file = None, Path()
@@ -160,6 +171,7 @@ async def command(args: argparse.Namespace) -> int:
         out_dir=args.out,
         workers=_workers(args.workers),
         live=None,  # the rich live view on a terminal, plain lines elsewhere
+        verbose=args.verbose,
         spec=spec,
     )
 
@@ -169,14 +181,26 @@ async def command(args: argparse.Namespace) -> int:
     terminated = _cancel_on_sigterm()
     try:
         if not resuming and args.ui:
-            summary = await _run_with_page(options, echo)
+            report = functools.partial(_print_summary, args)
+            await _run_with_page(options, echo, report, stays=sys.stdin.isatty())
         else:
             summary = await (resume_campaign if resuming else run_campaign)(options, echo=echo)
+            _print_summary(args, summary)
     except asyncio.CancelledError:
         if not terminated.is_set():
             raise  # Ctrl-C: asyncio makes it the KeyboardInterrupt main() reports
         print("evobus: terminated", file=sys.stderr, flush=True)
         return EXIT_TERMINATED
+    return 0
+
+
+def _print_summary(args: argparse.Namespace, summary: CampaignSummary) -> None:
+    """Print what the run of ``args`` came to: its status, scores, counts and files."""
+    from evobus.agents.runner.outcomes import outcome_lines
+    from evobus.agents.runner.restarts import describe_outage
+    from evobus.agents.runtime.events import describe_splits, score
+
+    resuming = args.command == "resume"
     first = _first_evaluation(args.out / summary.campaign)
     print(
         f"\nevobus: {summary.campaign} {summary.status} ({summary.stop_reason}) in "
@@ -211,7 +235,6 @@ async def command(args: argparse.Namespace) -> int:
         ),
         flush=True,
     )
-    return 0
 
 
 def _cancel_on_sigterm() -> threading.Event:
@@ -234,8 +257,18 @@ def _cancel_on_sigterm() -> threading.Event:
     return came
 
 
-async def _run_with_page(options: RunOptions, echo: Callable[[str], None]) -> CampaignSummary:
-    """``evobus run --ui``: the run, with its live page served beside it on its bus."""
+async def _run_with_page(
+    options: RunOptions,
+    echo: Callable[[str], None],
+    report: Callable[[CampaignSummary], None],
+    *,
+    stays: bool,
+) -> None:
+    """``evobus run --ui``: the run, with its live page served beside it on its bus; its
+    summary through ``report``. With ``stays`` (stdin is a terminal: a person is there to
+    close it) the page, and the bus it reads, outlive the run until Ctrl-C or SIGTERM, so the
+    finished run can still be looked at; a script's run (stdin not a terminal) ends with its
+    campaign, as it would without ``--ui``."""
     import dataclasses
 
     from evobus.agents.console.ui.beside import page_beside_run
@@ -244,6 +277,21 @@ async def _run_with_page(options: RunOptions, echo: Callable[[str], None]) -> Ca
 
     spec = options.spec or load_campaign(options.campaign_file or Path())
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
-    async with page_beside_run(options.out_dir, options.nats_url, cid, echo) as url:
-        given = dataclasses.replace(options, nats_url=url, campaign_id=cid)
-        return await run_campaign(given, echo=echo)
+    async with page_beside_run(options.out_dir, options.nats_url, cid, echo, stays=stays) as page:
+        given = dataclasses.replace(options, nats_url=page.nats_url, campaign_id=cid)
+        report(await run_campaign(given, echo=echo))
+        if stays:
+            await _until_closed(page.url, echo)
+
+
+async def _until_closed(url: str, echo: Callable[[str], None]) -> None:
+    """Wait for Ctrl-C (SIGINT) or SIGTERM, having said so; either closes the page of a run
+    that has ended, and ``evobus run`` exits with the run's status."""
+    import anyio
+
+    # Set before the line is printed: a Ctrl-C that follows it is this wait's, not the run's.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        echo(f"\nevobus: the run has ended; the page stays at {url}; Ctrl-C closes it")
+        async for received in signals:
+            echo(f"evobus: {signal.Signals(received).name}, page closed")
+            return

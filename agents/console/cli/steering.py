@@ -18,7 +18,7 @@ STEERING_EPILOG = (
     "URL `evobus run` printed for its embedded server); it logs in as the steerer NATS user "
     "when EVOBUS_STEERER_PASSWORD is set, else with NATS_USER/NATS_PASSWORD or the other "
     "NATS_* credentials. The action says who did it: that NATS user, else --by, else your "
-    "login name. Not yet applied by this version's orchestrator (docs/steering.md)."
+    "login name. The orchestrator applies it and records its event (docs/steering.md)."
 )
 
 

@@ -26,6 +26,7 @@ import logging
 import re
 import zlib
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 
 import msgspec
 from opentelemetry import trace
@@ -44,7 +45,7 @@ from evobus.agents.roles.actor.blocks import block_rule, evolve_blocks, splice, 
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import Offspring, propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
-from evobus.agents.roles.actor.samples import first_usable
+from evobus.agents.roles.actor.samples import Sampled, each_usable, first_usable, sample_kind
 from evobus.agents.roles.actor.search_replace import AnswerFormat, apply_diff
 from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
@@ -54,6 +55,7 @@ from evobus.agents.runtime.work import result_outbound, work_failed
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound
 from evobus.infra.llm import (
+    ChatMessage,
     InvalidModelOutput,
     LLMError,
     Structured,
@@ -64,7 +66,7 @@ from evobus.schemas.artifacts import Artifact
 from evobus.schemas.limits import MAX_SOURCE_CHARS, MAX_TEXT_CHARS, source_problem, truncate
 from evobus.schemas.llm import ActorDraft, SkillDraft, Usage
 from evobus.schemas.registry import Resource
-from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted
+from evobus.schemas.results import Diagnosis, Proposal, Repaired, SkillExtracted, WorkFailed
 from evobus.schemas.tools import ToolRef, imported_tools
 from evobus.schemas.work import ExtractWork, ProposeWork, RepairWork
 
@@ -234,7 +236,7 @@ class Actor:
         models = await self.models.for_campaign(work.campaign)
         if models is not None:
             try:
-                return [result_outbound(await self.with_model(models, work, skills), "propose")]
+                return await self.with_model(models, work, skills)
             except LLMError as exc:
                 return [model_failure(work, "propose", exc)]
             except ProposalError as exc:  # the parent's EVOLVE-BLOCK markers do not pair up
@@ -268,12 +270,19 @@ class Actor:
 
     async def with_model(
         self, models: CampaignModels, work: ProposeWork, skills: Sequence[Resource]
-    ) -> Proposal:
-        """The actor model's child: ``samples`` structured calls at once, the first usable
-        answer released as soon as it is ready (FlashEvolve §3.3, agents/roles/actor/samples.py);
-        one repair round when none is usable, which asks for the whole file
-        when SEARCH/REPLACE blocks were asked for. Each answer (blocks applied to the parent)
-        is spliced into the parent's text outside its EVOLVE-BLOCKs before it is judged.
+    ) -> list[Outbound]:
+        """The actor model's children: ``samples`` structured calls at once, each usable answer
+        released as soon as it is ready (FlashEvolve §3.3, agents/roles/actor/samples.py): the
+        first one alone when the work item takes one child (its result, returned), else each
+        sent on as its own proposal while the others still run, up to ``samples_taken``. One
+        repair round when no sample is usable, which asks for the whole file when
+        SEARCH/REPLACE blocks were asked for. Each answer (blocks applied to the parent) is
+        spliced into the parent's text outside its EVOLVE-BLOCKs before it is judged.
+
+        Returns:
+            What is left to publish: the item's result, or (children sent on already) a
+            ``WorkFailed`` carrying the tokens of the samples that answered after the last one
+            sent, or nothing.
 
         Raises:
             LLMError: the model did not answer, or never gave a usable child.
@@ -310,6 +319,7 @@ class Actor:
         )
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
+        child = _Child(self, models, work, skills, shown, prompt.ref)
 
         def sample() -> Awaitable[Structured[ActorDraft]]:
             return models.actor.structured(
@@ -321,73 +331,102 @@ class Actor:
                 label=prompt.name,
             )
 
-        # FlashEvolve §3.3: each of the n samples is its own request, and the first usable
-        # one goes on as soon as it is ready (agents/roles/actor/samples.py).
-        sampled = await first_usable(
-            sample, section.samples, lambda drafts: _first_usable(parent, drafts, answer)
-        )
-        out, usage, draft, problem = sampled.out, sampled.usage, sampled.draft, sampled.problem
-        released = ""
-        if section.samples > 1 and draft is not None:
-            released = (
-                f" [sample {sampled.finished} of {section.samples} to answer released; "
-                f"{sampled.pending} still running, cancelled]"
+        def judge(drafts: Sequence[ActorDraft]) -> tuple[ActorDraft | None, str]:
+            return _first_usable(parent, drafts, answer)
+
+        n, take = section.samples, min(work.samples_taken, section.samples)
+        span = trace.get_current_span()
+        span.set_attribute("evobus.samples", n)
+        if take == 1:
+            # FlashEvolve §3.3: each of the n samples is its own request, and the first usable
+            # one goes on as soon as it is ready; the item takes no other.
+            sampled = await first_usable(sample, n, judge)
+            if sampled.draft is not None:
+                span.set_attribute("evobus.samples_finished", sampled.finished)
+                span.set_attribute("evobus.samples_pending", sampled.pending)
+                note = (
+                    f" [sample {sampled.finished} of {n} to answer released; "
+                    f"{sampled.pending} still running, cancelled]"
+                    if n > 1
+                    else ""
+                )
+                proposal = await child.of(sampled.out, sampled.draft, sampled.usage, note)
+                return [result_outbound(proposal, "propose")]
+            draft, usage = await self.answer_again(
+                models, work, messages, prompt.name, sampled, answer
             )
-            span = trace.get_current_span()
-            span.set_attribute("evobus.samples", section.samples)
-            span.set_attribute("evobus.samples_finished", sampled.finished)
-            span.set_attribute("evobus.samples_pending", sampled.pending)
-        if draft is None:
-            # One repair round for an answer that is valid JSON but not a usable child; after
-            # SEARCH/REPLACE blocks, the whole file is asked for (one fallback, then rejection).
-            bad = out.values[0]
-            messages += [
-                text_message("assistant", msgspec.json.encode(bad).decode()),
-                user_message(ask_again(parent, problem, answer)),
-            ]
-            again = await models.actor.structured(
-                section.actor_model,
-                messages,
-                ActorDraft,
-                max_tokens=section.max_tokens,
-                temperature=section.temperature,
-                label=f"{prompt.name}.unusable",
+            return [result_outbound(await child.of(sampled.out, draft, usage, ""), "propose")]
+
+        async def send_on(sampled: Sampled) -> None:
+            # Each usable sample is a child of its own, sent as soon as it is ready.
+            assert sampled.draft is not None  # each_usable releases usable drafts only
+            note = (
+                f" [sample {sampled.finished} of {n} to answer, sent on as child "
+                f"{sampled.index + 1} of up to {take}; {sampled.pending} still running]"
             )
-            usage = usage + again.usage
-            first_problem = problem
-            draft, problem = _first_usable(parent, again.values, "file")
-            if draft is None:
-                if answer == "diff":
-                    problem = f"{first_problem}; then, asked for the whole file: {problem}"
-                raise InvalidModelOutput("ActorDraft", f"no usable child: {problem}", "", usage)
-        timeout = section.timeout_seconds * (section.tool_refine_rounds + 2)
-        tools = await request_tools(
-            self.proc.js, self.proc.publisher, work, draft.tool_requests, wait_seconds=timeout
-        )
-        code = draft.code  # applied or unfenced, and spliced, by _first_usable
-        requested = {ref.name for ref in tools.refs}
-        imported = imported_tools(code)
-        tools.refs += [
-            ToolRef(name=t.name, version=t.version)
-            for t in shown
-            if t.name in imported and t.name not in requested
-        ]
-        rationale = draft.rationale.strip() + released
-        if tools.notes:
-            rationale += f" [{'; '.join(tools.notes)}]"
-        return Proposal(
+            proposal = await child.of(sampled.out, sampled.draft, sampled.usage, note)
+            proposal = msgspec.structs.replace(proposal, sample=sampled.index)
+            await self.proc.publisher.publish(
+                result_outbound(proposal, "propose", sample_kind(sampled.index))
+            )
+
+        sampling = await each_usable(sample, n, judge, take=take, release=send_on)
+        span.set_attribute("evobus.samples_released", sampling.released)
+        if sampling.released == 0:
+            assert sampling.last is not None  # each_usable raised when no sample answered
+            unusable = Sampled(sampling.last, None, sampling.problem, sampling.unused, n, 0)
+            draft, usage = await self.answer_again(
+                models, work, messages, prompt.name, unusable, answer
+            )
+            return [result_outbound(await child.of(unusable.out, draft, usage, ""), "propose")]
+        if sampling.unused == Usage():
+            return []
+        # Samples that answered after the last child was sent spent tokens of the budget too.
+        spent = WorkFailed(
             work_id=work.work_id,
             campaign=work.campaign,
-            operator=work.operator,
-            parent_ids=parent_ids(work),
-            artifact=msgspec.structs.replace(parent, source=code),
-            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
-            engine=engine_name(out.model, simulator=out.simulator, prompt=prompt.ref),
-            skills_used=tuple(s.name for s in skills),
-            tools=tuple(tools.refs),
-            usage=usage + tools.usage,
-            intensity=work.intensity,
+            stage="propose",
+            error=f"{n - sampling.released} of {n} samples not sent on: {sampling.problem}",
+            usage=sampling.unused,
+            error_type="SamplesUnused",
         )
+        return [result_outbound(spent, "propose", sample_kind(sampling.released))]
+
+    async def answer_again(
+        self,
+        models: CampaignModels,
+        work: ProposeWork,
+        messages: list[ChatMessage],
+        label: str,
+        sampled: Sampled,
+        answer: AnswerFormat,
+    ) -> tuple[ActorDraft, Usage]:
+        """One repair round for an answer that is valid JSON but not a usable child; after
+        SEARCH/REPLACE blocks, the whole file is asked for (one fallback, then rejection).
+
+        Raises:
+            LLMError: the model did not answer, or again gave no usable child.
+        """
+        section, parent = models.section, work.parent.artifact
+        again = await models.actor.structured(
+            section.actor_model,
+            [
+                *messages,
+                text_message("assistant", msgspec.json.encode(sampled.out.values[0]).decode()),
+                user_message(ask_again(parent, sampled.problem, answer)),
+            ],
+            ActorDraft,
+            max_tokens=section.max_tokens,
+            temperature=section.temperature,
+            label=f"{label}.unusable",
+        )
+        usage = sampled.usage + again.usage
+        draft, problem = _first_usable(parent, again.values, "file")
+        if draft is None:
+            if answer == "diff":
+                problem = f"{sampled.problem}; then, asked for the whole file: {problem}"
+            raise InvalidModelOutput("ActorDraft", f"no usable child: {problem}", "", usage)
+        return draft, usage
 
     async def repair(self, work: RepairWork, ctx: MessageContext) -> Sequence[Outbound]:
         """FlashEvolve §3.2 (reflective staleness): patch a stale proposal against the pool's
@@ -528,6 +567,56 @@ class Actor:
         }
         out, _ = await models.ask("actor", "skill_extractor", values, SkillDraft)
         return out.values[0], out.usage
+
+
+@dataclass(frozen=True)
+class _Child:
+    """What makes a proposal of a usable draft: the work item, its skills and the tools its
+    prompt showed, and the prompt's reference (for the engine's name)."""
+
+    actor: Actor
+    models: CampaignModels
+    work: ProposeWork
+    skills: Sequence[Resource]
+    shown: Sequence[Resource]
+    prompt: str
+
+    async def of(
+        self, out: Structured[ActorDraft], draft: ActorDraft, usage: Usage, note: str
+    ) -> Proposal:
+        """The proposal of ``draft`` (its code the whole child), with the tools it asks for
+        requested from the tool generator first; ``usage`` its samples' tokens, ``note`` what
+        sampling said."""
+        section, work = self.models.section, self.work
+        timeout = section.timeout_seconds * (section.tool_refine_rounds + 2)
+        proc = self.actor.proc
+        tools = await request_tools(
+            proc.js, proc.publisher, work, draft.tool_requests, wait_seconds=timeout
+        )
+        code = draft.code  # applied or unfenced, and spliced, by _first_usable
+        requested = {ref.name for ref in tools.refs}
+        imported = imported_tools(code)
+        tools.refs += [
+            ToolRef(name=t.name, version=t.version)
+            for t in self.shown
+            if t.name in imported and t.name not in requested
+        ]
+        rationale = draft.rationale.strip() + note
+        if tools.notes:
+            rationale += f" [{'; '.join(tools.notes)}]"
+        return Proposal(
+            work_id=work.work_id,
+            campaign=work.campaign,
+            operator=work.operator,
+            parent_ids=parent_ids(work),
+            artifact=msgspec.structs.replace(work.parent.artifact, source=code),
+            rationale=truncate(rationale, MAX_TEXT_CHARS, "rationale"),
+            engine=engine_name(out.model, simulator=out.simulator, prompt=self.prompt),
+            skills_used=tuple(s.name for s in self.skills),
+            tools=tuple(tools.refs),
+            usage=usage + tools.usage,
+            intensity=work.intensity,
+        )
 
 
 def parent_ids(work: ProposeWork) -> tuple[str, ...]:

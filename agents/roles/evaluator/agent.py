@@ -27,6 +27,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import RegistryUnavailable
+from evobus.agents.roles.evaluator.seed_check import checked_seed
 from evobus.agents.roles.evaluator.tool_calls import (
     REPORT_FILE,
     ToolCallReport,
@@ -182,6 +183,47 @@ def with_tool_calls(evaluation: Evaluation, report: ToolCallReport | None) -> Ev
         feedback="\n".join(t for t in (evaluation.feedback, text) if t),
         metrics={**evaluation.metrics, **metrics},
     )
+
+
+async def sandboxed(
+    zygotes: Zygotes | None,
+    task: Task,
+    work: EvaluateWork,
+    files: Mapping[str, str],
+    collect: Sequence[str] = (),
+) -> tuple[SandboxRun, Evaluation]:
+    """One run of the harness on ``files`` under ``work.sandbox``, and its evaluation; the
+    seed's is checked by a second run without the limits its run came near (seed_check.py).
+
+    Raises:
+        Reject: no isolation works here.
+        Retry: no sandbox slot was free.
+    """
+    run, evaluation = await _run_once(zygotes, task, work, files, collect)
+
+    async def rescore(limits: SandboxSection) -> Evaluation:
+        again = msgspec.structs.replace(work, sandbox=limits)
+        return (await _run_once(zygotes, task, again, files, collect))[1]
+
+    return run, await checked_seed(work, evaluation, run.near_limits, rescore, task.failure_score)
+
+
+async def _run_once(
+    zygotes: Zygotes | None,
+    task: Task,
+    work: EvaluateWork,
+    files: Mapping[str, str],
+    collect: Sequence[str],
+) -> tuple[SandboxRun, Evaluation]:
+    try:
+        run = await run_harness(
+            zygotes, files, work.sandbox, (*collect, REPORT_FILE), folder_mounts(work.task_params)
+        )
+    except SandboxUnavailable as exc:
+        raise Reject(str(exc)) from None
+    except SandboxError as exc:  # no run slot free (sandbox_slots.py): runs end, slots free
+        raise Retry(f"no sandbox slot: {exc}", delay=2.0) from None
+    return run, with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
 
 
 class TaskModel:
@@ -463,24 +505,13 @@ class Evaluator:
         return evaluation
 
     async def run(self, task: Task, work: EvaluateWork) -> Evaluation:
-        """Through the model, or in the sandbox."""
+        """Through the model, or in the sandbox; the seed's score checked again without the
+        limits its run came near (seed_check.py)."""
         if isinstance(task, ModelTask):
             return await through_model(self.models, task, work)
         files = sandbox_files(task, work, await self.tools_for(work.tools))
         collect = evidence_files(task, work.task_params)
-        try:
-            run = await run_harness(
-                self.zygotes,
-                files,
-                work.sandbox,
-                (*collect, REPORT_FILE),
-                folder_mounts(work.task_params),
-            )
-        except SandboxUnavailable as exc:
-            raise Reject(str(exc)) from None
-        except SandboxError as exc:  # no run slot free (sandbox_slots.py): runs end, slots free
-            raise Retry(f"no sandbox slot: {exc}", delay=2.0) from None
-        evaluation = with_tool_calls(to_evaluation(task, work, run), read_report(run.files))
+        run, evaluation = await sandboxed(self.zygotes, task, work, files, collect)
         image = evidence_image(run, collect)
         if collect and image is None:
             why = "; ".join(f"{k}: {v}" for k, v in run.files_skipped.items()) or "none usable"

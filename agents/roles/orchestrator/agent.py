@@ -77,6 +77,7 @@ from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.campaign import CampaignRecord, CampaignSummary
 from evobus.schemas.events import StoreRecovered
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class OrchestratorWorker:
                 shell.publisher,
                 stream=subjects.STREAM_RESULTS,
                 durable=await ensure_results_consumer(js, self.campaign),
-                decoder=codec.RESULT_DECODER,
+                decoder=codec.RESULTS_AND_STEERING_DECODER,
                 handler=self._results,
                 batch=batch_size(),
             )
@@ -268,7 +269,7 @@ class OrchestratorWorker:
             quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
             await transactions.send(Stop())  # the writer ends after what it was given
 
-    async def _results(self, batch: Sequence[Delivery[Result]]) -> None:
+    async def _results(self, batch: Sequence[Delivery[Result | Steering]]) -> None:
         """The results consumer's batch: applied by the writer; returns (and the consumer acks
         them) once all they led to is published and the state covering them saved. A publish
         that fails stops the process unacked: it resumes from the snapshot, applies them again

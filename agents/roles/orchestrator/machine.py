@@ -75,8 +75,10 @@ from evobus.agents.roles.orchestrator.progress import (
 from evobus.agents.roles.orchestrator.run import Run
 from evobus.agents.roles.orchestrator.selection import Selection
 from evobus.agents.roles.orchestrator.speculation import Speculation
+from evobus.agents.roles.orchestrator.steering import Standing, Steering
 from evobus.agents.roles.orchestrator.steps import (
     ANALYSIS_WINDOW,
+    BACKGROUND_STAGES,
     ENGINE,
     PASSED_DIAGNOSE,
     REBALANCED,
@@ -160,6 +162,7 @@ from evobus.schemas.results import (
     ToolResult,
     WorkFailed,
 )
+from evobus.schemas.steering import Steering as SteeringAction
 from evobus.schemas.tools import ToolRef, imported_tools
 from evobus.schemas.work import (
     DiagnoseWork,
@@ -168,6 +171,7 @@ from evobus.schemas.work import (
     ProposeWork,
     RepairWork,
     SummarizeWork,
+    TaskWork,
     ToolWork,
     Work,
 )
@@ -252,6 +256,9 @@ class CampaignMachine:
         )
         self.backlog = Backlog()
         self.islands = Islands()
+        # What people did to the campaign (docs/steering.md); in the snapshot beside the
+        # records (``CampaignSnapshot.steering``), empty in one taken before it existed.
+        self.steering = Steering()
 
     # -- reading -----------------------------------------------------------------------------
     @property
@@ -349,7 +356,10 @@ class CampaignMachine:
 
     def _send_work(self, orders: Orders, stage: str, item: Work, purpose: Purpose) -> None:
         """Send ``item`` to ``stage``'s workers and remember what it is for. Its work id is the
-        serial ``_new_work_id`` gave it and a digest of the rest (``messages.content_id``)."""
+        serial ``_new_work_id`` gave it and a digest of the rest (``messages.content_id``).
+        A task's work carries the notes people added for the models (steering.py)."""
+        if isinstance(item, TaskWork) and self.steering.notes:
+            item = msgspec.structs.replace(item, notes=self.steering.notes)
         blank = msgspec.structs.replace(item, work_id="")
         item = msgspec.structs.replace(item, work_id=content_id(item.work_id, blank))
         self.flight.sent(item.work_id, purpose)
@@ -450,7 +460,7 @@ class CampaignMachine:
         else:
             self._forget(chain, "filtered")
             self._filtered(orders, candidate_id, rejection, now, late=False)
-            self._count_undecided(orders, now)
+            self._count_undecided(orders, chain, now)
         self._refill(orders, now)
         return self._settle(orders, now)
 
@@ -497,7 +507,9 @@ class CampaignMachine:
             if self.speculation.is_speculative(candidate_id):
                 self._withdraw_speculative(candidate_id, self._score(candidate_id), chain)
             self._drop_chain(chain, "filtered")
-            self._count_undecided(orders, now)  # a step that ends undecided, as a filtered one
+            self._count_undecided(
+                orders, chain, now
+            )  # a step that ends undecided, as a filtered one
         else:
             record = self.decisions.lineage.get(candidate_id)
             self._leave_pool(
@@ -561,11 +573,48 @@ class CampaignMachine:
         return orders
 
     def target_messages(self, now: float) -> list[WorkersTarget]:
-        """Every stage's target K as a control message (the agents' concurrency follows it)."""
+        """Every stage's target K as a control message (the agents' concurrency follows it).
+
+        The stages off the step's path (``BACKGROUND_STAGES``: skill extraction, summaries,
+        tools) take the in-flight target: their work comes from finished steps, at most one
+        item each, and must not queue behind one worker — at one, a campaign of 128 children at
+        32 in flight learned its skills one at a time and ended a minute after its last child.
+        """
+        background = self._in_flight().target
+        targets: dict[str, int] = {**dict.fromkeys(BACKGROUND_STAGES, background)}
+        targets.update(self.workers.targets)
         return [
             WorkersTarget(stage=stage, concurrency=k, campaign=self.cid, at=now)
-            for stage, k in self.workers.targets.items()
+            for stage, k in targets.items()
         ]
+
+    def steer(self, action: SteeringAction, now: float) -> Orders:
+        """Apply a person's steering action once (docs/steering.md): ``steering`` rules on it;
+        its event goes out under an id of the action's, and its effect is carried out here."""
+        orders = Orders()
+        pool = self.population.pool
+        standing = Standing(
+            finished=self.run.finished,
+            pool=frozenset(pool.members()),
+            best=self.best.candidate_id,
+            in_flight=len(self.flight.pending),
+        )
+        ruling = self.steering.apply(action, standing, now)
+        if ruling.event is None:  # a copy of an action ruled on already
+            return orders
+        context = self.trace.note(ruling.event)
+        orders.outbound.append(Emit(ruling.event, f"{self.cid}-{action.action_id}", context))
+        match ruling.effect:
+            case "unpause":
+                self._refill(orders, now)
+            case "stop":
+                status: Status = "completed" if self.best.candidate_id else "failed"
+                self._finish(orders, now, status, ruling.reason)
+            case "reject":
+                score = pool.stats(ruling.candidate_id).mean
+                why = f"rejected by {action.by}" + (f": {ruling.reason}" if ruling.reason else "")
+                self._leave_pool(ruling.candidate_id, score, operator="steering", rationale=why)
+        return self._settle(orders, now)
 
     def fail(self, reason: str, now: float) -> Orders:
         """End the campaign as failed (the shell could not go on)."""
@@ -934,7 +983,13 @@ class CampaignMachine:
             rule=strategy.selection,
             beta=strategy.ucb_beta * noise_scale(pool),
             pareto=lambda: self._pareto_front(orders, now),
+            rejected=self.steering.rejected,
         )
+        # A parent a person pinned goes first, once (an i1 step reads no parent: the pin waits).
+        if operator != "i1" and (pinned := self.steering.take_pin()) is not None:
+            parents = [pinned, *(p for p in parents if p != pinned)][
+                : 2 if operator == "x_div" else 1
+            ]
         if operator == "x_div" and len(set(parents)) < 2:
             operator = "m_diag"  # one parent (a rollback's restart): nothing to cross it with
         if operator == "i1":
@@ -1174,8 +1229,8 @@ class CampaignMachine:
 
     def _refill(self, orders: Orders, now: float) -> None:
         """Move every step as far as the pipeline allows and start new ones while the budgets
-        allow; finish when nothing is left."""
-        if self.run.phase != "evolving":
+        allow; finish when nothing is left. A paused campaign (steering.py) moves nothing."""
+        if self.run.phase != "evolving" or self.steering.paused:
             return
         if self.strategy.mode == "sync":
             self._refill_sync(orders, now)
@@ -1302,7 +1357,7 @@ class CampaignMachine:
             case "keep":
                 self._evaluate_chain(orders, chain)
             case "discard":
-                self._count_undecided(orders, now)
+                self._count_undecided(orders, chain, now)
                 self._forget(chain, "stale-discarded")
             case "repair":
                 self._repair(orders, chain)
@@ -1566,7 +1621,9 @@ class CampaignMachine:
             accepted=improved_parent,
             summary=chain.rationale,
         )
-        if self.selection.count_outcome(improved=improved_best):
+        if self.selection.count_outcome(
+            chain.key, self.run.serials["chain"], improved=improved_best
+        ):
             self._announce_patience_burst(orders, now)
         self._seed_skills()
         self._validate_best(orders, now)
@@ -1732,11 +1789,11 @@ class CampaignMachine:
             self.selection.force_burst()  # a no-op when the burst is already queued
             self._announce_burst(orders, now, decision.reason)
 
-    def _count_undecided(self, orders: Orders, now: float) -> None:
+    def _count_undecided(self, orders: Orders, chain: Chain, now: float) -> None:
         """A step that ended undecided (filtered by the ε-net, discarded as stale) counts as
         one without improvement towards the next exploration burst (REFLEX §3.4), which is
         announced when this sets it off."""
-        if self.selection.count_outcome(improved=False):
+        if self.selection.count_outcome(chain.key, self.run.serials["chain"], improved=False):
             self._announce_patience_burst(orders, now)
 
     def _announce_patience_burst(self, orders: Orders, now: float) -> None:
@@ -2132,7 +2189,7 @@ class CampaignMachine:
             campaign=self.cid,
             at=now,
             elapsed=round(self.clock.elapsed(now), 3),
-            phase=self.run.phase,
+            phase="paused" if self.steering.paused and not self.run.finished else self.run.phase,
             stages=stages,
             proposals=proposals,
             evaluations=evaluations,

@@ -102,14 +102,23 @@ class Selection(Component, kw_only=True):
         rule: PriorityRule | Literal["pareto"],
         beta: float,
         pareto: Callable[[], ParetoFront],
+        rejected: Callable[[str], bool] = lambda _: False,
     ) -> list[str]:
         """``k`` parents: a rollback's parent for a forced step, else MAP-Elites' elites
         (Mouret & Clune 2015, Alg. 1: drawn uniformly from the occupied cells, while any is),
-        else from the pool by ``rule`` (Pareto: from the front ``pareto`` gives, GEPA §3)."""
-        if self._rollback_parent is not None and forced:
-            return [self._rollback_parent]
+        else from the pool by ``rule`` (Pareto: from the front ``pareto`` gives, GEPA §3).
+        A candidate a person ``rejected`` is never one (it has left the pool; a rollback
+        target or a grid's elite may still name it)."""
+        rollback = self._rollback_parent
+        if rollback is not None and forced and not rejected(rollback):
+            return [rollback]
         if archive is not None and len(archive):
-            return archive.sample(k, self._rng)
+            parents = archive.sample(k, self._rng)
+            if not any(map(rejected, parents)):
+                return parents
+            return pool.select(
+                k, rule="mean" if rule == "mean" else "ucb", beta=beta, rng=self._rng
+            )
         if rule == "pareto":
             return select_parents(pool, pareto(), k, self._rng)
         return pool.select(k, rule=rule, beta=beta, rng=self._rng)
@@ -123,10 +132,12 @@ class Selection(Component, kw_only=True):
         """Credit the operator with a decided child's Δ."""
         self._bandit.update(operator, delta, delta_max=delta_max)
 
-    def count_outcome(self, *, improved: bool) -> bool:
-        """Count a step that ended towards the next exploration burst (a step that ends
-        undecided counts as one without improvement); True when that queued a burst."""
-        return self._burst.observe(improved=improved)
+    def count_outcome(self, step: int, newest: int, *, improved: bool) -> bool:
+        """Count step number ``step``, ended, towards the next exploration burst (a step that
+        ends undecided counts as one without improvement; one started before the last
+        improvement — ``newest`` is the newest step's number — does not count); True when that
+        queued a burst."""
+        return self._burst.observe(improved, step, newest)
 
     def zero_shot(self, count: int) -> tuple[Operator, ...]:
         """Queue ``count`` forced i1 steps ahead of any burst (REFLEX Algorithm 1, line 2);

@@ -23,6 +23,7 @@ from evobus.agents.roles.orchestrator.backlog import Backlog
 from evobus.agents.roles.orchestrator.best import Best
 from evobus.agents.roles.orchestrator.candidates import Candidates
 from evobus.agents.roles.orchestrator.component import encoder
+from evobus.agents.roles.orchestrator.steering import Steering, SteeringSnapshot
 
 __all__ = [
     "SNAPSHOT_FORMAT",
@@ -88,6 +89,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
         event_lines: the events of the transaction it ends, as events.jsonl lines (appended
             after it is written; a successor appends them if its predecessor could not:
             ``persist.EventLog``). Not part of the state.
+        steering: the machine's ``Steering`` (empty in a snapshot taken before there was one).
     """
 
     format: int = SNAPSHOT_FORMAT
@@ -97,6 +99,7 @@ class CampaignSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     running_seconds: float
     records: msgspec.Raw
     event_lines: bytes = b""
+    steering: SteeringSnapshot = msgspec.field(default_factory=SteeringSnapshot)
 
 
 class _Format(msgspec.Struct):
@@ -152,6 +155,7 @@ def take(machine: CampaignMachine, *, last_applied: str, now: float) -> Campaign
         last_applied=last_applied,
         running_seconds=machine.clock.elapsed(now),
         records=msgspec.Raw(encoder.encode(records)),
+        steering=machine.steering.snapshot(),
     )
 
 
@@ -182,6 +186,7 @@ def restore(machine: CampaignMachine, snap: CampaignSnapshot) -> None:
     machine.decisions = Decisions.from_snapshot(records.decisions)
     machine.backlog = Backlog.from_snapshot(records.backlog)
     machine.islands = Islands.from_snapshot(records.islands)
+    machine.steering = Steering.from_snapshot(snap.steering)
     # The clock stands at the snapshot's time; the shell resumes it (``clock.resume``) as the
     # campaign goes on, so the time it was stopped is not spent.
     running = not machine.run.finished

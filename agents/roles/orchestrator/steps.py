@@ -22,6 +22,7 @@ from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operato
 from evobus.schemas.campaign import PipelineStage, StrategySection
 from evobus.schemas.results import Diagnosis, Evaluation
 from evobus.schemas.tools import ToolSpec
+from evobus.schemas.work import Stage
 
 Status = Literal["completed", "failed"]
 Phase = Literal["tools", "seed", "evolving", "finished"]
@@ -57,6 +58,11 @@ ANALYSIS_WINDOW = 20
 
 
 _PROGRAM = Artifact(source="")
+
+
+# The stages whose work comes from finished steps, not on a step's path: their concurrency
+# follows the in-flight target (``CampaignState.target_messages``).
+BACKGROUND_STAGES: tuple[Stage, ...] = ("extract", "summarize", "tool")
 
 
 def stage_targets(strategy: StrategySection) -> dict[str, int]:

@@ -21,6 +21,7 @@ from evobus.agents.roles.orchestrator.steps import SkillRegistration, SkillUse
 from evobus.bus.batch_consumer import Delivery
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering
 
 # -- requests to the registry task ----------------------------------------------------------
 
@@ -76,10 +77,10 @@ Request = Admit | WorkOffBacklog | RegisterEnvironment
 
 @dataclass(frozen=True)
 class ResultBatch:
-    """Results to apply in order; ``done`` is set once everything they led to is published and
-    the state covering them saved (then the consumer acks them)."""
+    """Results (and steering actions) to apply in order; ``done`` is set once everything they
+    led to is published and the state covering them saved (then the consumer acks them)."""
 
-    deliveries: Sequence[Delivery[Result]]
+    deliveries: Sequence[Delivery[Result | Steering]]
     done: anyio.Event = field(default_factory=anyio.Event)
 
 

@@ -52,6 +52,7 @@ from evobus.bus.streams import JETSTREAM_PATIENCE_SECONDS, patiently
 from evobus.infra.workspace import CampaignWorkspace
 from evobus.schemas.events import CampaignResumed, Event
 from evobus.schemas.results import Result
+from evobus.schemas.steering import Steering, SteeringAction
 
 log = logging.getLogger(__name__)
 
@@ -178,14 +179,17 @@ class CampaignWriter:
             case Verdicts() | BacklogWorked() | EnvironmentRegistered():
                 await self._answered(transaction)
 
-    def _apply_result(self, delivery: Delivery[Result]) -> Outcome:
-        """Apply one result; what it leads to. A state machine that breaks on it fails the
-        campaign: a redelivery would stall it."""
+    def _apply_result(self, delivery: Delivery[Result | Steering]) -> Outcome:
+        """Apply one result (or a person's steering action); what it leads to. A state machine
+        that breaks on it fails the campaign: a redelivery would stall it."""
         machine = self.machine
         result = delivery.item
-        self.last_applied = result.work_id
         try:
-            orders = machine.apply(result, delivery.ctx.sender, time.time())
+            if isinstance(result, SteeringAction):
+                orders = machine.steer(result, time.time())
+            else:
+                self.last_applied = result.work_id
+                orders = machine.apply(result, delivery.ctx.sender, time.time())
         except Exception as exc:
             log.exception("campaign %s: applying %s failed", machine.cid, type(result).__name__)
             orders = machine.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
