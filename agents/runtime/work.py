@@ -68,9 +68,3 @@ def for_stage(stage: str, kind: type[W], handle: Handler[W]) -> Handler[Work]:
 
     return dispatch
 
-
-def expect(item: Work, kind: type[W]) -> W:
-    """``item`` as ``kind``; anything else on this stage can never succeed."""
-    if not isinstance(item, kind):
-        raise Reject(f"{type(item).__name__} does not belong on this stage")
-    return item

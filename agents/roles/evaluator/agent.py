@@ -37,7 +37,7 @@ from evobus.agents.roles.evaluator.tool_calls import (
 )
 from evobus.agents.runtime.models import CampaignModels, ModelAccess
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
-from evobus.agents.runtime.work import expect, on_dead, result_outbound
+from evobus.agents.runtime.work import result_outbound
 from evobus.agents.tasks import (
     ModelTask,
     Task,
@@ -64,7 +64,7 @@ from evobus.schemas.llm import Usage
 from evobus.schemas.registry import Resource
 from evobus.schemas.results import Evaluation, InstanceScore, Isolation, PartialEvaluation
 from evobus.schemas.tools import ToolRef
-from evobus.schemas.work import EvaluateWork, Work
+from evobus.schemas.work import EvaluateWork
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("evobus.evaluator")
@@ -466,9 +466,8 @@ class Evaluator:
                     raise Retry(str(exc), delay=2.0) from None
         return [self._tools[ref] for ref in refs]
 
-    async def handle(self, item: Work, ctx: MessageContext) -> Sequence[Outbound]:
+    async def handle(self, work: EvaluateWork, ctx: MessageContext) -> Sequence[Outbound]:
         """Evaluate one ``EvaluateWork``; a speculative prefix's score goes out first."""
-        work = expect(item, EvaluateWork)
         try:
             task = get_task(work.task)
         except TaskError as exc:
@@ -536,4 +535,4 @@ async def setup(proc: AgentProcess) -> Sequence[WorkBinding]:
     evaluator = Evaluator(
         proc, registry, ModelAccess(proc, registry), await evidence_store(proc.js)
     )
-    return [WorkBinding("evaluate", evaluator.handle, on_dead("evaluate"))]
+    return [WorkBinding.typed("evaluate", EvaluateWork, evaluator.handle)]
