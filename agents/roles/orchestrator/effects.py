@@ -2,7 +2,7 @@
 
 A transaction's orders (``steps.Orders``) ask for messages to publish, worker targets to send,
 candidates to commit to the workspace, and ε-net verdicts. ``Effects`` gathers them into an
-``Outcome``: the bus's form of the messages, the git writes (run in a worker thread, in
+``Duties``: the bus's form of the messages, the git writes (run in a worker thread, in
 transaction order), and the registry requests (``transactions.Request``) whose answers come
 back as transactions and are applied by ``answered``. It is the writer's: only the writer task
 calls it, and it makes no I/O.
@@ -72,7 +72,7 @@ class GitWrite:
 
 
 @dataclass
-class Outcome:
+class Duties:
     """What a transaction leads to, in order: messages to publish, worker targets to send on
     the control subjects, workspace writes, registry requests."""
 
@@ -81,7 +81,7 @@ class Outcome:
     writes: list[GitWrite] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
 
-    def extend(self, other: Outcome) -> None:
+    def extend(self, other: Duties) -> None:
         """Add what ``other`` leads to after what this one does."""
         self.out += other.out
         self.controls += other.controls
@@ -92,7 +92,7 @@ class Outcome:
         """Whether the campaign's ``campaign_finished`` is among the messages."""
         return self._finish() is not None
 
-    def before_finish(self, other: Outcome) -> None:
+    def before_finish(self, other: Duties) -> None:
         """Add what ``other`` leads to, its messages before ``campaign_finished`` (the
         campaign's last event)."""
         finish = self._finish()
@@ -126,7 +126,8 @@ def write(workspace: CampaignWorkspace, campaign: str, writes: list[GitWrite]) -
 
 
 class Effects:
-    """Turns one campaign's steps into outcomes, and the registry's answers into orders.
+    """Turns one campaign's orders into duties (what the shell carries out), and the
+    registry's answers into orders.
 
     ``retry_seconds``: how long what waits for the registry waits after a call nobody
     answered before it is asked again.
@@ -150,23 +151,21 @@ class Effects:
         self._away = ""  # why the registry was last found away ("" while it answers)
 
     # -- steps ------------------------------------------------------------------------------
-    def carry(self, first: Orders) -> Outcome:
+    def carry(self, first: Orders) -> Duties:
         """``first`` and every step its admissions lead to, in order."""
-        outcome = Outcome()
+        duties = Duties()
         followers = deque([first])
         while followers:
             orders = followers.popleft()
-            outcome.out.extend(map(outbound, orders.outbound))
-            outcome.controls.extend(orders.controls)
+            duties.out.extend(map(outbound, orders.outbound))
+            duties.controls.extend(orders.controls)
             if orders.commits or orders.rollbacks:
                 plan = self.machine.plan_md() if orders.commits else ""
-                outcome.writes.append(
-                    GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan)
-                )
-            followers.extend(self._admit(orders, outcome))
-        return outcome
+                duties.writes.append(GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan))
+            followers.extend(self._admit(orders, duties))
+        return duties
 
-    def _admit(self, orders: Orders, outcome: Outcome) -> list[Orders]:
+    def _admit(self, orders: Orders, duties: Duties) -> list[Orders]:
         """POLCA Algorithm 4 for the step's proposals: exact duplicates are refused without
         asking (novelty.py), at distance 0; the rest are asked of the registry's ε-net. While
         earlier ones wait to be checked late, new ones join them without asking, and while an
@@ -184,9 +183,9 @@ class Effects:
             if a.duplicate_of
         ]
         proposals = [(a.candidate_id, a.text) for a in orders.admissions if not a.duplicate_of]
-        return followers + self._ask_epsilon_net(proposals, outcome)
+        return followers + self._ask_epsilon_net(proposals, duties)
 
-    def _ask_epsilon_net(self, proposals: list[tuple[str, str]], outcome: Outcome) -> list[Orders]:
+    def _ask_epsilon_net(self, proposals: list[tuple[str, str]], duties: Duties) -> list[Orders]:
         if not proposals:
             return []
         backlog_size = len(self.machine.backlog.unfiltered)
@@ -200,7 +199,7 @@ class Effects:
             self._held += proposals
             return []
         self._asking = self._admit_request(proposals)
-        outcome.requests.append(self._asking)
+        duties.requests.append(self._asking)
         return []
 
     def _admit_request(self, proposals: list[tuple[str, str]]) -> Admit:
@@ -222,18 +221,18 @@ class Effects:
         )
         return [machine.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
 
-    def resumed(self) -> Outcome:
+    def resumed(self) -> Duties:
         """The ε-net requests a resumed campaign's proposals at the ε-net were waiting for
         (their answers died with the process that asked)."""
-        outcome = Outcome()
+        duties = Duties()
         machine = self.machine
         waiting = [(cid, machine.epsilon_text(cid)) for cid in machine.flight.admitting]
-        for orders in self._ask_epsilon_net(waiting, outcome):
-            outcome.extend(self.carry(orders))
-        return outcome
+        for orders in self._ask_epsilon_net(waiting, duties):
+            duties.extend(self.carry(orders))
+        return duties
 
     # -- answers ----------------------------------------------------------------------------
-    def answered(self, answer: Answer) -> Outcome:
+    def answered(self, answer: Answer) -> Duties:
         """Apply the registry's answer to a request; what that leads to."""
         match answer:
             case Verdicts():
@@ -246,9 +245,9 @@ class Effects:
                     self._went_away(away)
                 else:
                     self._environment = None
-                return Outcome()
+                return Duties()
 
-    def _verdicts(self, verdicts: Verdicts) -> Outcome:
+    def _verdicts(self, verdicts: Verdicts) -> Duties:
         machine = self.machine
         self._asking = None
         proposals = list(verdicts.request.proposals)
@@ -262,14 +261,14 @@ class Effects:
             followers = [
                 machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
             ]
-        outcome = Outcome()
+        duties = Duties()
         held, self._held = self._held, []
-        followers += self._ask_epsilon_net(held, outcome)
+        followers += self._ask_epsilon_net(held, duties)
         for orders in followers:
-            outcome.extend(self.carry(orders))
-        return outcome
+            duties.extend(self.carry(orders))
+        return duties
 
-    def _backlog_worked(self, worked: BacklogWorked) -> Outcome:
+    def _backlog_worked(self, worked: BacklogWorked) -> Duties:
         machine = self.machine
         self._backlog_asked = False
         if worked.away:
@@ -303,10 +302,10 @@ class Effects:
             followers.append(machine.late_admission(cid, rejection, time.time()))
         if worked.forgot:
             machine.backlog.forgets_done(worked.request.queued_forgets)
-        outcome = Outcome()
+        duties = Duties()
         for orders in followers:
-            outcome.extend(self.carry(orders))
-        return outcome
+            duties.extend(self.carry(orders))
+        return duties
 
     def _went_away(self, why: str) -> None:
         """No registry answered: ask again ``retry_seconds`` on."""
