@@ -12,7 +12,9 @@ negative (pendulum: [-2000, 0]). What the two percentages are relative to here:
 - "degraded >5% from its best": the recent children — the best score of those decided in the
   stagnation window, what the search produced lately — lie more than 5% of the best's
   magnitude below the best: ``recent < best - 0.05 * |best|`` (the best -200 → below -210; the
-  best 0.8 → below 0.76; the best 0: any loss).
+  best 0.8 → below 0.76; the best 0: any loss). Like is compared with like: the children's
+  scores are on train minibatches, so the best's is its train mean there (its validation
+  score only when it has none).
 - "the best score was below 90%": 90% is a pass rate, 90% of the way from nothing (0) to the
   ceiling (1). Here the way runs from the seed's validation score to the campaign's target
   (``[campaign.budget] target_score``, else the task's ``best_possible``): the mark is
@@ -154,6 +156,7 @@ def on_stagnation(
     best_id: str,
     best_score: float,
     recent_score: float | None,
+    best_train: float | None = None,
     seed_score: float | None = None,
     target: float | None = None,
 ) -> Decision:
@@ -171,9 +174,11 @@ def on_stagnation(
         stagnant: the detector's verdict.
         current_id: the candidate the search currently builds on.
         best_id: the best tagged candidate.
-        best_score: its score.
+        best_score: its score (validation's: the target and the 90% mark are on it).
         recent_score: the best score of the children decided in the stagnation window
             (``StagnationDetector.recent``; None: none, so nothing degraded).
+        best_train: the best's score where the children are scored (its train mean), which
+            they are compared with; None: ``best_score``.
         seed_score: the seed's score, where the way to the target starts.
         target: the score at which the best needs no rollback (``target_score``, else the
             task's ``best_possible``); None when unknown.
@@ -189,17 +194,18 @@ def on_stagnation(
         )
     if current_id == best_id:
         return Decision(burst=True, reason=f"stagnant at the best candidate {best_id}: burst")
-    bar = degraded_below(best_score)
+    reference = best_score if best_train is None else best_train
+    bar = degraded_below(reference)
     mark = good_enough_mark(target, seed_score)
     degraded = recent_score is not None and recent_score < bar
     below = mark is None or best_score < mark
     recent = "none" if recent_score is None else f"{recent_score:.4g}"
     children = (
-        f"the recent children (best {recent}) degraded by more than 5% from the best "
-        f"{best_id} ({best_score:.4g} → under {bar:.4g})"
+        f"the recent children (best {recent}) degraded > 5% from the best {best_id} "
+        f"({reference:.4g}: under {bar:.4g})"
         if degraded
-        else f"the recent children (best {recent}) are within 5% of the best {best_id} "
-        f"({best_score:.4g})"
+        else f"the recent children (best {recent}) did not degrade > 5% from the best "
+        f"{best_id} ({reference:.4g})"
     )
     standing = (
         "no target is known, so the best is not known to be good enough"

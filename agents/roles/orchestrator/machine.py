@@ -1759,12 +1759,15 @@ class CampaignMachine:
         current = self.population.pool.best(min_evaluations=1) or best.candidate_id
         target = self.spec.campaign.budget.target_score
         recent = decisions.recent_child
+        # The children are scored on train minibatches: the best is compared there too.
+        best_train = self._mean_score(best.candidate_id)
         decision = on_stagnation(
             stagnant=True,
             current_id=current,
             best_id=best.candidate_id,
             best_score=best.score if best.score is not None else 0.0,
             recent_score=recent,
+            best_train=best_train,
             seed_score=self.observed.seed_score,
             target=target if target is not None else self.plan.best_possible,
         )
@@ -1787,6 +1790,7 @@ class CampaignMachine:
                     reason=decision.reason,
                     best_score=best.score,
                     recent_score=recent,
+                    best_train_mean=best_train,
                     degraded=decision.degraded,
                     below_mark=decision.below_mark,
                     mark=decision.mark,
