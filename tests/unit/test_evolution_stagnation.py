@@ -81,7 +81,7 @@ def test_no_rollback_when_already_at_the_best_but_a_burst() -> None:
     assert decision.rollback_to is None and decision.burst
 
 
-def near_target(recent: float, best: float = -150.0, target: float = -100.0) -> Decision:
+def near_target(recent: float | None, best: float = -150.0, target: float = -100.0) -> Decision:
     """Stagnant off the best c4, the seed at -1000 (the 90% mark of -1000 → -100 is -190)."""
     return on_stagnation(
         stagnant=True,
@@ -188,7 +188,7 @@ def test_the_detector_keeps_the_windows_children() -> None:
     )
     assert restored.recent == -800.0 and restored.stagnant
     detector.reset()
-    assert detector.recent is None and detector.children == ()
+    assert detector.recent is None and not detector.children
 
 
 def test_progress_fraction_and_tiers() -> None:
