@@ -38,6 +38,11 @@ beside it in two longer campaigns: through the simulator
 (``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
 groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
 and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
+A-Evolve's stagnation rollback (Phase 8) runs beside it in two campaigns of one step at a time
+(sync, so that each runs the same way every time): without a target (``ROLLBACK``), where it
+rolls back and each ``rolled_back`` event carries the rule's numbers and reason; and with a
+``target_score`` its best reaches after a few steps (``ROLLBACK_TARGET``), which rolls back on
+the way, against the target's 90% mark, and never once its best reached the target.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -99,6 +104,7 @@ from evobus.schemas.events import (
     Event,
     MapElitesChanged,
     ParetoFrontChanged,
+    RolledBack,
     SkillLearned,
     SkillUtilityUpdated,
     SpeculativeDecided,
@@ -439,6 +445,29 @@ def summarizer_file(name: str, sim_url: str | None) -> str:
     return text
 
 
+ROLLBACK = "rollback-no-target"
+"""A campaign beside the matrix: stagnation rolls back, no target known."""
+ROLLBACK_TARGET = "rollback-target"
+"""A campaign beside the matrix: with a target_score its best reaches after a few steps."""
+TARGET = -400.0  # the seed scores about -524 on the two validation episodes
+ROLLBACK_PROPOSALS = {ROLLBACK: 8, ROLLBACK_TARGET: 30}
+
+
+def rollback_file(name: str) -> str:
+    """Pendulum one step at a time (sync, deterministic), every decided step a stagnant one
+    (no gain of 1000 in two steps is the rule): the target's campaign stops on reaching it."""
+    target = f"target_score = {TARGET}\n" if name == ROLLBACK_TARGET else ""
+    return (
+        f'[campaign]\nname = "{name}"\ntask = "pendulum"\nseed_artifact = {toml_value(str(SEED))}\n'
+        f"[campaign.budget]\nproposals = {ROLLBACK_PROPOSALS[name]}\n"
+        f"wall_seconds = {WALL_SECONDS}\n{target}"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        '[strategy]\nmode = "sync"\nin_flight = 1\nminibatch = 2\nmin_evaluations = 2\n'
+        "epsilon = 0.0\nskills = 0\nrng_seed = 2\nstagnation_window = 2\n"
+        "stagnation_threshold = 1000.0\n"
+    )
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -454,6 +483,8 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[MAP_ELITES_ISLANDS] = map_elites_islands_file()
     files[SUMMARY_SIM] = summarizer_file(SUMMARY_SIM, sim_url)
     files[SUMMARY_OFFLINE] = summarizer_file(SUMMARY_OFFLINE, None)
+    files[ROLLBACK] = rollback_file(ROLLBACK)
+    files[ROLLBACK_TARGET] = rollback_file(ROLLBACK_TARGET)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
@@ -829,3 +860,72 @@ def test_offline_the_summary_is_rule_based_and_says_so(outcomes: dict[str, Outco
     assert all(e.engine == RULE_BASED_ENGINE for e in written), written
     assert all(RULE_BASED_LABEL in e.text and "τ = " in e.text for e in written), written
     assert all(e.programs > 1 for e in written), written
+
+
+def rollbacks(events: list[Event]) -> list[tuple[RolledBack, BestConfirmed]]:
+    """Each ``rolled_back`` event with the campaign's best when it came (the last best
+    confirmed before it)."""
+    found: list[tuple[RolledBack, BestConfirmed]] = []
+    best: BestConfirmed | None = None
+    for event in events:
+        if isinstance(event, BestConfirmed) and event.is_best:
+            best = event
+        elif isinstance(event, RolledBack):
+            assert best is not None, event
+            found.append((event, best))
+    return found
+
+
+def follows_the_rule(rolled: RolledBack, best: BestConfirmed) -> None:
+    """A-Evolve Phase 8 (agents/evolution/stagnation.py), from the event's own numbers: back to
+    the best, because the recent children degraded > 5% of |best| below its train mean, or the
+    best is below the 90% mark (or no target is known); the burst it sets off says the same."""
+    assert rolled.candidate_id == best.candidate_id, (rolled, best)
+    assert rolled.best_score == best.validation_score, (rolled, best)
+    assert rolled.recent_score is not None and rolled.best_train_mean is not None, rolled
+    bar = rolled.best_train_mean - 0.05 * abs(rolled.best_train_mean)
+    assert rolled.degraded == (rolled.recent_score < bar), rolled
+    below = rolled.mark is None or rolled.best_score < rolled.mark
+    assert rolled.below_mark == below and (rolled.degraded or rolled.below_mark), rolled
+    assert rolled.reason.startswith("stagnant, ") and rolled.candidate_id in rolled.reason
+
+
+@pytest.mark.timeout(240)
+def test_stagnation_rolls_back_by_a_evolves_rule(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[ROLLBACK]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    found = rollbacks(events)
+    assert found, [type(e).__name__ for e in events]
+    for rolled, best in found:
+        follows_the_rule(rolled, best)
+        assert rolled.mark is None and "no target is known" in rolled.reason, rolled
+        after = events[events.index(rolled) :]
+        burst = next(e for e in after if isinstance(e, BurstStarted))
+        assert burst.reason == rolled.reason, (rolled, burst)
+
+
+@pytest.mark.timeout(240)
+def test_no_rollback_once_the_best_reached_the_target(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[ROLLBACK_TARGET]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary = outcome.result.summary
+    assert summary.stop_reason == "target score reached", summary.stop_reason
+    assert summary.proposals < ROLLBACK_PROPOSALS[ROLLBACK_TARGET]  # reached early
+    events = outcome.result.events()
+    reached = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, BestConfirmed) and e.is_best and e.validation_score >= TARGET
+    )
+    assert not [e for e in events[reached:] if isinstance(e, RolledBack)], events[reached:]
+    # On the way, the rule acted with the target's mark: 90% of the way from the seed to it.
+    found = rollbacks(events[:reached])
+    assert found, [type(e).__name__ for e in events[:reached]]
+    assert summary.seed_score is not None
+    mark = summary.seed_score + 0.9 * (TARGET - summary.seed_score)
+    for rolled, best in found:
+        follows_the_rule(rolled, best)
+        assert rolled.mark == pytest.approx(mark) and f"target {TARGET:.4g}" in rolled.reason

@@ -1627,7 +1627,7 @@ class CampaignMachine:
             self._announce_patience_burst(orders, now)
         self._seed_skills()
         self._validate_best(orders, now)
-        self._watch_stagnation(orders, now)
+        self._watch_stagnation(orders, now, child.score)
         self._summarize(orders)
         self._migrate_on_decided(orders, now)
 
@@ -1748,23 +1748,28 @@ class CampaignMachine:
             self.decisions.keep_lineage(record)
             orders.commits.append(Commit(self.candidates[cid], record, best=True))
 
-    def _watch_stagnation(self, orders: Orders, now: float) -> None:
-        """A-Evolve Phase 8: no gain ≥ threshold for W steps → roll back to the best, burst."""
+    def _watch_stagnation(self, orders: Orders, now: float, child_score: float) -> None:
+        """A-Evolve Phase 8: no gain ≥ threshold for W steps → roll back to the best when the
+        recent children degraded > 5% from it or it is below 90% of the way to the target, never
+        once it reached the target (agents/evolution/stagnation.py); burst."""
         decisions, best = self.decisions, self.best
-        decisions.observe_best(self._best_train_mean())
+        decisions.observe_best(self._best_train_mean(), child_score)
         if not decisions.stagnant or not best.candidate_id:
             return
-        pool = self.population.pool
-        current = pool.best(min_evaluations=1) or best.candidate_id
-        current_stats = pool.stats(current)
+        current = self.population.pool.best(min_evaluations=1) or best.candidate_id
+        target = self.spec.campaign.budget.target_score
+        recent = decisions.recent_child
+        # The children are scored on train minibatches: the best is compared there too.
+        best_train = self._mean_score(best.candidate_id)
         decision = on_stagnation(
             stagnant=True,
             current_id=current,
-            current_score=current_stats.mean if current_stats.count else float("-inf"),
             best_id=best.candidate_id,
             best_score=best.score if best.score is not None else 0.0,
-            degradation=self.strategy.stagnation_threshold,
-            good_enough=self.plan.best_possible,
+            recent_score=recent,
+            best_train=best_train,
+            seed_score=self.observed.seed_score,
+            target=target if target is not None else self.plan.best_possible,
         )
         decisions.reset_stagnation()
         if self._reseed(orders, now):  # an island restarts from what the others sent
@@ -1783,6 +1788,12 @@ class CampaignMachine:
                     to_tag=tag,
                     candidate_id=decision.rollback_to,
                     reason=decision.reason,
+                    best_score=best.score,
+                    recent_score=recent,
+                    best_train_mean=best_train,
+                    degraded=decision.degraded,
+                    below_mark=decision.below_mark,
+                    mark=decision.mark,
                 ),
             )
         if decision.burst:
