@@ -174,6 +174,8 @@ OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
 ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
+    "zero_shot_left": 0,  # Selection: the zero-shot initial population's members to start
+    "zero_shot": False,  # a step: a member of it
 }
 
 
