@@ -903,11 +903,10 @@ def test_the_zero_shot_population_is_written_without_parent_code_before_the_loop
     members = population_built_first(events, ZERO_SHOT_SIZE)
     assert len(members) == ZERO_SHOT_SIZE  # the simulator writes every one
     assert all(e.rationale.startswith("zero-shot (initial population): ") for e in members)
-    evaluated = {
-        e.candidate_id: e.at
-        for e in events
-        if isinstance(e, CandidateEvaluated) and e.split == "train"
-    }
+    evaluated: dict[str, float] = {}  # each member's first train evaluation (later, a parent's)
+    for e in events:
+        if isinstance(e, CandidateEvaluated) and e.split == "train":
+            evaluated.setdefault(e.candidate_id, e.at)
     built = max(evaluated[e.candidate_id] for e in members)
     requests = [
         r
