@@ -148,9 +148,11 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
         delta_max: the clip of fitness deltas before they are normalised into rewards.
         burst_after: steps without improvement before a forced exploration burst.
-        initial_population: N, the first steps' forced operator is i1, a program written from
-            the task description alone (REFLEX Algorithm 1, line 2: the zero-shot initial
-            population); 0 starts from the seed alone.
+        initial_population: N, REFLEX's zero-shot initial population (Algorithm 1, line 2),
+            built before the loop: the first N steps are i1 steps whose child is written from
+            the task description alone (no parent's code; offline, a random program of the
+            seed's shape), with no bandit credit; no other step starts until each has ended.
+            0 starts from the seed alone.
         skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
         skill_scope: which skills of the shared library retrieval sees: ``task``, those learned
             on the campaign's own task; ``all``, every task's as well (REFLEX §4.5's

@@ -43,6 +43,11 @@ A-Evolve's stagnation rollback (Phase 8) runs beside it in two campaigns of one 
 rolls back and each ``rolled_back`` event carries the rule's numbers and reason; and with a
 ``target_score`` its best reaches after a few steps (``ROLLBACK_TARGET``), which rolls back on
 the way, against the target's 90% mark, and never once its best reached the target.
+REFLEX's zero-shot initial population (Algorithm 1, line 2), which the bandit rows build
+offline or through the simulator, runs beside it with a model (``ZERO_SHOT_SIM``), one
+member fewer than steps in flight: the request log shows its members' prompts without any
+parent code, and every member evaluated before the critic or the actor is asked for a step of
+the loop.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -468,6 +473,30 @@ def rollback_file(name: str) -> str:
     )
 
 
+ZERO_SHOT_SIM = "zero-shot-sim"
+"""A campaign beside the matrix: a zero-shot initial population written through the simulator."""
+ZERO_SHOT_MARK = "Zero-shot population campaign of the strategy matrix."
+"""Its ``[task] statement``, which leads every prompt that shows its task: its requests in the
+shared request log."""
+ZERO_SHOT_SIZE = 3
+
+
+def zero_shot_file(sim_url: str) -> str:
+    """Pendulum through the simulator, three zero-shot members and four steps in flight (a
+    fourth step would start beside them if nothing held it), no ε-net filtering."""
+    return (
+        f'[campaign]\nname = "zero-shot"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = 6\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        f"statement = {toml_value(ZERO_SHOT_MARK)}\n"
+        f"[strategy]\ninitial_population = {ZERO_SHOT_SIZE}\nin_flight = 4\nminibatch = 2\n"
+        "min_evaluations = 2\nepsilon = 0.0\nrng_seed = 2\nskills = 0\n"
+        f'[llm]\nprovider = "openai"\nbase_urls = [{toml_value(sim_url)}]\n'
+        f'actor_model = "{ACTOR}"\ncritic_model = "{CRITIC}"\ncritic_vision = false\n'
+    )
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -485,6 +514,7 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[SUMMARY_OFFLINE] = summarizer_file(SUMMARY_OFFLINE, None)
     files[ROLLBACK] = rollback_file(ROLLBACK)
     files[ROLLBACK_TARGET] = rollback_file(ROLLBACK_TARGET)
+    files[ZERO_SHOT_SIM] = zero_shot_file(sim_url)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
@@ -650,12 +680,42 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
         steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
         assert {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
-    if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
+    if spec.initial_population:  # REFLEX Algorithm 1, line 2: the population, before the loop
         first = next(e for e in events if isinstance(e, BurstStarted))
         assert first.reason.startswith("zero-shot initial population"), first
         assert first.operators == ("i1",) * spec.initial_population
-        proposed = [e.operator for e in events if isinstance(e, CandidateProposed)]
-        assert proposed[: spec.initial_population] == list(first.operators), proposed
+        members = population_built_first(events, spec.initial_population)
+        # Offline, a random program of the seed's shape; through the simulator, the same
+        # engine's, answering the zero-shot prompt.
+        assert all("random program of the seed's shape" in e.rationale for e in members)
+
+
+def zero_shot(event: CandidateProposed) -> bool:
+    """Whether ``event`` proposes a member of the zero-shot initial population: an i1 child
+    of no parent, labelled."""
+    return (
+        event.operator == "i1" and not event.parent_ids and event.rationale.startswith("zero-shot")
+    )
+
+
+def population_built_first(events: list[Event], size: int) -> list[CandidateProposed]:
+    """The zero-shot members' proposals, asserted to be the campaign's first (at most ``size``:
+    a member may fail) and each decided or filtered before the loop's first proposal."""
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    members = [e for e in proposed if zero_shot(e)]
+    assert members and len(members) <= size, proposed
+    assert proposed[: len(members)] == members, proposed
+    loop = next(
+        (i for i, e in enumerate(events) if isinstance(e, CandidateProposed) and not zero_shot(e)),
+        len(events),
+    )
+    ended = {
+        e.candidate_id: i
+        for i, e in enumerate(events)
+        if isinstance(e, CandidateAccepted | CandidateRejected | CandidateFiltered)
+    }
+    assert all(ended[e.candidate_id] < loop for e in members), (members, events[loop:][:1])
+    return members
 
 
 def campaign_pool(events: list[Event]) -> set[str]:
@@ -929,3 +989,43 @@ def test_no_rollback_once_the_best_reached_the_target(outcomes: dict[str, Outcom
     for rolled, best in found:
         follows_the_rule(rolled, best)
         assert rolled.mark == pytest.approx(mark) and f"target {TARGET:.4g}" in rolled.reason
+
+
+@pytest.mark.timeout(240)
+def test_the_zero_shot_population_is_written_without_parent_code_before_the_loop(
+    outcomes: dict[str, Outcome],
+) -> None:
+    # REFLEX Algorithm 1, line 2: P ← {p1, …, pN} via zero-shot prompts, before the loop.
+    outcome = outcomes[ZERO_SHOT_SIM]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    members = population_built_first(events, ZERO_SHOT_SIZE)
+    assert len(members) == ZERO_SHOT_SIZE  # the simulator writes every one
+    assert all(e.rationale.startswith("zero-shot (initial population): ") for e in members)
+    evaluated: dict[str, float] = {}  # each member's first train evaluation (later, a parent's)
+    for e in events:
+        if isinstance(e, CandidateEvaluated) and e.split == "train":
+            evaluated.setdefault(e.candidate_id, e.at)
+    built = max(evaluated[e.candidate_id] for e in members)
+    requests = [
+        r
+        for r in read_request_log(outcome.result.run_dir.parent / REQUEST_LOG)
+        if any(ZERO_SHOT_MARK in str(m["text"]) for m in r.messages)
+    ]
+    # What was asked (an answer asked again about is the model's own, not the prompt).
+    texts = [
+        "\n".join(str(m["text"]) for m in r.messages if m["role"] != "assistant") for r in requests
+    ]
+    written = [r for r, text in zip(requests, texts, strict=True) if "Zero-shot: " in text]
+    assert len(written) >= ZERO_SHOT_SIZE, [t[:200] for t in texts]
+    seed_code = [line.strip() for line in SEED.read_text().splitlines() if "=" in line]
+    for text in (text for text in texts if "Zero-shot: " in text):  # no parent's code
+        assert "## Parent program" not in text
+        assert not [line for line in seed_code if line in text], text
+    # The loop's first critic or actor request came after every member was evaluated (each
+    # request is logged when answered, each event stamped when the orchestrator applied it).
+    loop = [r for r, text in zip(requests, texts, strict=True) if "Zero-shot: " not in text]
+    assert loop, "no request of the loop"
+    assert min(r.request for r in loop) > max(r.request for r in written)
+    assert min(r.at for r in loop) > built

@@ -175,6 +175,8 @@ ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
     "recent_children": [],  # the stagnation window's children (A-Evolve's degradation rule)
+    "zero_shot_left": 0,  # Selection: the zero-shot initial population's members to start
+    "zero_shot": False,  # a step: a member of it
 }
 
 

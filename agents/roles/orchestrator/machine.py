@@ -107,7 +107,7 @@ from evobus.agents.roles.orchestrator.tally import Tally
 from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.agents.roles.orchestrator.workers import Workers
 from evobus.schemas.agents import AgentRef, WorkersTarget
-from evobus.schemas.artifacts import Candidate, LineageRecord
+from evobus.schemas.artifacts import Candidate, LineageRecord, Operator
 from evobus.schemas.campaign import (
     AgentWork,
     CampaignRecord,
@@ -953,9 +953,11 @@ class CampaignMachine:
         return self.selection.draw_minibatch(self.plan.train, self.strategy.minibatch)
 
     def _zero_shot(self, orders: Orders, now: float) -> None:
-        """REFLEX Algorithm 1, line 2: the campaign starts evolving with ``initial_population``
-        steps of i1 (a program from the task description alone, the parent's code unseen),
-        forced ahead of any burst and announced as one."""
+        """REFLEX Algorithm 1, line 2: the population is built before the loop. The campaign's
+        first ``initial_population`` steps are i1 steps that write a program from the task
+        description alone (no parent's code in the prompt; offline, a random program of the
+        seed's shape), announced as a burst; no other step starts until each of them has
+        ended — decided, filtered or failed (``_can_start``)."""
         count = self.strategy.initial_population
         if count:
             operators = self.selection.zero_shot(count)
@@ -970,30 +972,39 @@ class CampaignMachine:
         scored before anything is proposed from them) — on a deterministic campaign only those
         not scored there already (``waiting`` counts the evaluations sent)."""
         strategy, pool = self.strategy, self.population.pool
-        operator, forced = self.selection.choose_operator(
-            bandit=strategy.bandit, pool_size=len(pool), crossover_rate=strategy.crossover_rate
-        )
-        if operator == "x_div" and len(pool) < 2:
-            operator = "m_diag"
-        parents = self.selection.choose_parents(
-            2 if operator == "x_div" else 1,
-            pool,
-            forced=forced,
-            archive=self.population.archive,
-            rule=strategy.selection,
-            beta=strategy.ucb_beta * noise_scale(pool),
-            pareto=lambda: self._pareto_front(orders, now),
-            rejected=self.steering.rejected,
-        )
-        # A parent a person pinned goes first, once (an i1 step reads no parent: the pin waits).
-        if operator != "i1" and (pinned := self.steering.take_pin()) is not None:
+        zero_shot = self.selection.take_zero_shot()
+        if zero_shot:
+            # REFLEX Algorithm 1, line 2: a member of the initial population, written from the
+            # task alone; the seed is only the baseline it is decided against (and its
+            # interface), scored on the member's minibatch like any parent.
+            operator: Operator = "i1"
+            forced, parents = True, [SEED_ID]
+        else:
+            operator, forced = self.selection.choose_operator(
+                bandit=strategy.bandit,
+                pool_size=len(pool),
+                crossover_rate=strategy.crossover_rate,
+            )
+            if operator == "x_div" and len(pool) < 2:
+                operator = "m_diag"
+            parents = self.selection.choose_parents(
+                2 if operator == "x_div" else 1,
+                pool,
+                forced=forced,
+                archive=self.population.archive,
+                rule=strategy.selection,
+                beta=strategy.ucb_beta * noise_scale(pool),
+                pareto=lambda: self._pareto_front(orders, now),
+                rejected=self.steering.rejected,
+            )
+        # A parent a person pinned goes first, once (a zero-shot member reads no parent: the
+        # pin waits for the loop).
+        if not zero_shot and (pinned := self.steering.take_pin()) is not None:
             parents = [pinned, *(p for p in parents if p != pinned)][
                 : 2 if operator == "x_div" else 1
             ]
         if operator == "x_div" and len(set(parents)) < 2:
             operator = "m_diag"  # one parent (a rollback's restart): nothing to cross it with
-        if operator == "i1":
-            parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
         chain = Chain(
             operator=operator,
             forced=forced,
@@ -1001,6 +1012,7 @@ class CampaignMachine:
             minibatch=self._draw_minibatch(),
             key=self._next_serial("chain"),
             version=pool.version,
+            zero_shot=zero_shot,
         )
         if strategy.mode == "async" and strategy.speculative_alpha > 0:
             # FlashEvolve §3.3: the minibatch's order is fixed here, before anything is scored
@@ -1155,6 +1167,7 @@ class CampaignMachine:
             intensity=intensity,
             context=self._with_summary(self.decisions.history.render()),
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
+            zero_shot=chain.zero_shot,
         )
         chain.move("propose")
         self._send_work(orders, "propose", item, Purpose("propose", chain.key, parent))
@@ -1241,7 +1254,14 @@ class CampaignMachine:
             self._finish(orders, now, "completed", "proposal budget spent")
 
     def _can_start(self) -> bool:
-        return self.flight.proposals < self.spec.campaign.budget.proposals
+        """Whether a new step may start: the proposal budget allows it, and the zero-shot
+        initial population is built (REFLEX Algorithm 1: line 2 before the loop) — unless
+        the step is one of its members. A member that failed or was filtered has ended too,
+        so a broken one never holds the loop back."""
+        if self.flight.proposals >= self.spec.campaign.budget.proposals:
+            return False
+        building = any(chain.zero_shot for chain in self.flight.live.values())
+        return self.selection.zero_shot_left > 0 or not building
 
     def _queue(self, stage: ChainStage) -> tuple[int, float]:
         """How many steps wait in ``stage``, and their mean version gap (FlashEvolve §3.2)."""
@@ -1553,7 +1573,10 @@ class CampaignMachine:
         parent_ev = chain.evaluations[parent_id]  # scored on the same minibatch as it began
         delta = child.score - parent_ev.score  # same minibatch: a paired comparison
         best_before = self._best_train_mean()
-        if self.strategy.bandit:
+        # REFLEX Algorithm 1, line 23 credits a loop step's operator with Δ against the step's
+        # own parent. A zero-shot member (line 2) had no parent — its Δ is against the seed, a
+        # baseline only — and is no loop step: no bandit credit.
+        if self.strategy.bandit and not chain.zero_shot:
             self.selection.reward(chain.operator, delta, delta_max=self.strategy.delta_max)
         for name in chain.skills_used:
             self.backlog.queue_use(SkillUse(use_id=f"{self.cid}/{cid}", name=name, delta=delta))
@@ -1596,7 +1619,7 @@ class CampaignMachine:
                 ),
             )
             self._diagnose_ahead(orders, chain)  # a likely parent: the critic starts on it now
-            if self.strategy.skills:
+            if self.strategy.skills and not chain.zero_shot:  # a member changed no parent
                 self._extract(orders, chain, delta)
         else:
             reason = f"error: {child.error}" if child.error else f"Δ {delta:+.1f} vs {parent_id}"
@@ -1621,9 +1644,9 @@ class CampaignMachine:
             accepted=improved_parent,
             summary=chain.rationale,
         )
-        if self.selection.count_outcome(
+        if not chain.zero_shot and self.selection.count_outcome(
             chain.key, self.run.serials["chain"], improved=improved_best
-        ):
+        ):  # the burst's patience counts the loop's steps
             self._announce_patience_burst(orders, now)
         self._seed_skills()
         self._validate_best(orders, now)
@@ -1803,7 +1826,9 @@ class CampaignMachine:
     def _count_undecided(self, orders: Orders, chain: Chain, now: float) -> None:
         """A step that ended undecided (filtered by the ε-net, discarded as stale) counts as
         one without improvement towards the next exploration burst (REFLEX §3.4), which is
-        announced when this sets it off."""
+        announced when this sets it off; a zero-shot member is no loop step and counts not."""
+        if chain.zero_shot:
+            return
         if self.selection.count_outcome(chain.key, self.run.serials["chain"], improved=False):
             self._announce_patience_burst(orders, now)
 

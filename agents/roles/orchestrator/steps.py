@@ -151,6 +151,9 @@ class Chain:
     repaired: bool = False
     stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
     speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+    # A member of the zero-shot initial population (REFLEX Algorithm 1, line 2): its child is
+    # written from the task alone; ``parent_ids`` is the seed, the baseline it is decided against.
+    zero_shot: bool = False
 
     def move(self, to: ChainStage) -> None:
         """Move the step to stage ``to``.
