@@ -170,10 +170,13 @@ OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
 
 
 # The fields added to the snapshot after those were written, with their defaults: the people's
-# steering (docs/steering.md), the burst's horizon (agents/evolution/bandit.py).
+# steering (docs/steering.md), the burst's horizon (agents/evolution/bandit.py), the tally's
+# evaluation milliseconds and costs (agents/roles/orchestrator/tally.py).
 ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
+    "eval_ms": 0,
+    "costs": {"candidates": {}, "steps": {}, "overheads": {}},
 }
 
 
