@@ -38,6 +38,8 @@ beside it in two longer campaigns: through the simulator
 (``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
 groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
 and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
+Every campaign's summary.json charges each token and evaluation second to a candidate or a
+named overhead, and their sums are its totals (islands' campaigns combined).
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -829,3 +831,25 @@ def test_offline_the_summary_is_rule_based_and_says_so(outcomes: dict[str, Outco
     assert all(e.engine == RULE_BASED_ENGINE for e in written), written
     assert all(RULE_BASED_LABEL in e.text and "τ = " in e.text for e in written), written
     assert all(e.programs > 1 for e in written), written
+
+
+@pytest.mark.timeout(240)
+def test_every_campaigns_costs_sum_to_its_totals(outcomes: dict[str, Outcome]) -> None:
+    # Issue 30, item 5: every token and evaluation second goes to a candidate or to a named
+    # overhead (agents/roles/orchestrator/tally.py), in every strategy the matrix runs.
+    for name, outcome in outcomes.items():
+        if outcome.result is None or outcome.result.summary.status != "completed":
+            pytest.fail(f"{name} did not complete: {outcome.error}")
+        summary, events = outcome.result.summary, outcome.result.events()
+        assert summary.costs is not None, name
+        every = [*summary.costs.candidates.values(), *summary.costs.overheads.values()]
+        assert (
+            sum(c.tokens for c in every),
+            sum(c.model_calls for c in every),
+            sum(c.evaluations for c in every),
+            round(sum(c.eval_seconds for c in every), 3),
+        ) == (summary.tokens, summary.model_calls, summary.evaluations, summary.eval_seconds), name
+        assert summary.eval_seconds > 0, name
+        if not any(isinstance(e, CandidateMigrated) for e in events):  # islands: <island>/<id>
+            proposed = {e.candidate_id for e in events if isinstance(e, CandidateProposed)}
+            assert proposed <= set(summary.costs.candidates), name

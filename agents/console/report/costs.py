@@ -14,6 +14,8 @@ import html
 from evobus.agents.console.report.series import SEED_ID, Run
 from evobus.schemas.campaign import Cost
 
+# The staleness policy's actions that end a step before its child is evaluated.
+STALE_ENDS = ("discard", "repair_discarded")
 COLUMNS = ("operator", "parents", "outcome", "tokens", "model calls", "evaluations", "eval (s)")
 
 
@@ -27,7 +29,7 @@ def outcome(run: Run, candidate_id: str) -> str:
         return "rejected"
     if candidate_id in run.filtered:
         return "filtered"
-    if any(s.candidate_id == candidate_id and s.action == "discard" for s in run.stale):
+    if any(s.candidate_id == candidate_id and s.action in STALE_ENDS for s in run.stale):
         return "stale"
     return "not decided"
 
