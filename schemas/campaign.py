@@ -389,6 +389,35 @@ class ChildOutcomes(msgspec.Struct, frozen=True, kw_only=True):
     top_errors: tuple[ErrorCount, ...] = ()
 
 
+class Cost(msgspec.Struct, frozen=True, kw_only=True):
+    """What a candidate or an overhead cost the campaign.
+
+    ``tokens``: prompt + completion tokens of its model calls (``model_calls``), as the
+    server's ``usage`` counted them; ``evaluations``: its evaluations, which ran for
+    ``eval_seconds`` (each as its evaluator timed it, to the millisecond).
+    """
+
+    tokens: int = 0
+    model_calls: int = 0
+    evaluations: int = 0
+    eval_seconds: float = 0.0
+
+
+class Costs(msgspec.Struct, frozen=True, kw_only=True):
+    """Every applied result's cost, each charged once (agents/roles/orchestrator/tally.py).
+
+    ``candidates``: by candidate id, what was spent on it: the work of the step that made it
+    (its parents' scoring on the step's minibatch, the diagnosis, the proposal with the tools
+    it asked for, a repair, its own evaluation), its validations, a diagnosis of it asked
+    ahead of any step, and for the seed its scoring. ``overheads``: by name, what no
+    candidate caused (``OVERHEADS`` in tally.py). Their sums are the summary's ``tokens``,
+    ``model_calls``, ``evaluations`` and ``eval_seconds``.
+    """
+
+    candidates: dict[str, Cost] = {}
+    overheads: dict[str, Cost] = {}
+
+
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
@@ -420,6 +449,12 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     # What became of the children, added by ``evobus run`` from the run's events; None in the
     # orchestrator's own summary and in a campaign run before it was recorded.
     outcomes: ChildOutcomes | None = None
+    # The seconds the applied evaluations ran, as their evaluators timed them (0.0 in a
+    # campaign run before they were recorded).
+    eval_seconds: float = 0.0
+    # Who the tokens and evaluation seconds went to; None in a campaign run before costs were
+    # recorded.
+    costs: Costs | None = None
 
 
 def _key_of(message: str) -> tuple[str, str]:

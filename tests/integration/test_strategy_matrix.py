@@ -48,6 +48,8 @@ offline or through the simulator, runs beside it with a model (``ZERO_SHOT_SIM``
 member fewer than steps in flight: the request log shows its members' prompts without any
 parent code, and every member evaluated before the critic or the actor is asked for a step of
 the loop.
+Every campaign's summary.json charges each token and evaluation second to a candidate or a
+named overhead, and their sums are its totals (islands' campaigns combined).
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -1029,3 +1031,25 @@ def test_the_zero_shot_population_is_written_without_parent_code_before_the_loop
     assert loop, "no request of the loop"
     assert min(r.request for r in loop) > max(r.request for r in written)
     assert min(r.at for r in loop) > built
+
+
+@pytest.mark.timeout(240)
+def test_every_campaigns_costs_sum_to_its_totals(outcomes: dict[str, Outcome]) -> None:
+    # Issue 30, item 5: every token and evaluation second goes to a candidate or to a named
+    # overhead (agents/roles/orchestrator/tally.py), in every strategy the matrix runs.
+    for name, outcome in outcomes.items():
+        if outcome.result is None or outcome.result.summary.status != "completed":
+            pytest.fail(f"{name} did not complete: {outcome.error}")
+        summary, events = outcome.result.summary, outcome.result.events()
+        assert summary.costs is not None, name
+        every = [*summary.costs.candidates.values(), *summary.costs.overheads.values()]
+        assert (
+            sum(c.tokens for c in every),
+            sum(c.model_calls for c in every),
+            sum(c.evaluations for c in every),
+            round(sum(c.eval_seconds for c in every), 3),
+        ) == (summary.tokens, summary.model_calls, summary.evaluations, summary.eval_seconds), name
+        assert summary.eval_seconds > 0, name
+        if not any(isinstance(e, CandidateMigrated) for e in events):  # islands: <island>/<id>
+            proposed = {e.candidate_id for e in events if isinstance(e, CandidateProposed)}
+            assert proposed <= set(summary.costs.candidates), name

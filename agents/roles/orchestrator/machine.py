@@ -103,7 +103,7 @@ from evobus.agents.roles.orchestrator.steps import (
     TaskPlan,
     stage_targets,
 )
-from evobus.agents.roles.orchestrator.tally import Tally
+from evobus.agents.roles.orchestrator.tally import Tally, payer_of
 from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.agents.roles.orchestrator.workers import Workers
 from evobus.schemas.agents import AgentRef, WorkersTarget
@@ -650,7 +650,10 @@ class CampaignMachine:
         if purpose is None:  # a copy, or the result of work a successor has yet to send again
             self.flight.hold_early(result)
             return orders
-        self.tally.count(result, sender, self.orchestrator)
+        # Charged before it is dispatched, so that a summary the result leads to counts it.
+        chain = self.flight.chain_of(purpose)
+        payer = payer_of(purpose, chain.candidate_id if chain is not None else None)
+        self.tally.count(result, sender, self.orchestrator, payer)
         self._dispatch(orders, result, purpose, sender, now)
         self._check_budgets(orders, now)
         self._refill(orders, now)
@@ -1193,6 +1196,7 @@ class CampaignMachine:
         )
         chain.candidate_id = candidate.id
         self.trace.name_candidate(chain, candidate.id)
+        self.tally.name_step(chain.key, candidate.id)
         chain.rationale = proposal.rationale
         chain.skills_used = proposal.skills_used
         self.candidates.keep(candidate, proposal.tools)
@@ -2303,4 +2307,6 @@ class CampaignMachine:
             tokens=self.tally.usage.total_tokens,
             model_calls=self.tally.usage.calls,
             splits=self.splits,
+            eval_seconds=self.tally.eval_seconds,
+            costs=self.tally.costs(),
         )
