@@ -138,6 +138,26 @@ async def test_a_successor_takes_a_silent_holders_lease_once_it_expires(
         await nc.close()
 
 
+async def test_a_lease_that_names_its_holder_already_is_its_own(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    """A create whose answer was lost wrote the lease: its holder takes it as its own (and
+    renews it) instead of waiting for itself to expire."""
+    nc = await connect(nats_session.url, name="test-lease-own")
+    try:
+        leases = await key_value(nc.jetstream(), subjects.KV_LEASES, ttl=6.0)
+        for wait in (0.0, 60.0):  # found at once, and on the watch (not expired: same revision)
+            written = await leases.create(campaign_id, b"me@elsewhere")
+            mine = Lease(leases, campaign_id, "me@elsewhere")
+            await mine.acquire(wait=wait)
+            assert mine.revision == written
+            await mine.renew()
+            assert mine.revision > written
+            await mine.release()
+    finally:
+        await nc.close()
+
+
 async def test_one_lease_holder_and_compare_and_set_snapshots(
     nats_session: NatsServer, campaign_id: str
 ) -> None:

@@ -144,6 +144,7 @@ class Lease:
             news: KeyValue.Entry | None = None
             quiet = True
             if (left := min(expires, give_up) - time.monotonic()) > 0:
+                # An anyio deadline, not updates()'s own timeout: a cancel scope, like the rest.
                 with anyio.move_on_after(left):
                     news = await watcher.updates(timeout=None)  # type: ignore[no-untyped-call]
                     quiet = False
@@ -153,6 +154,8 @@ class Lease:
                 if time.monotonic() < give_up:  # expired but not removed yet
                     expires = time.monotonic() + REAP_SECONDS
                     continue
+                if await self._mine():
+                    return
                 holder = await self._holder()
                 if holder and not await self._gone(holder):
                     raise LeaseHeld(self.campaign, holder)
@@ -163,6 +166,9 @@ class Lease:
                 holder, free = "", True
             else:
                 holder = (news.value or b"").decode(errors="replace")
+                if holder == self.holder:  # a create whose answer was lost wrote it
+                    self.revision = news.revision or 0
+                    return
                 expires = _expiry(news, ttl) + REAP_SECONDS
                 free = await self._gone(holder)
             if free:
@@ -200,6 +206,18 @@ class Lease:
         )
         return True
 
+    async def _mine(self) -> bool:
+        """Whether the lease names this holder already (a write whose answer was lost made
+        it): then its revision is ours."""
+        try:
+            entry = await self.kv.get(self.campaign)
+        except KeyNotFoundError:
+            return False
+        if entry.value != self.holder.encode():
+            return False
+        self.revision = entry.revision or self.revision
+        return True
+
     async def _holder(self) -> str:
         """Who holds the lease ("" for nobody: it expired or was given up)."""
         try:
@@ -220,8 +238,7 @@ class Lease:
                 self.campaign, self.holder.encode(), last=self.revision
             )
         except (KeyWrongLastSequenceError, KeyNotFoundError):
-            if await self._holder() == self.holder:  # a lost answer: it was written
-                self.revision = (await self.kv.get(self.campaign)).revision or self.revision
+            if await self._mine():  # a lost answer: it was written
                 return
             raise LeaseLost(self.campaign, await self._holder()) from None
         except TRANSIENT as exc:
