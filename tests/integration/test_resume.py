@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
 from evobus.agents.roles.orchestrator.persist import (
     Lease,
@@ -21,6 +26,7 @@ from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.streams import key_value
 from evobus.infra.nats_server import NatsServer
+from tests.conftest import eventually
 from tests.processes import start_evobus
 from tests.unit.test_orchestrator_pipeline import ASYNC
 from tests.unit.test_orchestrator_state import make_state
@@ -51,6 +57,103 @@ async def test_a_lease_whose_holder_is_gone_from_this_host_is_taken_at_once(
         await successor.acquire(wait=0.0)  # no wait at all: taken over at once
         with pytest.raises(LeaseLost):
             await gone.renew()
+    finally:
+        await nc.close()
+
+
+async def _holds(leases: KeyValue, campaign: str, holder: str) -> bool:
+    try:
+        return (await leases.get(campaign)).value == holder.encode()
+    except KeyNotFoundError:
+        return False
+
+
+async def _watched(js: JetStreamContext, bucket: str) -> bool:
+    """Whether someone watches ``bucket`` (a watch is a consumer of the bucket's stream)."""
+    return (await js.stream_info(f"KV_{bucket}")).state.consumer_count > 0
+
+
+async def test_a_successor_takes_a_live_holders_lease_once_it_is_given_up(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    """A successor watches a held lease: the holder's renewals keep it waiting, its release
+    lets it take the lease at once. The bucket's TTL is an hour, so only the release (a
+    delete on the watch) can have freed it."""
+    nc = await connect(nats_session.url, name="test-lease-release")
+    js = nc.jetstream()
+    bucket = f"LEASES_{campaign_id}"
+    try:
+        leases = await key_value(js, bucket, ttl=3600.0)
+        holder = Lease(leases, campaign_id, "holder@elsewhere")
+        await holder.acquire()
+        successor = Lease(leases, campaign_id, "successor@elsewhere")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(successor.acquire, wait=3600.0))
+            await eventually(partial(_watched, js, bucket))
+            for _ in range(3):
+                await holder.renew()
+            assert await _holds(leases, campaign_id, "holder@elsewhere")
+            await holder.release()
+            await eventually(partial(_holds, leases, campaign_id, "successor@elsewhere"))
+        with pytest.raises(LeaseLost, match="successor@elsewhere"):
+            await holder.renew()
+    finally:
+        await js.delete_key_value(bucket)
+        await nc.close()
+
+
+async def test_a_successor_takes_a_silent_holders_lease_once_it_expires(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    """A holder that stops renewing (killed, elsewhere) without a word: its successor takes
+    the lease once JetStream expired it, the bucket's TTL after its last write — not while it
+    was renewed, not before."""
+    ttl = 4.0
+    nc = await connect(nats_session.url, name="test-lease-expiry")
+    js = nc.jetstream()
+    bucket = f"LEASES_{campaign_id}"
+    try:
+        leases = await key_value(js, bucket, ttl=ttl)
+        holder = Lease(leases, campaign_id, "holder@elsewhere")
+        await holder.acquire()
+        successor = Lease(leases, campaign_id, "successor@elsewhere")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(successor.acquire, wait=3600.0))
+            await eventually(partial(_watched, js, bucket))
+            # Renewed for twice the TTL (a renewal timer like the orchestrator's _keep):
+            # the lease stays the holder's.
+            for _ in range(int(2 * ttl / 0.5)):
+                await anyio.sleep(0.5)
+                await holder.renew()
+            last_write = time.monotonic()
+            assert await _holds(leases, campaign_id, "holder@elsewhere")
+            await holder.renew()  # its last words
+            await eventually(partial(_holds, leases, campaign_id, "successor@elsewhere"))
+            # Never before its last write expired (a slow machine only makes it later).
+            assert time.monotonic() - last_write >= ttl - 0.5
+        with pytest.raises(LeaseLost, match="successor@elsewhere"):
+            await holder.renew()
+    finally:
+        await js.delete_key_value(bucket)
+        await nc.close()
+
+
+async def test_a_lease_that_names_its_holder_already_is_its_own(
+    nats_session: NatsServer, campaign_id: str
+) -> None:
+    """A create whose answer was lost wrote the lease: its holder takes it as its own (and
+    renews it) instead of waiting for itself to expire."""
+    nc = await connect(nats_session.url, name="test-lease-own")
+    try:
+        leases = await key_value(nc.jetstream(), subjects.KV_LEASES, ttl=6.0)
+        for wait in (0.0, 60.0):  # found at once, and on the watch (not expired: same revision)
+            written = await leases.create(campaign_id, b"me@elsewhere")
+            mine = Lease(leases, campaign_id, "me@elsewhere")
+            await mine.acquire(wait=wait)
+            assert mine.revision == written
+            await mine.renew()
+            assert mine.revision > written
+            await mine.release()
     finally:
         await nc.close()
 

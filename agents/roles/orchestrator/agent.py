@@ -365,7 +365,12 @@ async def _write(
 
 async def _clock(ticks: ObjectSendStream[Transaction]) -> None:
     """The timer: a ``Tick`` every ``TICK_SECONDS`` (the writer checks the budget, rebalances
-    the stages, says where the campaign is, and asks the registry for what waits for it)."""
+    the stages, says where the campaign is, and asks the registry for what waits for it).
+
+    A clock, not a poll: it looks at nothing and waits for no condition; what a tick leads to
+    depends on the time that passed (a time budget, a stage's due rebalance, a progress line),
+    and the writer applies it as a transaction like any other.
+    """
     async with ticks:
         while True:
             await anyio.sleep(TICK_SECONDS)
@@ -374,7 +379,12 @@ async def _clock(ticks: ObjectSendStream[Transaction]) -> None:
 
 async def _keep(lease: Lease) -> None:
     """Renew the lease on its own: a transaction that waits (a slow git, a bus that is slow to
-    confirm) must not let it expire."""
+    confirm) must not let it expire.
+
+    A timer, not a poll: the lease is a promise kept by writing it every
+    ``LEASE_RENEW_SECONDS`` (JetStream expires it ``LEASE_TTL_SECONDS`` after the last
+    write); there is no event to wait for, the write itself is the point.
+    """
     while True:
         await anyio.sleep(LEASE_RENEW_SECONDS)
         await lease.renew()
