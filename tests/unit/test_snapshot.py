@@ -174,6 +174,7 @@ OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
 ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
+    "sampling": {},  # Flight: the proposal requests that take several samples
 }
 
 

@@ -282,7 +282,8 @@ class Actor:
         Returns:
             What is left to publish: the item's result, or (children sent on already) a
             ``WorkFailed`` carrying the tokens of the samples that answered after the last one
-            sent, or nothing.
+            sent (sent too when fewer than ``samples_taken`` went on, so that the requester
+            waits for no more), or nothing.
 
         Raises:
             LLMError: the model did not answer, or never gave a usable child.
@@ -379,9 +380,10 @@ class Actor:
                 models, work, messages, prompt.name, unusable, answer
             )
             return [result_outbound(await child.of(unusable.out, draft, usage, ""), "propose")]
-        if sampling.unused == Usage():
+        if sampling.released == take and sampling.unused == Usage():
             return []
-        # Samples that answered after the last child was sent spent tokens of the budget too.
+        # Samples that answered after the last child was sent spent tokens of the budget too;
+        # and fewer sent on than the item takes, the requester learns that no more will come.
         spent = WorkFailed(
             work_id=work.work_id,
             campaign=work.campaign,

@@ -107,7 +107,8 @@ ChainStage = Literal[
 ]
 FIRST_STAGE: ChainStage = "explore"
 # The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
-# step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
+# step starts at ``FIRST_STAGE`` (a sibling, another sample of one proposal request, at
+# ``propose``: ``Chain.sibling``) and ends — decided, or dropped (filtered, stale-discarded,
 # abandoned, made from a removed speculative parent) — by leaving the live steps
 # (``CampaignMachine.forget``), from any stage: that is not a move.
 MOVES: dict[ChainStage, frozenset[ChainStage]] = {
@@ -151,6 +152,25 @@ class Chain:
     repaired: bool = False
     stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
     speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+
+    def sibling(self, key: int) -> Chain:
+        """Another step from this one's proposal request, under ``key``: the same parents,
+        operator, diagnosis, minibatch and their evaluations, at ``propose`` — for another of
+        the actor's samples (FlashEvolve §3.3, ``ProposeWork.samples_taken``), which is its
+        child."""
+        return Chain(
+            operator=self.operator,
+            forced=self.forced,
+            parent_ids=self.parent_ids,
+            minibatch=self.minibatch,
+            diagnosis=self.diagnosis,
+            evaluations=dict(self.evaluations),
+            key=key,
+            version=self.version,
+            stage="propose",
+            stale_parent=self.stale_parent,
+            speculative_prefix=self.speculative_prefix,
+        )
 
     def move(self, to: ChainStage) -> None:
         """Move the step to stage ``to``.
