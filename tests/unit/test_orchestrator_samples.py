@@ -113,22 +113,23 @@ def test_unused_samples_count_their_tokens_and_abandon_nothing() -> None:
     assert state.apply(sample(work, 1), None, 4.6).outbound == []
 
 
-def test_a_request_takes_no_more_samples_than_the_budget_has_proposals_left() -> None:
-    state = sampling(proposals=3, in_flight=2)
+def test_samples_asked_for_are_spoken_for_in_the_proposal_budget() -> None:
+    state = sampling(proposals=4, in_flight=2, mode="async")
     works = proposing(state)
-    # Two steps started of three proposals: each request may still make this step's child
-    # and one more.
-    assert [w.samples_taken for w in works] == [2, 2]
+    # Three steps started of four proposals (the third's parent still being scored): the
+    # first request may make its step's child and one more; that one is spoken for, so the
+    # second request takes one.
+    assert [w.samples_taken for w in works] == [2, 1]
+    assert state.flight.proposals == 3 and state.flight.awaited == 1
     first, second = works
     state.apply(sample(first, 0), None, 4.0)
     state.apply(sample(second, 0), None, 4.0)
-    assert of_type(state.apply(sample(first, 1), None, 4.5), CandidateProposed)
-    assert state.flight.proposals == 3
-    # The budget spent: the last sample counts its tokens only.
-    before = state.tally.usage.total_tokens
-    late = state.apply(sample(second, 1, tokens=50), None, 4.6)
-    assert not of_type(late, CandidateProposed) and state.flight.proposals == 3
-    assert state.tally.usage.total_tokens == before + 100
+    # No step starts in the room a sample still to come will take.
+    assert state.flight.proposals == 3 and len(state.flight.live) == 3
+    assert not state._can_start()
+    # The actor sent on no more of the first request's samples: the room is free again.
+    state.apply(unused(first, tokens=5), None, 4.5)
+    assert state.flight.awaited == 0 and state._can_start()
 
 
 def test_the_offline_engine_and_one_sample_take_one() -> None:

@@ -92,6 +92,12 @@ class Flight(Component, kw_only=True):
         return self._sampling
 
     @property
+    def awaited(self) -> int:
+        """The later samples still to come of the requests that take several: the steps they
+        will open are the proposal budget's already."""
+        return sum(r.taken - 1 - sum(1 for i in r.seen if i > 0) for r in self._sampling.values())
+
+    @property
     def idle(self) -> bool:
         """Whether nothing is in flight: no work, no proposal at the ε-net, no step."""
         return not (self._pending or self._admitting or self._live)

@@ -1210,11 +1210,12 @@ class CampaignMachine:
         """How many of the actor's ``[llm] samples`` a proposal request takes (FlashEvolve
         §3.3: each usable one is sent on as soon as it is ready): all of them, up to the
         proposals the budget has left — this step's and one per step it may still start. The
-        offline engine makes one child a request."""
+        offline engine makes one child a request. Those asked for are spoken for
+        (``_can_start``): a step started meanwhile would leave no room for them."""
         llm = self.spec.llm
         if llm.provider == "offline":
             return 1
-        left = self.spec.campaign.budget.proposals - self.flight.proposals
+        left = self.spec.campaign.budget.proposals - self.flight.proposals - self.flight.awaited
         return max(1, min(llm.samples, left + 1))
 
     def _mean_score(self, candidate_id: str) -> float | None:
@@ -1299,7 +1300,10 @@ class CampaignMachine:
             self._finish(orders, now, "completed", "proposal budget spent")
 
     def _can_start(self) -> bool:
-        return self.flight.proposals < self.spec.campaign.budget.proposals
+        """Whether the proposal budget has room for one more step, besides those the samples
+        still to come will open (FlashEvolve §3.3: asked for, they are spoken for)."""
+        flight = self.flight
+        return flight.proposals + flight.awaited < self.spec.campaign.budget.proposals
 
     def _queue(self, stage: ChainStage) -> tuple[int, float]:
         """How many steps wait in ``stage``, and their mean version gap (FlashEvolve §3.2)."""
