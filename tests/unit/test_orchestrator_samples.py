@@ -11,7 +11,7 @@ from evobus.agents.roles.orchestrator.effects import Effects
 from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.transactions import Admit
 from evobus.schemas.artifacts import Artifact
-from evobus.schemas.events import CandidateProposed, WorkAbandoned
+from evobus.schemas.events import CampaignFinished, CandidateProposed, WorkAbandoned
 from evobus.schemas.llm import Usage
 from evobus.schemas.results import Proposal, WorkFailed
 from evobus.schemas.work import DiagnoseWork, EvaluateWork, ProposeWork
@@ -130,6 +130,19 @@ def test_samples_asked_for_are_spoken_for_in_the_proposal_budget() -> None:
     # The actor sent on no more of the first request's samples: the room is free again.
     state.apply(unused(first, tokens=5), None, 4.5)
     assert state.flight.awaited == 0 and state._can_start()
+
+
+def test_a_campaign_waits_for_the_samples_still_to_come_before_it_finishes() -> None:
+    state = sampling(proposals=2)
+    (work,) = proposing(state)
+    assert work.samples_taken == 2
+    (child,) = of_type(state.apply(sample(work, 0), None, 4.0), EvaluateWork)
+    decided = state.apply(evaluation(child, -1100.0), EVALUATOR, 5.0)  # worse: no validation
+    assert not of_type(decided, CampaignFinished) and not state.flight.live
+    # The step was decided; its request's second sample comes later and is a step of its own.
+    (sibling,) = of_type(state.apply(sample(work, 1), None, 6.0), EvaluateWork)
+    (end,) = of_type(state.apply(evaluation(sibling, -1100.0), EVALUATOR, 7.0), CampaignFinished)
+    assert end.summary.proposals == 2 and end.summary.stop_reason == "proposal budget spent"
 
 
 def test_the_offline_engine_and_one_sample_take_one() -> None:

@@ -99,8 +99,9 @@ class Flight(Component, kw_only=True):
 
     @property
     def idle(self) -> bool:
-        """Whether nothing is in flight: no work, no proposal at the ε-net, no step."""
-        return not (self._pending or self._admitting or self._live)
+        """Whether nothing is in flight: no work, no proposal at the ε-net, no step, no sample
+        still to come of a request that takes several (its step may be decided already)."""
+        return not (self._pending or self._admitting or self._live or self.awaited)
 
     def chain_of(self, purpose: Purpose) -> Chain | None:
         """The live step work of ``purpose`` is for (None for work of no step)."""
