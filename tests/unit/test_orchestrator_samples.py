@@ -28,6 +28,7 @@ from tests.unit.test_orchestrator_state import (
 )
 
 SAMPLES = 3
+DIAGNOSIS_TOKENS = 40
 
 
 def sampling(**strategy: object) -> CampaignMachine:
@@ -43,9 +44,11 @@ def proposing(state: CampaignMachine) -> list[ProposeWork]:
     """The proposal requests of the campaign's first generation (its parents scored and
     diagnosed)."""
     diagnoses = of_type(explore(state, seeded(state)), DiagnoseWork)
-    return [
-        w for d in diagnoses for w in of_type(state.apply(diagnosis(d), None, 3.0), ProposeWork)
-    ]
+    diagnosed = (
+        msgspec.structs.replace(diagnosis(d), usage=Usage(prompt_tokens=DIAGNOSIS_TOKENS))
+        for d in diagnoses
+    )
+    return [w for d in diagnosed for w in of_type(state.apply(d, None, 3.0), ProposeWork)]
 
 
 def sample(work: ProposeWork, index: int, tokens: int = 100) -> Proposal:
@@ -74,18 +77,23 @@ def test_each_later_sample_opens_a_sibling_step_evaluated_on_the_same_minibatch(
     state = sampling(proposals=5)
     (work,) = proposing(state)
     assert work.samples_taken == SAMPLES  # the budget has room for every sample
-    (first,) = of_type(state.apply(sample(work, 0), None, 4.0), EvaluateWork)
+    came = state.apply(sample(work, 0), None, 4.0)
+    (first,) = of_type(came, EvaluateWork)
+    (made,) = of_type(came, CandidateProposed)
+    assert made.tokens == 200 + DIAGNOSIS_TOKENS  # its calls and the diagnosis it came from
     after = state.apply(sample(work, 1), None, 4.5)
     # The second sample is a child of its own step: the same parents, operator and
     # diagnosis, a new candidate id, counted against the proposal budget.
     (proposed,) = of_type(after, CandidateProposed)
     assert proposed.candidate_id == "c0002" and proposed.parent_ids == (work.parent.id,)
     assert proposed.operator == work.operator and state.flight.proposals == 2
+    assert proposed.tokens == 200  # its own calls: the diagnosis was counted with the first
     (second,) = of_type(after, EvaluateWork)
     assert second.candidate.id == "c0002" and second.instances == first.instances
     (sibling,) = [c for c in state.flight.live.values() if c.candidate_id == "c0002"]
     (step,) = [c for c in state.flight.live.values() if c.candidate_id == "c0001"]
-    assert sibling.key != step.key and sibling.diagnosis == step.diagnosis
+    assert sibling.key != step.key and step.diagnosis is not None
+    assert sibling.diagnosis == msgspec.structs.replace(step.diagnosis, usage=Usage())
     assert sibling.evaluations == step.evaluations  # its parent's scores on that minibatch
     # A copy of it changes nothing; the third sample opens a third step, and the record of the
     # request goes once all it takes came.

@@ -20,6 +20,7 @@ from evobus.agents.roles.orchestrator.messages import Outgoing
 from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
 from evobus.schemas.campaign import PipelineStage, StrategySection
+from evobus.schemas.llm import Usage
 from evobus.schemas.results import Diagnosis, Evaluation
 from evobus.schemas.tools import ToolSpec
 from evobus.schemas.work import Stage
@@ -163,7 +164,11 @@ class Chain:
             forced=self.forced,
             parent_ids=self.parent_ids,
             minibatch=self.minibatch,
-            diagnosis=self.diagnosis,
+            # The diagnosis's tokens are the first child's (``candidate_proposed``'s tokens):
+            # counted once, not once per sample.
+            diagnosis=None
+            if self.diagnosis is None
+            else msgspec.structs.replace(self.diagnosis, usage=Usage()),
             evaluations=dict(self.evaluations),
             key=key,
             version=self.version,
