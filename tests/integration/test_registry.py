@@ -45,7 +45,7 @@ from evobus.schemas.registry import (
 from evobus.schemas.work import EvaluateWork
 from tests.conftest import time_left
 from tests.samples import SOURCE
-from tests.unit.test_orchestrator_samples import proposing, sample, sampling
+from tests.unit.test_orchestrator_samples import proposing, sample, sampling, unused
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -241,6 +241,7 @@ async def test_samples_that_arrive_together_are_filtered_farthest_first(
         child = Artifact(source=SOURCE.replace("-2.0 * obs[1]", gain))
         came = msgspec.structs.replace(sample(work, index), artifact=child)
         effects.carry(state.apply(came, None, 4.0), ask=False)  # one transaction's results
+    effects.carry(state.apply(unused(work, tokens=5), None, 4.0), ask=False)  # the third: none
     (request,) = effects.ask_held().requests
     assert isinstance(request, Admit)
     assert [cid for cid, _ in request.proposals] == ["c0001", "c0002"]  # nearer one first

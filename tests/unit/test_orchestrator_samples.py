@@ -78,9 +78,10 @@ def test_each_later_sample_opens_a_sibling_step_evaluated_on_the_same_minibatch(
     (work,) = proposing(state)
     assert work.samples_taken == SAMPLES  # the budget has room for every sample
     came = state.apply(sample(work, 0), None, 4.0)
-    (first,) = of_type(came, EvaluateWork)
     (made,) = of_type(came, CandidateProposed)
     assert made.tokens == 200 + DIAGNOSIS_TOKENS  # its calls and the diagnosis it came from
+    # Sync mode: every proposal before any evaluation, the samples still to come included.
+    assert not of_type(came, EvaluateWork) and state.flight.awaited == 2
     after = state.apply(sample(work, 1), None, 4.5)
     # The second sample is a child of its own step: the same parents, operator and
     # diagnosis, a new candidate id, counted against the proposal budget.
@@ -88,20 +89,20 @@ def test_each_later_sample_opens_a_sibling_step_evaluated_on_the_same_minibatch(
     assert proposed.candidate_id == "c0002" and proposed.parent_ids == (work.parent.id,)
     assert proposed.operator == work.operator and state.flight.proposals == 2
     assert proposed.tokens == 200  # its own calls: the diagnosis was counted with the first
-    (second,) = of_type(after, EvaluateWork)
-    assert second.candidate.id == "c0002" and second.instances == first.instances
     (sibling,) = [c for c in state.flight.live.values() if c.candidate_id == "c0002"]
     (step,) = [c for c in state.flight.live.values() if c.candidate_id == "c0001"]
     assert sibling.key != step.key and step.diagnosis is not None
     assert sibling.diagnosis == msgspec.structs.replace(step.diagnosis, usage=Usage())
     assert sibling.evaluations == step.evaluations  # its parent's scores on that minibatch
     # A copy of it changes nothing; the third sample opens a third step, and the record of the
-    # request goes once all it takes came.
+    # request goes once all it takes came: the generation is evaluated, on one minibatch.
     assert state.apply(sample(work, 1), None, 4.6).outbound == []
-    (third,) = of_type(state.apply(sample(work, 2), None, 4.7), EvaluateWork)
+    children = of_type(state.apply(sample(work, 2), None, 4.7), EvaluateWork)
     assert state.flight.proposals == 3 and not state.flight.sampling
+    assert [w.candidate.id for w in children] == ["c0001", "c0002", "c0003"]
+    assert len({w.instances for w in children}) == 1
     # Every sibling is decided like any step (here with its generation: sync mode).
-    for child, score in ((first, -900.0), (second, -800.0), (third, -1100.0)):
+    for child, score in zip(children, (-900.0, -800.0, -1100.0), strict=True):
         state.apply(evaluation(child, score), EVALUATOR, 5.0)
     lineage = state.decisions.lineage
     assert [lineage[c].parent_ids for c in ("c0001", "c0002", "c0003")] == [(work.parent.id,)] * 3
@@ -141,7 +142,7 @@ def test_samples_asked_for_are_spoken_for_in_the_proposal_budget() -> None:
 
 
 def test_a_campaign_waits_for_the_samples_still_to_come_before_it_finishes() -> None:
-    state = sampling(proposals=2)
+    state = sampling(proposals=2, mode="async")
     (work,) = proposing(state)
     assert work.samples_taken == 2
     (child,) = of_type(state.apply(sample(work, 0), None, 4.0), EvaluateWork)

@@ -1374,7 +1374,9 @@ class CampaignMachine:
         if not flight.in_stages("explore", "explored", "diagnose"):
             for chain in flight.in_stage("diagnosed"):
                 self._propose(orders, chain)
-        if not flight.in_stages(*BEFORE_ADMITTED):
+        # Every proposal before any evaluation: the samples still to come too (their steps
+        # join the generation when they come: FlashEvolve §3.3's siblings).
+        if not flight.in_stages(*BEFORE_ADMITTED) and not flight.awaited:
             for chain in flight.in_stage("ready"):
                 self._dispatch_ready(orders, chain, now)
         evaluated = flight.in_stage("evaluated")
