@@ -10,7 +10,7 @@ the proposal budget has room for: docs/papers.md), so that one request group mak
 And the actor's side of sending every sample on: an ``evobus agent actor`` process given a
 work item that takes three samples (``ProposeWork.samples_taken``) publishes each usable
 sample as its own proposal result as soon as it is judged, numbered by ``Proposal.sample``,
-each its own message.
+each its own message, and then says that no more come (``SamplesUnused``).
 """
 
 from __future__ import annotations
@@ -203,6 +203,15 @@ async def test_an_actor_asked_for_every_sample_sends_each_on_as_its_own_proposal
         # The k-th child sent on was the k-th sample to answer, the others still running.
         assert said == [(k, k, SAMPLES, SAMPLES - k) for k in range(1, SAMPLES + 1)], said
         assert all(p.usage.total_tokens > 0 for p in proposals), [p.usage for p in proposals]
+        # Then the item's last word: no more samples come (the requester keeps room in its
+        # proposal budget for them until it knows), under the next sample's message id.
+        with anyio.fail_after(time_left()):
+            msg = await results.next_msg(timeout=None)
+        last = codec.RESULT_DECODER.decode(msg.data)
+        assert isinstance(last, WorkFailed) and last.error_type == "SamplesUnused", last
+        assert msg.headers is not None
+        assert msg.headers.get("Nats-Msg-Id") == f"{work.work_id}-sample-{SAMPLES}"
+        assert last.error.startswith(f"0 of {SAMPLES} samples not sent on"), last.error
         assert len({p.artifact.source for p in proposals}) > 1  # three samples, not one thrice
         requests = [
             r for r in read_request_log(tmp_path / "requests.jsonl") if r.schema == "ActorDraft"

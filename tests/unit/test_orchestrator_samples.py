@@ -94,13 +94,16 @@ def test_each_later_sample_opens_a_sibling_step_evaluated_on_the_same_minibatch(
     assert sibling.key != step.key and step.diagnosis is not None
     assert sibling.diagnosis == msgspec.structs.replace(step.diagnosis, usage=Usage())
     assert sibling.evaluations == step.evaluations  # its parent's scores on that minibatch
-    # A copy of it changes nothing; the third sample opens a third step, and the record of the
-    # request goes once all it takes came: the generation is evaluated, on one minibatch.
+    # A copy of it changes nothing; the third sample opens a third step: with every sample of
+    # the request in, the generation is evaluated, on one minibatch.
     assert state.apply(sample(work, 1), None, 4.6).outbound == []
     children = of_type(state.apply(sample(work, 2), None, 4.7), EvaluateWork)
-    assert state.flight.proposals == 3 and not state.flight.sampling
+    assert state.flight.proposals == 3 and state.flight.awaited == 0
     assert [w.candidate.id for w in children] == ["c0001", "c0002", "c0003"]
     assert len({w.instances for w in children}) == 1
+    # The request's last word: no more come (no tokens left over); the record goes.
+    assert state.apply(unused(work, tokens=0), None, 4.8).outbound == []
+    assert not state.flight.sampling
     # Every sibling is decided like any step (here with its generation: sync mode).
     for child, score in zip(children, (-900.0, -800.0, -1100.0), strict=True):
         state.apply(evaluation(child, score), EVALUATOR, 5.0)

@@ -52,7 +52,8 @@ class Flight(Component, kw_only=True):
         pending: each work id sent and not yet answered, and its purpose.
         admitting: the proposals at the registry's ε-net: candidate id → its step's key.
         proposals: the steps started (the proposal budget counts them).
-        sampling: the work items that take several samples and have more to come, by work id.
+        sampling: the work items that take several samples, by work id, until the actor says
+            no more come.
         early: results that came for work not in flight, by work id, the newest
             ``EARLY_RESULTS`` kept (``hold_early``); due: the work ids sent since whose result
             was among them, to be applied at the end of the transaction (``next_due``).
@@ -188,19 +189,17 @@ class Flight(Component, kw_only=True):
 
     def sample(self, work_id: str, index: int) -> Chain | None:
         """Sample ``index`` of work ``work_id`` came: the step that asked, as it was then, the
-        first time it comes; None for a copy, or for work that takes no more samples. The
-        record goes once every sample it takes has come."""
+        first time it comes; None for a copy, or for work that takes no more samples."""
         record = self._sampling.get(work_id)
         if record is None or index in record.seen or index >= record.taken:
             return None
         record.seen.append(index)
-        if len(record.seen) == record.taken:
-            del self._sampling[work_id]
         return record.step
 
     def samples_done(self, work_id: str) -> bool:
-        """The actor sent on the last sample of ``work_id`` it will (its ``SamplesUnused``, or
-        a failure): no more come. False when none were awaited."""
+        """The actor says no more samples of ``work_id`` come (its ``SamplesUnused``, which
+        ends every request that takes several, or a failure): the record goes. False when
+        there was none (a copy)."""
         return self._sampling.pop(work_id, None) is not None
 
     def parent_removed(self, candidate_id: str) -> None:

@@ -668,9 +668,9 @@ class CampaignMachine:
         result, applied as any; each later one opens a step of its own, its sibling (the same
         parents, operator, diagnosis and minibatch, a new candidate id), counted against the
         proposal budget, and goes through the ε-net and evaluation like the first — or, the
-        budget spent, counts its tokens only. ``SamplesUnused`` counts the tokens of the
-        samples not sent on, and abandons nothing. Returns whether ``result`` was one of these
-        (a copy of one included), applied here."""
+        budget spent, counts its tokens only. ``SamplesUnused``, the request's last word, counts
+        the tokens of the samples not sent on, and abandons nothing. Returns whether ``result``
+        was one of these (a copy of one included), applied here."""
         match result:
             case Proposal(sample=0):
                 self.flight.sample(result.work_id, 0)  # applied as the request's result
