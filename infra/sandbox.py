@@ -288,6 +288,7 @@ def with_limits(
         peak_memory_bytes=peak,
         duration_seconds=run.duration_seconds,
         output=run.stdout + run.stderr,
+        returncode=run.returncode or 0,
     )
     return msgspec.structs.replace(
         run, limits=limits, cpu_seconds=cpu, peak_memory_bytes=peak, near_limits=near

@@ -26,6 +26,8 @@ Near, by key:
 
 from __future__ import annotations
 
+import signal
+
 import msgspec
 
 from evobus.schemas.campaign import SandboxSection
@@ -59,6 +61,7 @@ def near_limits(
     duration_seconds: float,
     output: bytes,
     peak_memory_bytes: int | None = None,
+    returncode: int = 0,
 ) -> tuple[str, ...]:
     """The keys of the limits a run came near (module docstring), in ``[sandbox]``'s order.
 
@@ -70,11 +73,15 @@ def near_limits(
         peak_memory_bytes: the largest resident memory one of its processes held, None where
             it was not measured.
         output: what it printed (stdout and stderr), searched for ``MEMORY_MARKERS``.
+        returncode: its exit status: killed by SIGXCPU, it reached ``cpu_seconds`` whatever
+            was measured (the kernel counts a process's time; the measure may miss a part).
     """
     near = []
     if duration_seconds >= NEAR * limits.timeout_seconds:
         near.append("timeout_seconds")
-    if cpu_seconds is not None and cpu_seconds >= NEAR * limits.cpu_seconds:
+    if returncode == -signal.SIGXCPU or (
+        cpu_seconds is not None and cpu_seconds >= NEAR * limits.cpu_seconds
+    ):
         near.append("cpu_seconds")
     peak = peak_memory_bytes or 0
     if (

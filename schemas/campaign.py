@@ -148,9 +148,11 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
         delta_max: the clip of fitness deltas before they are normalised into rewards.
         burst_after: steps without improvement before a forced exploration burst.
-        initial_population: N, the first steps' forced operator is i1, a program written from
-            the task description alone (REFLEX Algorithm 1, line 2: the zero-shot initial
-            population); 0 starts from the seed alone.
+        initial_population: N, REFLEX's zero-shot initial population (Algorithm 1, line 2),
+            built before the loop: the first N steps are i1 steps whose child is written from
+            the task description alone (no parent's code; offline, a random program of the
+            seed's shape), with no bandit credit; no other step starts until each has ended.
+            0 starts from the seed alone.
         skills: skills retrieved for each m_diag proposal (REFLEX §3.4); 0 turns them off.
         skill_scope: which skills of the shared library retrieval sees: ``task``, those learned
             on the campaign's own task; ``all``, every task's as well (REFLEX §4.5's
@@ -387,6 +389,35 @@ class ChildOutcomes(msgspec.Struct, frozen=True, kw_only=True):
     top_errors: tuple[ErrorCount, ...] = ()
 
 
+class Cost(msgspec.Struct, frozen=True, kw_only=True):
+    """What a candidate or an overhead cost the campaign.
+
+    ``tokens``: prompt + completion tokens of its model calls (``model_calls``), as the
+    server's ``usage`` counted them; ``evaluations``: its evaluations, which ran for
+    ``eval_seconds`` (each as its evaluator timed it, to the millisecond).
+    """
+
+    tokens: int = 0
+    model_calls: int = 0
+    evaluations: int = 0
+    eval_seconds: float = 0.0
+
+
+class Costs(msgspec.Struct, frozen=True, kw_only=True):
+    """Every applied result's cost, each charged once (agents/roles/orchestrator/tally.py).
+
+    ``candidates``: by candidate id, what was spent on it: the work of the step that made it
+    (its parents' scoring on the step's minibatch, the diagnosis, the proposal with the tools
+    it asked for, a repair, its own evaluation), its validations, a diagnosis of it asked
+    ahead of any step, and for the seed its scoring. ``overheads``: by name, what no
+    candidate caused (``OVERHEADS`` in tally.py). Their sums are the summary's ``tokens``,
+    ``model_calls``, ``evaluations`` and ``eval_seconds``.
+    """
+
+    candidates: dict[str, Cost] = {}
+    overheads: dict[str, Cost] = {}
+
+
 class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     """What ``summary.json`` holds at the end of a campaign.
 
@@ -418,6 +449,12 @@ class CampaignSummary(msgspec.Struct, frozen=True, kw_only=True):
     # What became of the children, added by ``evobus run`` from the run's events; None in the
     # orchestrator's own summary and in a campaign run before it was recorded.
     outcomes: ChildOutcomes | None = None
+    # The seconds the applied evaluations ran, as their evaluators timed them (0.0 in a
+    # campaign run before they were recorded).
+    eval_seconds: float = 0.0
+    # Who the tokens and evaluation seconds went to; None in a campaign run before costs were
+    # recorded.
+    costs: Costs | None = None
 
 
 def _key_of(message: str) -> tuple[str, str]:

@@ -135,6 +135,18 @@ class RolledBack(CampaignEvent, frozen=True, kw_only=True, tag="rolled_back"):
     to_tag: str
     candidate_id: str
     reason: str
+    # A-Evolve Phase 8's rule as it stood (agents/evolution/stagnation.py): the best's
+    # validation score; the best score of the children decided in the stagnation window (on
+    # train minibatches); the best's train mean they are compared with; whether they degraded
+    # > 5% from it; whether the best is below 90% of the way from the seed to the target (or no
+    # target is known); that mark (None: no target known). None and False before the fields
+    # existed.
+    best_score: float | None = None
+    recent_score: float | None = None
+    best_train_mean: float | None = None
+    degraded: bool = False
+    below_mark: bool = False
+    mark: float | None = None
 
 
 class SkillLearned(CampaignEvent, frozen=True, kw_only=True, tag="skill_learned"):

@@ -95,7 +95,10 @@ class ProposeWork(TaskWork, frozen=True, kw_only=True, tag="propose"):
     ``samples_taken`` is how many of the actor's samples (``[llm] samples``) the requester takes
     as proposals of this item (FlashEvolve §3.3): 1, the first usable one, the others cancelled;
     k > 1, each usable sample sent on as its own ``Proposal`` as soon as it is ready, up to k
-    (``Proposal.sample`` numbers them).
+    (``Proposal.sample`` numbers them). ``zero_shot`` marks a member of the zero-shot initial
+    population (REFLEX Algorithm 1, line 2; ``operator`` is i1): the child is written from the
+    task description alone, ``parent`` (the seed) giving only its interface — its entrypoint,
+    and its code outside EVOLVE-BLOCKs — and the proposal names no parent.
     """
 
     operator: Operator
@@ -109,6 +112,7 @@ class ProposeWork(TaskWork, frozen=True, kw_only=True, tag="propose"):
     context: str = ""
     skills: int = 0
     samples_taken: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1
+    zero_shot: bool = False
 
 
 class ToolWork(WorkItem, frozen=True, kw_only=True, tag="tool"):

@@ -4,13 +4,16 @@ The simulator is not a model. When it is asked for one of evobus's structured ou
 the prompt to this module, which reads the parts every built-in prompt lays out under ``## …``
 headings (agents/prompts/templates.py) and answers with the offline engine: the rule-based critic
 for a ``CriticVerdict``, the AST (or prompt-sentence) mutation for an ``ActorDraft``, the diff
-extractor for a ``SkillDraft``. An actor prompt whose last ``Answer format:`` line asks for
-SEARCH/REPLACE gets the engine's child as SEARCH/REPLACE blocks of the changed lines only, so
-that its answers are as short as a model's diff; otherwise the whole child. Every answer says it
-came from the offline engine through the simulator. An OpenEvolve prompt in free text gets its
-child from the same engine, as a SEARCH/REPLACE diff or a whole program (sim_peer_answers.py).
-Anything else (tool synthesis, other free text) returns None: the simulator's generic answer or
-a test's scripted one is used.
+extractor for a ``SkillDraft``. The zero-shot prompt (``actor.zero_shot``) shows no program: the
+simulator, which cannot write one from a description, answers it with the offline engine's
+zero-shot program of the named task's installed seed (agents/roles/actor/zero_shot.py), and has
+no answer for a task it does not have installed. An actor prompt whose last ``Answer format:``
+line asks for SEARCH/REPLACE gets the engine's child as SEARCH/REPLACE blocks of the changed
+lines only, so that its answers are as short as a model's diff; otherwise the whole child. Every
+answer says it came from the offline engine through the simulator. An OpenEvolve prompt in free
+text gets its child from the same engine, as a SEARCH/REPLACE diff or a whole program
+(sim_peer_answers.py). Anything else (tool synthesis, other free text) returns None: the
+simulator's generic answer or a test's scripted one is used.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
 from evobus.agents.roles.actor.search_replace import Edit, diff_edits, format_edits
+from evobus.agents.roles.actor.zero_shot import zero_shot_child
 from evobus.agents.roles.critic.rules import diagnose
+from evobus.agents.tasks import TaskError, get_task
 from evobus.infra.llm_sim.answers import Answerer, ChatRequest, GenericAnswerer
 from evobus.schemas.artifacts import Artifact, Operator
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
@@ -151,6 +156,8 @@ def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
     stale = block(prompt, "Stale proposal")
     if stale is not None:
         return ActorDraft(rationale=f"kept the proposal as it is [{NOTE}]", code=stale)
+    if field(prompt, "Zero-shot"):
+        return zero_shot_draft(prompt, rng)
     parent_code = block(prompt, "Parent program")
     if parent_code is None:
         return None
@@ -191,6 +198,22 @@ def actor_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
     elif parent.kind == "program" and asks_for_blocks(prompt):
         code = blocks_only(code)
     return ActorDraft(rationale=f"{rationale} [{NOTE}]", code=code)
+
+
+def zero_shot_draft(prompt: str, rng: random.Random) -> ActorDraft | None:
+    """The zero-shot prompt's answer: the offline engine's random program of the shape of the
+    seed of the task the prompt names (installed with evobus), as the prompt asks for it — its
+    EVOLVE-BLOCKs alone when it has them; None for a task not installed or without a usable
+    seed (a campaign's own program, as an evaluator file's)."""
+    try:
+        seed = get_task(field(prompt, "Task name")).seed_artifact()
+        child = zero_shot_child(seed, rng_seed=rng.randrange(2**31))
+    except (TaskError, ProposalError):
+        return None
+    code = child.artifact.source
+    if seed.kind == "program" and asks_for_blocks(prompt):
+        code = blocks_only(code)
+    return ActorDraft(rationale=f"{child.rationale} [{NOTE}]", code=code)
 
 
 def as_blocks(parent: str, child: str) -> str:

@@ -205,15 +205,6 @@ class ExplorationBurst:
         self.stalled = 0
         return True
 
-    def initialize(self, count: int) -> tuple[Operator, ...]:
-        """Queue ``count`` initialisations ahead of everything (REFLEX Algorithm 1, line 2: the
-        population starts with programs written zero-shot from the task description); the
-        operators queued."""
-        i1: Operator = "i1"
-        initial = (i1,) * count
-        self._queue.extendleft(initial)
-        return initial
-
     def next_forced(self) -> Operator | None:
         """Pop the next forced operator, or None when no burst is pending."""
         return self._queue.popleft() if self._queue else None

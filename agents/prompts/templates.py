@@ -244,6 +244,32 @@ ACTOR_I1 = _actor(
 parent is shown only so you avoid repeating it).""",
 )
 
+# REFLEX Algorithm 1, line 2: "Initialize: Population P ← {p1, …, pN} via zero-shot LLM
+# prompts". No parent program is shown: the task, the entrypoint's signature and, for a program
+# with EVOLVE-BLOCKs, its skeleton (the fixed code with the blocks' contents left out).
+ACTOR_ZERO_SHOT = Template(
+    name="actor.zero_shot",
+    description="REFLEX Algorithm 1, line 2: a program of the initial population, written "
+    "zero-shot from the task description (no parent code)",
+    system=_ACTOR_SYSTEM,
+    user=_TASK
+    + """
+$skeleton## Tools candidates may import
+$tools
+
+Operator: i1
+Zero-shot: initial population
+Task name: $task_name
+Artifact kind: $artifact_kind
+
+Write a new $artifact_kind for this task from its description alone. It is one of the programs
+of the campaign's initial population, written zero-shot: there is no parent to start from.
+Choose an approach of your own; the population is the more useful the more its programs differ.
+
+"""
+    + _OUTPUT_ACTOR,
+)
+
 SKILL_EXTRACTOR = Template(
     name="skill_extractor",
     description="REFLEX §3.4: distil an improving parent → child change into a reusable skill",
@@ -413,6 +439,7 @@ BUILT_IN: dict[str, Template] = {
         ACTOR_M_TEXT,
         ACTOR_X_DIV,
         ACTOR_I1,
+        ACTOR_ZERO_SHOT,
         ACTOR_M_DIAG_DIFF,
         ACTOR_M_TEXT_DIFF,
         ACTOR_X_DIV_DIFF,

@@ -27,6 +27,8 @@ from evobus.schemas.campaign import (
     CampaignRecord,
     CampaignSpec,
     CampaignSummary,
+    Cost,
+    Costs,
     Island,
     RoleOutage,
     island_id,
@@ -83,8 +85,8 @@ def combined_summary(group: str, summaries: Sequence[CampaignSummary]) -> Campai
     (``best_candidate`` is ``<island>/<candidate>``), completed when an island completed (its
     best is the campaign's; an island whose share of a budget ran out before it had a best
     failed alone, and the stop reason says so), the proposals, evaluations, acceptances,
-    tokens and model calls summed, the agents' items summed over the islands, the wall time the
-    longest island's."""
+    tokens, model calls and evaluation seconds summed, the costs combined (``combined_costs``),
+    the agents' items summed over the islands, the wall time the longest island's."""
     scored = [s for s in summaries if s.best_score is not None]
     best = max(scored, key=lambda s: s.best_score or 0.0) if scored else summaries[0]
     completed = any(s.status == "completed" for s in summaries)
@@ -116,6 +118,34 @@ def combined_summary(group: str, summaries: Sequence[CampaignSummary]) -> Campai
         tokens=sum(s.tokens for s in summaries),
         model_calls=sum(s.model_calls for s in summaries),
         outages=merged_outages([o for s in summaries for o in s.outages]),
+        eval_seconds=round(sum(s.eval_seconds for s in summaries), 3),
+        costs=combined_costs(summaries),
+    )
+
+
+def combined_costs(summaries: Sequence[CampaignSummary]) -> Costs | None:
+    """The islands' costs as one campaign's: each candidate as ``<island>/<candidate>``,
+    each overhead summed over the islands; None when an island recorded none."""
+    candidates: dict[str, Cost] = {}
+    overheads: dict[str, Cost] = {}
+    for summary in summaries:
+        if summary.costs is None:
+            return None
+        for cid, cost in summary.costs.candidates.items():
+            candidates[f"{summary.campaign}/{cid}"] = cost
+        for name, cost in summary.costs.overheads.items():
+            seen = overheads.get(name)
+            overheads[name] = cost if seen is None else added(seen, cost)
+    return Costs(candidates=candidates, overheads=dict(sorted(overheads.items())))
+
+
+def added(a: Cost, b: Cost) -> Cost:
+    """Two costs as one."""
+    return Cost(
+        tokens=a.tokens + b.tokens,
+        model_calls=a.model_calls + b.model_calls,
+        evaluations=a.evaluations + b.evaluations,
+        eval_seconds=round(a.eval_seconds + b.eval_seconds, 3),
     )
 
 

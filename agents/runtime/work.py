@@ -67,4 +67,3 @@ def for_stage(stage: str, kind: type[W], handle: Handler[W]) -> Handler[Work]:
         return await handle(item, ctx)
 
     return dispatch
-

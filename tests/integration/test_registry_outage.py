@@ -22,7 +22,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from evobus.agents.registry_api.client import RegistryClient
-from evobus.agents.roles.orchestrator.effects import Effects, Outcome
+from evobus.agents.roles.orchestrator.effects import Duties, Effects
 from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.registry_calls import RegistryCalls
 from evobus.agents.roles.orchestrator.steps import Orders, SkillRegistration
@@ -129,11 +129,11 @@ def registry_calls(state: CampaignMachine, registry: RegistryClient) -> Registry
     )
 
 
-async def carried(effects: Effects, calls: RegistryCalls, outcome: Outcome) -> list[object]:
-    """What the writer publishes of ``outcome``, its requests answered by the registry task
+async def carried(effects: Effects, calls: RegistryCalls, duties: Duties) -> list[object]:
+    """What the writer publishes of ``duties``, its requests answered by the registry task
     in order, and what those answers lead to (as the orchestrator's writer applies them)."""
-    published: list[object] = [o.message for o in outcome.out]
-    requests = deque(outcome.requests)
+    published: list[object] = [o.message for o in duties.out]
+    requests = deque(duties.requests)
     while requests:
         more = effects.answered(await calls.answer(requests.popleft()))
         published += [o.message for o in more.out]
@@ -180,7 +180,7 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
         async with registry_service(nats_server.url, tmp_path / "registry") as (registry, _):
             with anyio.fail_after(time_left()):
                 while True:  # as the orchestrator's clock asks
-                    published.extend(await carried(effects, calls, Outcome(requests=effects.due())))
+                    published.extend(await carried(effects, calls, Duties(requests=effects.due())))
                     if not state.backlog.unfiltered and not state.backlog.registrations:
                         break
                     await anyio.sleep(0.1)
@@ -218,11 +218,11 @@ async def test_the_skills_of_the_last_results_are_learned_before_the_campaign_fi
         async with registry_service(nats_server.url, tmp_path / "registry"):
             effects = Effects(state)
             calls = registry_calls(state, RegistryClient(nc, timeout=5.0))
-            outcome = effects.carry(state.fail("stopped by the test", 5.0))
+            duties = effects.carry(state.fail("stopped by the test", 5.0))
             final = effects.final()
-            assert final is not None and outcome.finishes()
-            outcome.before_finish(effects.answered(await calls.answer(final)))
-            kinds = [type(o.message).__name__ for o in outcome.out]
+            assert final is not None and duties.finishes()
+            duties.before_finish(effects.answered(await calls.answer(final)))
+            kinds = [type(o.message).__name__ for o in duties.out]
             assert kinds[-1] == "CampaignFinished"
             assert "SkillLearned" in kinds and state.backlog.registrations == []
             assert effects.due() == []

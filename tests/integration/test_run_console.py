@@ -126,7 +126,7 @@ async def test_the_ui_page_stays_after_the_run_until_ctrl_c_at_a_terminal(
         url = found.group(1)
         assert url.endswith(f"/campaign/{campaign_id}")
         base = url.split("/campaign/")[0]
-        async with httpx.AsyncClient(base_url=base, trust_env=False) as http:
+        async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=60) as http:
             page = await http.get(f"/campaign/{campaign_id}")
             assert page.status_code == 200 and "<html" in page.text.lower()
 
@@ -152,7 +152,7 @@ async def test_the_ui_page_stays_after_the_run_until_ctrl_c_at_a_terminal(
     assert code == 0, output[-3000:]
     assert output.rstrip().endswith("evobus: SIGINT, page closed"), output[-1000:]
     with pytest.raises(httpx.ConnectError):  # the page closed with the process
-        async with httpx.AsyncClient(base_url=base, trust_env=False) as http:
+        async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=60) as http:
             await http.get("/api/campaigns")
     # The default view says it in words: none of the design's terms.
     lines = _progress(output, campaign_id)

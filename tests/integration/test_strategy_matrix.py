@@ -38,6 +38,18 @@ beside it in two longer campaigns: through the simulator
 (``SUMMARY_SIM``), whose request log shows the summary request holding the success and failure
 groups around τ and the contrastive pairs, and whose later prompts are led by the summary;
 and offline (``SUMMARY_OFFLINE``), whose rule-based summary is written and labelled as such.
+A-Evolve's stagnation rollback (Phase 8) runs beside it in two campaigns of one step at a time
+(sync, so that each runs the same way every time): without a target (``ROLLBACK``), where it
+rolls back and each ``rolled_back`` event carries the rule's numbers and reason; and with a
+``target_score`` its best reaches after a few steps (``ROLLBACK_TARGET``), which rolls back on
+the way, against the target's 90% mark, and never once its best reached the target.
+REFLEX's zero-shot initial population (Algorithm 1, line 2), which the bandit rows build
+offline or through the simulator, runs beside it with a model (``ZERO_SHOT_SIM``), one
+member fewer than steps in flight: the request log shows its members' prompts without any
+parent code, and every member evaluated before the critic or the actor is asked for a step of
+the loop.
+Every campaign's summary.json charges each token and evaluation second to a candidate or a
+named overhead, and their sums are its totals (islands' campaigns combined).
 And one through the simulator with ``[llm] samples = 3`` (``SAMPLES_SIM``): every usable sample
 of a proposal request goes on as a child of its own step (FlashEvolve §3.3), so that one
 request group makes several ``candidate_proposed`` events, each through the ε-net (POLCA
@@ -103,6 +115,7 @@ from evobus.schemas.events import (
     Event,
     MapElitesChanged,
     ParetoFrontChanged,
+    RolledBack,
     SkillLearned,
     SkillUtilityUpdated,
     SpeculativeDecided,
@@ -443,6 +456,53 @@ def summarizer_file(name: str, sim_url: str | None) -> str:
     return text
 
 
+ROLLBACK = "rollback-no-target"
+"""A campaign beside the matrix: stagnation rolls back, no target known."""
+ROLLBACK_TARGET = "rollback-target"
+"""A campaign beside the matrix: with a target_score its best reaches after a few steps."""
+TARGET = -400.0  # the seed scores about -524 on the two validation episodes
+ROLLBACK_PROPOSALS = {ROLLBACK: 8, ROLLBACK_TARGET: 30}
+
+
+def rollback_file(name: str) -> str:
+    """Pendulum one step at a time (sync, deterministic), every decided step a stagnant one
+    (no gain of 1000 in two steps is the rule): the target's campaign stops on reaching it."""
+    target = f"target_score = {TARGET}\n" if name == ROLLBACK_TARGET else ""
+    return (
+        f'[campaign]\nname = "{name}"\ntask = "pendulum"\nseed_artifact = {toml_value(str(SEED))}\n'
+        f"[campaign.budget]\nproposals = {ROLLBACK_PROPOSALS[name]}\n"
+        f"wall_seconds = {WALL_SECONDS}\n{target}"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        '[strategy]\nmode = "sync"\nin_flight = 1\nminibatch = 2\nmin_evaluations = 2\n'
+        "epsilon = 0.0\nskills = 0\nrng_seed = 2\nstagnation_window = 2\n"
+        "stagnation_threshold = 1000.0\n"
+    )
+
+
+ZERO_SHOT_SIM = "zero-shot-sim"
+"""A campaign beside the matrix: a zero-shot initial population written through the simulator."""
+ZERO_SHOT_MARK = "Zero-shot population campaign of the strategy matrix."
+"""Its ``[task] statement``, which leads every prompt that shows its task: its requests in the
+shared request log."""
+ZERO_SHOT_SIZE = 3
+
+
+def zero_shot_file(sim_url: str) -> str:
+    """Pendulum through the simulator, three zero-shot members and four steps in flight (a
+    fourth step would start beside them if nothing held it), no ε-net filtering."""
+    return (
+        f'[campaign]\nname = "zero-shot"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = 6\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        f"statement = {toml_value(ZERO_SHOT_MARK)}\n"
+        f"[strategy]\ninitial_population = {ZERO_SHOT_SIZE}\nin_flight = 4\nminibatch = 2\n"
+        "min_evaluations = 2\nepsilon = 0.0\nrng_seed = 2\nskills = 0\n"
+        f'[llm]\nprovider = "openai"\nbase_urls = [{toml_value(sim_url)}]\n'
+        f'actor_model = "{ACTOR}"\ncritic_model = "{CRITIC}"\ncritic_vision = false\n'
+    )
+
+
 SAMPLES_SIM = "samples-sim"
 """A campaign beside the matrix: three samples a proposal request, every usable one sent on."""
 SAMPLES_PROPOSALS = 6
@@ -478,6 +538,9 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[MAP_ELITES_ISLANDS] = map_elites_islands_file()
     files[SUMMARY_SIM] = summarizer_file(SUMMARY_SIM, sim_url)
     files[SUMMARY_OFFLINE] = summarizer_file(SUMMARY_OFFLINE, None)
+    files[ROLLBACK] = rollback_file(ROLLBACK)
+    files[ROLLBACK_TARGET] = rollback_file(ROLLBACK_TARGET)
+    files[ZERO_SHOT_SIM] = zero_shot_file(sim_url)
     files[SAMPLES_SIM] = samples_file(sim_url)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
@@ -644,12 +707,42 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         placed = {elite.candidate_id for e in grids for elite in e.archive.elites}
         steps = [e for e in events if isinstance(e, CandidateProposed) and e.operator != "i1"]
         assert {e.parent_ids[0] for e in steps} <= placed | {SEED_ID}, (steps, grids)
-    if spec.initial_population:  # REFLEX Algorithm 1, line 2: i1 steps first, announced
+    if spec.initial_population:  # REFLEX Algorithm 1, line 2: the population, before the loop
         first = next(e for e in events if isinstance(e, BurstStarted))
         assert first.reason.startswith("zero-shot initial population"), first
         assert first.operators == ("i1",) * spec.initial_population
-        proposed = [e.operator for e in events if isinstance(e, CandidateProposed)]
-        assert proposed[: spec.initial_population] == list(first.operators), proposed
+        members = population_built_first(events, spec.initial_population)
+        # Offline, a random program of the seed's shape; through the simulator, the same
+        # engine's, answering the zero-shot prompt.
+        assert all("random program of the seed's shape" in e.rationale for e in members)
+
+
+def zero_shot(event: CandidateProposed) -> bool:
+    """Whether ``event`` proposes a member of the zero-shot initial population: an i1 child
+    of no parent, labelled."""
+    return (
+        event.operator == "i1" and not event.parent_ids and event.rationale.startswith("zero-shot")
+    )
+
+
+def population_built_first(events: list[Event], size: int) -> list[CandidateProposed]:
+    """The zero-shot members' proposals, asserted to be the campaign's first (at most ``size``:
+    a member may fail) and each decided or filtered before the loop's first proposal."""
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    members = [e for e in proposed if zero_shot(e)]
+    assert members and len(members) <= size, proposed
+    assert proposed[: len(members)] == members, proposed
+    loop = next(
+        (i for i, e in enumerate(events) if isinstance(e, CandidateProposed) and not zero_shot(e)),
+        len(events),
+    )
+    ended = {
+        e.candidate_id: i
+        for i, e in enumerate(events)
+        if isinstance(e, CandidateAccepted | CandidateRejected | CandidateFiltered)
+    }
+    assert all(ended[e.candidate_id] < loop for e in members), (members, events[loop:][:1])
+    return members
 
 
 def campaign_pool(events: list[Event]) -> set[str]:
@@ -854,6 +947,137 @@ def test_offline_the_summary_is_rule_based_and_says_so(outcomes: dict[str, Outco
     assert all(e.engine == RULE_BASED_ENGINE for e in written), written
     assert all(RULE_BASED_LABEL in e.text and "τ = " in e.text for e in written), written
     assert all(e.programs > 1 for e in written), written
+
+
+def rollbacks(events: list[Event]) -> list[tuple[RolledBack, BestConfirmed]]:
+    """Each ``rolled_back`` event with the campaign's best when it came (the last best
+    confirmed before it)."""
+    found: list[tuple[RolledBack, BestConfirmed]] = []
+    best: BestConfirmed | None = None
+    for event in events:
+        if isinstance(event, BestConfirmed) and event.is_best:
+            best = event
+        elif isinstance(event, RolledBack):
+            assert best is not None, event
+            found.append((event, best))
+    return found
+
+
+def follows_the_rule(rolled: RolledBack, best: BestConfirmed) -> None:
+    """A-Evolve Phase 8 (agents/evolution/stagnation.py), from the event's own numbers: back to
+    the best, because the recent children degraded > 5% of |best| below its train mean, or the
+    best is below the 90% mark (or no target is known); the burst it sets off says the same."""
+    assert rolled.candidate_id == best.candidate_id, (rolled, best)
+    assert rolled.best_score == best.validation_score, (rolled, best)
+    assert rolled.recent_score is not None and rolled.best_train_mean is not None, rolled
+    bar = rolled.best_train_mean - 0.05 * abs(rolled.best_train_mean)
+    assert rolled.degraded == (rolled.recent_score < bar), rolled
+    below = rolled.mark is None or rolled.best_score < rolled.mark
+    assert rolled.below_mark == below and (rolled.degraded or rolled.below_mark), rolled
+    assert rolled.reason.startswith("stagnant, ") and rolled.candidate_id in rolled.reason
+
+
+@pytest.mark.timeout(240)
+def test_stagnation_rolls_back_by_a_evolves_rule(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[ROLLBACK]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    found = rollbacks(events)
+    assert found, [type(e).__name__ for e in events]
+    for rolled, best in found:
+        follows_the_rule(rolled, best)
+        assert rolled.mark is None and "no target is known" in rolled.reason, rolled
+        after = events[events.index(rolled) :]
+        burst = next(e for e in after if isinstance(e, BurstStarted))
+        assert burst.reason == rolled.reason, (rolled, burst)
+
+
+@pytest.mark.timeout(240)
+def test_no_rollback_once_the_best_reached_the_target(outcomes: dict[str, Outcome]) -> None:
+    outcome = outcomes[ROLLBACK_TARGET]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary = outcome.result.summary
+    assert summary.stop_reason == "target score reached", summary.stop_reason
+    assert summary.proposals < ROLLBACK_PROPOSALS[ROLLBACK_TARGET]  # reached early
+    events = outcome.result.events()
+    reached = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, BestConfirmed) and e.is_best and e.validation_score >= TARGET
+    )
+    assert not [e for e in events[reached:] if isinstance(e, RolledBack)], events[reached:]
+    # On the way, the rule acted with the target's mark: 90% of the way from the seed to it.
+    found = rollbacks(events[:reached])
+    assert found, [type(e).__name__ for e in events[:reached]]
+    assert summary.seed_score is not None
+    mark = summary.seed_score + 0.9 * (TARGET - summary.seed_score)
+    for rolled, best in found:
+        follows_the_rule(rolled, best)
+        assert rolled.mark == pytest.approx(mark) and f"target {TARGET:.4g}" in rolled.reason
+
+
+@pytest.mark.timeout(240)
+def test_the_zero_shot_population_is_written_without_parent_code_before_the_loop(
+    outcomes: dict[str, Outcome],
+) -> None:
+    # REFLEX Algorithm 1, line 2: P ← {p1, …, pN} via zero-shot prompts, before the loop.
+    outcome = outcomes[ZERO_SHOT_SIM]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    events = outcome.result.events()
+    members = population_built_first(events, ZERO_SHOT_SIZE)
+    assert len(members) == ZERO_SHOT_SIZE  # the simulator writes every one
+    assert all(e.rationale.startswith("zero-shot (initial population): ") for e in members)
+    evaluated: dict[str, float] = {}  # each member's first train evaluation (later, a parent's)
+    for e in events:
+        if isinstance(e, CandidateEvaluated) and e.split == "train":
+            evaluated.setdefault(e.candidate_id, e.at)
+    built = max(evaluated[e.candidate_id] for e in members)
+    requests = [
+        r
+        for r in read_request_log(outcome.result.run_dir.parent / REQUEST_LOG)
+        if any(ZERO_SHOT_MARK in str(m["text"]) for m in r.messages)
+    ]
+    # What was asked (an answer asked again about is the model's own, not the prompt).
+    texts = [
+        "\n".join(str(m["text"]) for m in r.messages if m["role"] != "assistant") for r in requests
+    ]
+    written = [r for r, text in zip(requests, texts, strict=True) if "Zero-shot: " in text]
+    assert len(written) >= ZERO_SHOT_SIZE, [t[:200] for t in texts]
+    seed_code = [line.strip() for line in SEED.read_text().splitlines() if "=" in line]
+    for text in (text for text in texts if "Zero-shot: " in text):  # no parent's code
+        assert "## Parent program" not in text
+        assert not [line for line in seed_code if line in text], text
+    # The loop's first critic or actor request came after every member was evaluated (each
+    # request is logged when answered, each event stamped when the orchestrator applied it).
+    loop = [r for r, text in zip(requests, texts, strict=True) if "Zero-shot: " not in text]
+    assert loop, "no request of the loop"
+    assert min(r.request for r in loop) > max(r.request for r in written)
+    assert min(r.at for r in loop) > built
+
+
+@pytest.mark.timeout(240)
+def test_every_campaigns_costs_sum_to_its_totals(outcomes: dict[str, Outcome]) -> None:
+    # Issue 30, item 5: every token and evaluation second goes to a candidate or to a named
+    # overhead (agents/roles/orchestrator/tally.py), in every strategy the matrix runs.
+    for name, outcome in outcomes.items():
+        if outcome.result is None or outcome.result.summary.status != "completed":
+            pytest.fail(f"{name} did not complete: {outcome.error}")
+        summary, events = outcome.result.summary, outcome.result.events()
+        assert summary.costs is not None, name
+        every = [*summary.costs.candidates.values(), *summary.costs.overheads.values()]
+        assert (
+            sum(c.tokens for c in every),
+            sum(c.model_calls for c in every),
+            sum(c.evaluations for c in every),
+            round(sum(c.eval_seconds for c in every), 3),
+        ) == (summary.tokens, summary.model_calls, summary.evaluations, summary.eval_seconds), name
+        assert summary.eval_seconds > 0, name
+        if not any(isinstance(e, CandidateMigrated) for e in events):  # islands: <island>/<id>
+            proposed = {e.candidate_id for e in events if isinstance(e, CandidateProposed)}
+            assert proposed <= set(summary.costs.candidates), name
 
 
 SENT_ON = re.compile(r"\[sample \d of 3 to answer, sent on as child (\d) of up to (\d);")

@@ -99,7 +99,9 @@ async def test_a_run_folder_is_followed_live_and_the_page_refuses_strangers(
     append_events(run_dir / EVENT_LOG, [_started(now), _proposed("c0001", now + 1)])
     async with (
         serve_ui(UiOptions(out=tmp_path, campaign=CID, port=0)) as ui,
-        httpx.AsyncClient(base_url=ui.url.split("/campaign/")[0], trust_env=False) as http,
+        httpx.AsyncClient(
+            base_url=ui.url.split("/campaign/")[0], trust_env=False, timeout=60
+        ) as http,
     ):
         page = await http.get(f"/campaign/{CID}")
         assert page.status_code == 200 and b'src="/static/app.js"' in page.content
@@ -160,7 +162,7 @@ async def test_a_finished_campaigns_stream_ends_and_is_not_reopened(tmp_path: Pa
     append_events(run_dir / EVENT_LOG, [_started(now), _proposed("c0001", now + 1)])
     async with (
         serve_ui(UiOptions(out=tmp_path, port=0)) as ui,
-        httpx.AsyncClient(base_url=ui.url, trust_env=False) as http,
+        httpx.AsyncClient(base_url=ui.url, trust_env=False, timeout=60) as http,
     ):
         statuses: list[str] = []
         with anyio.fail_after(time_left()):
@@ -202,7 +204,7 @@ async def test_evidence_images_come_from_the_bus_object_store(
     options = UiOptions(out=tmp_path, nats_url=nats_server.url, port=0)
     async with (
         serve_ui(options) as ui,
-        httpx.AsyncClient(base_url=ui.url, trust_env=False) as http,
+        httpx.AsyncClient(base_url=ui.url, trust_env=False, timeout=60) as http,
     ):
         with anyio.fail_after(time_left()):
             view = f"/api/campaigns/{CID}/view"
@@ -245,7 +247,7 @@ async def test_the_viewer_user_follows_the_bus(
         options = UiOptions(out=tmp_path, nats_url=server.url, port=0)
         async with (
             serve_ui(options) as ui,
-            httpx.AsyncClient(base_url=ui.url, trust_env=False) as http,
+            httpx.AsyncClient(base_url=ui.url, trust_env=False, timeout=60) as http,
         ):
             listed = (await http.get("/api/campaigns")).json()
             assert [(c["id"], c["on_bus"]) for c in listed["campaigns"]] == [(CID, True)]
@@ -294,7 +296,7 @@ async def test_evobus_run_ui_serves_the_page_of_its_campaign_on_its_own_bus(
             url = output.split(b"live page of tiny at ", 1)[1].split()[0].decode()
             assert url.startswith("http://127.0.0.1:") and url.endswith("/campaign/tiny")
             async with httpx.AsyncClient(
-                base_url=url.split("/campaign/")[0], trust_env=False
+                base_url=url.split("/campaign/")[0], trust_env=False, timeout=time_left()
             ) as http:
                 while True:  # the page follows the run's events on the embedded server
                     message = (await http.get("/api/campaigns/tiny/view")).json()
@@ -308,7 +310,7 @@ async def test_evobus_run_ui_serves_the_page_of_its_campaign_on_its_own_bus(
     finally:
         if proc.returncode is None:
             proc.kill()
-            await proc.wait()
+        await proc.aclose()  # its pipes too: a test that failed leaves none open
     assert (tmp_path / "runs" / "tiny" / "summary.json").is_file()
     assert b"embedded nats-server (JetStream) at nats://" in output
     # Stdin is no terminal here: the page went with the run, and said it would.

@@ -110,6 +110,10 @@ def test_each_later_sample_opens_a_sibling_step_evaluated_on_the_same_minibatch(
     lineage = state.decisions.lineage
     assert [lineage[c].parent_ids for c in ("c0001", "c0002", "c0003")] == [(work.parent.id,)] * 3
     assert state.decisions.accepted == 2  # c0001 and c0002 beat their parent
+    # Each child pays for its own sample; the diagnosis they share is the first one's.
+    costs = state.tally.costs()
+    assert costs.candidates["c0002"].tokens == costs.candidates["c0003"].tokens == 200
+    assert costs.candidates["c0001"].tokens == 200 + DIAGNOSIS_TOKENS
 
 
 def test_unused_samples_count_their_tokens_and_abandon_nothing() -> None:
@@ -120,6 +124,7 @@ def test_unused_samples_count_their_tokens_and_abandon_nothing() -> None:
     after = state.apply(unused(work, tokens=7), None, 4.5)
     assert not of_type(after, WorkAbandoned) and len(state.flight.live) == 1
     assert state.tally.usage.total_tokens == before + 7
+    assert state.tally.costs().overheads["samples not sent on"].tokens == 7
     # No more samples of it come: a late one is a copy.
     assert not state.flight.sampling
     assert state.apply(sample(work, 1), None, 4.6).outbound == []

@@ -88,6 +88,7 @@ def make_state(**strategy: object) -> CampaignMachine:
         "stagnation_window": 50,
         "mode": "sync",  # one step at a time: each test drives it stage by stage
     } | strategy
+    best_possible = float(str(settings.pop("best_possible", 0.0)))
     proposals = int(str(settings.pop("proposals", 3)))
     tokens = int(str(settings.pop("tokens", 0)))
     evaluations = int(str(settings.pop("evaluations", 0)))
@@ -117,7 +118,7 @@ def make_state(**strategy: object) -> CampaignMachine:
         params={"max_steps": 200},
         tools=(TOOL_SPEC,) if tools else (),
         failure_score=-2000.0,
-        best_possible=0.0,
+        best_possible=best_possible,
         deterministic=None if deterministic is None else bool(deterministic),
     )
     return CampaignMachine(record, plan, started_at=0.0, orchestrator=ME, best_artifact="/b.py")
@@ -208,14 +209,21 @@ def explore(
     return after
 
 
-def one_step(state: CampaignMachine, step: Orders, child: float, parent: float) -> Orders:
+def one_step(
+    state: CampaignMachine,
+    step: Orders,
+    child: float,
+    parent: float,
+    intensity: float | None = 2.0,
+) -> Orders:
     """Drive one m_diag step to its decision: the parent scored on the step's minibatch
     (``parent``), then diagnosed, the child proposed and evaluated on the same minibatch."""
     (parent_work,) = exploring(state, step)
     (diag,) = of_type(explore(state, step, parent), DiagnoseWork)
     assert diag.evaluation.work_id == parent_work.work_id  # the critic reads this minibatch
     (prop,) = of_type(state.apply(diagnosis(diag), None, 3.0), ProposeWork)
-    assert prop.diagnosis is not None and prop.intensity == 2.0  # far from the ceiling 0
+    assert prop.diagnosis is not None  # far from the ceiling 0, unless a test says otherwise:
+    assert intensity is None or prop.intensity == intensity
     assert prop.parent_evaluation.work_id == parent_work.work_id
     (child_work,) = of_type(state.apply(proposal(prop), None, 4.0), EvaluateWork)
     assert child_work.instances == parent_work.instances  # POLCA: one minibatch for both
@@ -456,6 +464,90 @@ def test_stagnation_rolls_back_to_the_best_tagged_candidate() -> None:
             break
     assert rolled and rolled[0].candidate_id == SEED_ID and rolled[0].to_tag == "seed"
     assert step.rollbacks == ["seed"] and child_id != SEED_ID
+
+
+def validating(step: Orders) -> list[EvaluateWork]:
+    """The validation runs ``step`` asks for (a new best by train mean)."""
+    return [w for w in of_type(step, EvaluateWork) if w.instances == VALIDATION]
+
+
+def stagnate(state: CampaignMachine, step: Orders, child: float, parent: float) -> Orders:
+    """Steps of ``child`` against ``parent`` until stagnation is acted on (a burst it sets
+    off): that step. A validation a step asks for scores ``child``."""
+    for _ in range(8):
+        step = one_step(state, step, child=child, parent=parent, intensity=None)
+        for work in validating(step):
+            state.apply(evaluation(work, child), EVALUATOR, 6.5)
+        if any(b.reason.startswith("stagnant") for b in of_type(step, BurstStarted)):
+            return step
+    raise AssertionError("no stagnation in 8 steps")
+
+
+def past_the_mark(target: float = -100.0) -> tuple[CampaignMachine, Orders]:
+    """A campaign whose validated best c0001 (-150) is past the 90% mark (-190) of the way from
+    the seed (-1000) to ``target``, and whose search builds on c0002, which the train mean
+    prefers (-120) while validation does not (-160)."""
+    state = make_state(
+        proposals=30, stagnation_window=2, stagnation_threshold=1.0, target_score=target
+    )
+    step = one_step(state, seeded(state), child=-150.0, parent=-1000.0)
+    (validate,) = validating(step)
+    state.apply(evaluation(validate, -150.0), EVALUATOR, 7.0)
+    assert state.best.candidate_id == "c0001" and state.best.score == -150.0
+    step = one_step(state, step, child=-120.0, parent=-150.0, intensity=None)
+    for work in validating(step):
+        state.apply(evaluation(work, -160.0), EVALUATOR, 7.5)
+    assert state.best.candidate_id == "c0001"
+    return state, step
+
+
+def test_a_best_past_the_mark_is_kept_while_the_recent_children_stay_within_5_percent() -> None:
+    # A-Evolve Phase 8: "degraded >5% from its best, or the best score was below 90%" — here
+    # neither: 5% of |-150| is 7.5, and -155 is within it.
+    state, step = past_the_mark()
+    acted = stagnate(state, step, child=-155.0, parent=-150.0)
+    assert not of_type(acted, RolledBack) and not acted.rollbacks
+    (burst,) = [b for b in of_type(acted, BurstStarted) if b.reason.startswith("stagnant")]
+    assert (
+        "did not degrade > 5% from the best c0001" in burst.reason
+        and "at or above 90%" in burst.reason
+    )
+
+
+def test_recent_children_degraded_by_more_than_5_percent_roll_back() -> None:
+    state, step = past_the_mark()
+    acted = stagnate(state, step, child=-170.0, parent=-150.0)  # under -157.5
+    (rolled,) = of_type(acted, RolledBack)
+    assert rolled.candidate_id == "c0001" and rolled.degraded and not rolled.below_mark
+    assert (rolled.best_score, rolled.best_train_mean, rolled.recent_score) == (-150, -150, -170)
+    assert rolled.mark == pytest.approx(-190.0)
+    assert "degraded > 5% from the best" in rolled.reason and acted.rollbacks == ["accept/1"]
+
+
+def test_a_best_below_90_percent_of_the_way_to_the_target_rolls_back() -> None:
+    state, step = past_the_mark(target=-50.0)  # the mark is -1000 + 0.9 × 950 = -145
+    acted = stagnate(state, step, child=-150.0, parent=-150.0)
+    (rolled,) = of_type(acted, RolledBack)
+    assert rolled.below_mark and not rolled.degraded and rolled.mark == pytest.approx(-145.0)
+    assert "below 90% of the way to the target" in rolled.reason
+
+
+def test_no_rollback_once_the_best_reached_the_tasks_best_possible() -> None:
+    # Without target_score the campaign goes on past the task's ceiling: its best is kept there
+    # however far the recent children fall.
+    state = make_state(
+        proposals=30, stagnation_window=2, stagnation_threshold=1.0, best_possible=-150.0
+    )
+    step = one_step(state, seeded(state), child=-140.0, parent=-1000.0)
+    (validate,) = validating(step)
+    state.apply(evaluation(validate, -140.0), EVALUATOR, 7.0)
+    step = one_step(state, step, child=-100.0, parent=-140.0, intensity=None)
+    for work in validating(step):
+        state.apply(evaluation(work, -1900.0), EVALUATOR, 7.5)
+    assert state.best.candidate_id == "c0001"
+    acted = stagnate(state, step, child=-1900.0, parent=-140.0)
+    assert not of_type(acted, RolledBack) and not acted.rollbacks
+    assert any("reached the target" in b.reason for b in of_type(acted, BurstStarted))
 
 
 def test_the_evaluation_budget_is_a_hard_stop_that_leaves_a_finished_snapshot() -> None:

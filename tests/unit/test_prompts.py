@@ -24,6 +24,7 @@ from evobus.agents.roles.actor.blocks import (
     outside_equal,
     splice,
     whole_answer,
+    zero_shot_answer,
 )
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.llm import ActorDraft, CriticVerdict, HistorySummary, SkillDraft
@@ -92,6 +93,11 @@ VALUES: dict[str, dict[str, object]] = {
     "actor.m_text": ACTOR_VALUES | {"operator": "m_text"},
     "actor.x_div": ACTOR_VALUES | {"operator": "x_div"},
     "actor.i1": ACTOR_VALUES | {"operator": "i1"},
+    # What the actor gives the zero-shot prompt: no parent code, nor its score.
+    "actor.zero_shot": {
+        k: v for k, v in ACTOR_VALUES.items() if k not in ("parent_code", "fitness_score")
+    }
+    | zero_shot_answer(PENDULUM),
     "actor.m_diag.diff": ACTOR_VALUES,
     "actor.m_text.diff": ACTOR_VALUES | {"operator": "m_text"},
     "actor.x_div.diff": ACTOR_VALUES | {"operator": "x_div"},
@@ -268,3 +274,31 @@ def test_a_skill_of_another_task_is_shown_to_be_rewritten_not_copied() -> None:
     assert "Learned on the task 'pendulum'" in skills_md([pendulum], "acrobot")
     assert "Learned on" not in skills_md([pendulum], "pendulum")
     assert "Learned on" not in skills_md([SKILL], "acrobot")  # a skill that does not say
+
+
+def test_the_zero_shot_prompt_shows_the_task_and_no_parent_code() -> None:
+    # REFLEX Algorithm 1, line 2: the initial population is written from the task alone.
+    text = render("actor.zero_shot")
+    assert "## Task" in text and "## Entrypoint" in text and "Operator: i1" in text
+    assert "## Parent program" not in text and "return -2.0 * obs[1]" not in text
+    assert "Zero-shot: initial population" in text and "Answer format: whole file" in text
+    # A program with EVOLVE-BLOCKs is shown as its skeleton: its fixed code, no block's code.
+    marked = Artifact(source=MARKED)
+    text = render("actor.zero_shot", VALUES["actor.zero_shot"] | zero_shot_answer(marked))
+    assert "## Program skeleton" in text and "def clamp(u):" in text
+    assert "# … the code of EVOLVE-BLOCK 1: yours to write …" in text
+    assert "0.3 * obs[2]" not in text and "return clamp(" not in text
+    assert "Answer format: EVOLVE-BLOCKs" in text
+
+
+def test_the_simulator_answers_the_zero_shot_prompt_with_a_random_program_of_the_seed_shape() -> (
+    None
+):
+    answer = offline_answer("ActorDraft", render("actor.zero_shot"))
+    draft = msgspec.json.decode(answer or "", type=ActorDraft)
+    assert "zero-shot (offline: random program of the seed's shape)" in draft.rationale
+    assert "not a language model" in draft.rationale
+    tree = ast.parse(draft.code)  # the installed pendulum task's seed, its constants drawn anew
+    assert any(isinstance(n, ast.FunctionDef) and n.name == "policy" for n in tree.body)
+    unknown = VALUES["actor.zero_shot"] | {"task_name": "no-such-task"}
+    assert offline_answer("ActorDraft", render("actor.zero_shot", unknown)) is None

@@ -30,6 +30,7 @@ def near(
     wall: float = 1.0,
     output: bytes = b"",
     peak: int | None = 100 << 20,
+    returncode: int = 0,
 ) -> tuple[str, ...]:
     return near_limits(
         LIMITS,
@@ -38,6 +39,7 @@ def near(
         duration_seconds=wall,
         output=output,
         peak_memory_bytes=peak,
+        returncode=returncode,
     )
 
 
@@ -56,6 +58,7 @@ def test_a_run_far_from_every_limit_is_near_none() -> None:
         ({"output": b"terminate called after throwing 'std::bad_alloc'"}, ("memory_mb",)),
         ({"output": b"OSError: [Errno 12] Cannot allocate memory"}, ("memory_mb",)),
         ({"cpu": 18.0}, ("cpu_seconds",)),
+        ({"cpu": 0.9, "returncode": -24}, ("cpu_seconds",)),  # killed by SIGXCPU: at it
         ({"wall": 27.0}, ("timeout_seconds",)),
         ({"wall": 29.0, "cpu": 19.0, "hits": 3}, ("timeout_seconds", "cpu_seconds", "memory_mb")),
     ],

@@ -170,10 +170,16 @@ OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
 
 
 # The fields added to the snapshot after those were written, with their defaults: the people's
-# steering (docs/steering.md), the burst's horizon (agents/evolution/bandit.py).
+# steering (docs/steering.md), the burst's horizon (agents/evolution/bandit.py), the tally's
+# evaluation milliseconds and costs (agents/roles/orchestrator/tally.py).
 ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
+    "recent_children": [],  # the stagnation window's children (A-Evolve's degradation rule)
+    "zero_shot_left": 0,  # Selection: the zero-shot initial population's members to start
+    "zero_shot": False,  # a step: a member of it
+    "eval_ms": 0,
+    "costs": {"candidates": {}, "steps": {}, "overheads": {}},
     "sampling": {},  # Flight: the proposal requests that take several samples
 }
 

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from evobus.agents.console.report.costs import costs_section
 from evobus.agents.console.report.grid import GRID_ALT, GRID_PNG, draw_grid
 from evobus.agents.console.report.series import (
     SEED_ID,
@@ -789,8 +790,8 @@ def _restarts_section(run: Run) -> str:
 
 def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
     """The report page: the header table, each figure with its caption, the accepted
-    candidates, the failed evaluations' errors and the agent restarts (if any) and the event
-    counts; every text from the log is escaped."""
+    candidates, every candidate's cost and the overheads, the failed evaluations' errors and
+    the agent restarts (if any) and the event counts; every text from the log is escaped."""
     title = html.escape(f"evobus report: {run.cid}")
     header = _rows(_header_rows(run), code=frozenset({"engine"}))
     body = "\n".join(
@@ -816,7 +817,7 @@ def render_html(run: Run, figures: Sequence[tuple[str, str, str]]) -> str:
 {body}
 <h2>Accepted candidates</h2>
 {_accepted_table(run)}
-{_errors_section(run)}{_restarts_section(run)}<h2>Events</h2>
+{costs_section(run)}{_errors_section(run)}{_restarts_section(run)}<h2>Events</h2>
 <table>
 {kinds}
 </table>

@@ -17,6 +17,12 @@ OpenEvolve's SEARCH/REPLACE blocks (the ``actor.<operator>.diff`` prompts), appl
 (agents/roles/actor/search_replace.py); blocks that do not apply, or make no usable child, are
 answered by asking once more for the whole file. Prompt artifacts, i1's fresh start and stale
 repairs are always answered with the whole text.
+
+A member of the zero-shot initial population (``ProposeWork.zero_shot``; REFLEX Algorithm 1,
+line 2) is written from the task alone: the model gets ``actor.zero_shot``, which shows no parent
+code (the seed gives only its interface: the entrypoint and, with EVOLVE-BLOCKs, its skeleton);
+offline it is a random program of the seed's shape (agents/roles/actor/zero_shot.py). Its
+proposal names no parent.
 """
 
 from __future__ import annotations
@@ -41,7 +47,13 @@ from evobus.agents.prompts.context import (
 )
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import RegistryError
-from evobus.agents.roles.actor.blocks import block_rule, evolve_blocks, splice, whole_answer
+from evobus.agents.roles.actor.blocks import (
+    block_rule,
+    evolve_blocks,
+    splice,
+    whole_answer,
+    zero_shot_answer,
+)
 from evobus.agents.roles.actor.errors import ProposalError
 from evobus.agents.roles.actor.mutation import Offspring, propose
 from evobus.agents.roles.actor.prompt_mutation import propose_prompt
@@ -49,6 +61,7 @@ from evobus.agents.roles.actor.samples import Sampled, each_usable, first_usable
 from evobus.agents.roles.actor.search_replace import AnswerFormat, apply_diff
 from evobus.agents.roles.actor.skills import apply_skills
 from evobus.agents.roles.actor.tool_requests import request_tools
+from evobus.agents.roles.actor.zero_shot import zero_shot_child
 from evobus.agents.runtime.models import CampaignModels, ModelAccess, engine_name, model_failure
 from evobus.agents.runtime.process import AgentProcess, WorkBinding
 from evobus.agents.runtime.work import result_outbound, work_failed
@@ -119,14 +132,18 @@ def kept_outside(parent: Artifact, code: str) -> str:
 def answer_format(asked: AnswerFormat, work: ProposeWork) -> AnswerFormat:
     """How the model answers this work item: SEARCH/REPLACE blocks when the campaign asks for
     them and the child is a program edited from its parent; the whole text for a prompt
-    artifact, and for i1, whose fresh start a SEARCH would have to repeat in full."""
+    artifact, and for i1, whose fresh start a SEARCH would have to repeat in full (a zero-shot
+    member is an i1)."""
     if asked == "diff" and work.parent.artifact.kind == "program" and work.operator != "i1":
         return "diff"
     return "file"
 
 
-def actor_prompt(operator: str, answer: AnswerFormat) -> str:
-    """The name of the actor's prompt for ``operator`` and answer format."""
+def actor_prompt(operator: str, answer: AnswerFormat, *, zero_shot: bool = False) -> str:
+    """The name of the actor's prompt for ``operator`` and answer format (``actor.zero_shot``
+    for a member of the zero-shot initial population)."""
+    if zero_shot:
+        return "actor.zero_shot"
     return f"actor.{operator}.diff" if answer == "diff" else f"actor.{operator}"
 
 
@@ -177,7 +194,10 @@ def skills_in_blocks(
 
 
 def offline_child(work: ProposeWork, parent: Artifact) -> Offspring:
-    """The offline engine's child: prompt artifacts and programs have their own engines."""
+    """The offline engine's child: prompt artifacts and programs have their own engines; a
+    zero-shot member is a random one of the seed's shape (``zero_shot_child``)."""
+    if work.zero_shot:
+        return zero_shot_child(parent, rng_seed=work.rng_seed)
     engine = propose_prompt if parent.kind == "prompt" else propose
     child = engine(
         parent,
@@ -292,9 +312,13 @@ class Actor:
         """
         section = models.section
         answer = answer_format(section.answer_format, work)
-        prompt = await models.prompts.get(actor_prompt(work.operator, answer))
+        prompt = await models.prompts.get(
+            actor_prompt(work.operator, answer, zero_shot=work.zero_shot)
+        )
         parent = work.parent.artifact
         query = skill_query(work.diagnosis) if work.diagnosis else parent.source[:500]
+        if work.zero_shot:  # nothing of the seed's code, not even to find tools by
+            query = work.task
         co = work.co_parent
         values = (
             task_values(work.task, parent, models.statement, work.notes)
@@ -319,6 +343,10 @@ class Actor:
             }
             | whole_answer(parent)
         )
+        if work.zero_shot:  # the seed's interface only, not its code (nor its score)
+            hidden = ("parent_code", "fitness_score")
+            values = {k: v for k, v in values.items() if k not in hidden}
+            values |= zero_shot_answer(parent)
         system, user = prompt.render(values)
         messages = [text_message("system", system), user_message(user)]
         child = _Child(self, models, work, skills, shown, prompt.ref)
@@ -609,6 +637,8 @@ class _Child:
             if t.name in imported and t.name not in requested
         ]
         rationale = draft.rationale.strip() + note
+        if work.zero_shot:
+            rationale = f"zero-shot (initial population): {rationale}"
         if tools.notes:
             rationale += f" [{'; '.join(tools.notes)}]"
         return Proposal(
@@ -627,6 +657,9 @@ class _Child:
 
 
 def parent_ids(work: ProposeWork) -> tuple[str, ...]:
+    """The proposal's parents: none for a zero-shot member (the seed gave only its interface)."""
+    if work.zero_shot:
+        return ()
     return (work.parent.id,) + ((work.co_parent.id,) if work.co_parent else ())
 
 

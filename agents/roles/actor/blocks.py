@@ -215,3 +215,52 @@ def whole_answer(artifact: Artifact) -> dict[str, str]:
         "answer_form": "whole file",
         "code_form": f"the complete new {artifact.kind} (the whole file{entry})",
     }
+
+
+def skeleton(source: str) -> str:
+    """``source``'s code outside its EVOLVE-BLOCKs, each block's contents left out (one comment
+    line in its place): the interface a zero-shot program is written into ("" for a source
+    without markers, whose interface is its entrypoint's signature).
+
+    Raises:
+        BlockMarkerError: its markers do not pair up.
+    """
+    layout = parse(source)
+    if not layout.marked:
+        return ""
+    parts = [layout.fixed[0]]
+    for number, fixed in enumerate(layout.fixed[1:], start=1):
+        parts.append(f"# … the code of EVOLVE-BLOCK {number}: yours to write …\n{fixed}")
+    return "".join(parts)
+
+
+def zero_shot_answer(artifact: Artifact) -> dict[str, str]:
+    """The ``$skeleton``, ``$evolve_blocks``, ``$answer_form`` and ``$code_form`` values of the
+    zero-shot prompt (``actor.zero_shot``): a program with EVOLVE-BLOCK markers is shown as its
+    skeleton (``skeleton``: no code of its blocks) and answered with its blocks alone, which
+    ``splice`` puts into it; any other artifact is answered whole.
+
+    Raises:
+        BlockMarkerError: the program's markers do not pair up.
+    """
+    outline = skeleton(artifact.source) if artifact.kind == "program" else ""
+    if not outline:
+        return {"skeleton": "", "evolve_blocks": ""} | whole_answer(artifact)
+    count = len(parse(artifact.source).blocks)
+    entry = f", defining `{artifact.entrypoint}`" if artifact.entrypoint else ""
+    return {
+        "skeleton": (
+            "## Program skeleton\nThe program's fixed code, with the contents of its "
+            f"{count} EVOLVE-BLOCK(s) left out:\n```python\n{outline.rstrip()}\n```\n\n"
+        ),
+        "evolve_blocks": (
+            f"Write the code of the skeleton's {count} EVOLVE-BLOCK(s); the code outside them "
+            "is fixed and put around your blocks as it is.\n"
+        ),
+        "answer_form": BLOCKS_ANSWER,
+        "code_form": (
+            f"the program's EVOLVE-BLOCKs only, in order: each one's `{START_MARKER}` line, "
+            f"its code, and its `{END_MARKER}` line, and nothing outside them (the skeleton's "
+            f"code is put around them; the program must work{entry})"
+        ),
+    }

@@ -55,8 +55,8 @@ REVERSE_P = 0.25
 # After the first site, each further site is edited with this probability (1 to 3 at intensity 1).
 EXTRA_SITE_P = 0.3
 SIGNIFICANT_DIGITS = 4
-# Step sizes per operator: m_text has no model offline, so it is the fine local move; i1
-# restarts from the task's seed far from it.
+# Step sizes per operator: m_text has no model offline, so it is the fine local move; i1 (a
+# fresh start in the loop) moves far from its parent.
 INTENSITY: dict[Operator, float] = {"m_diag": 1.0, "m_text": 0.5, "i1": 2.0}
 
 _ORDER_OPS: dict[type[ast.cmpop], str] = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
@@ -580,7 +580,7 @@ def propose(
     ``intensity`` scales every operator's step size (A-Evolve's graduated intensity).
 
     ``m_diag`` biases constant steps by the diagnosis' suggested fix, ``m_text`` makes a fine
-    local move, ``i1`` mutates heavily (the actor hands it the task's seed as ``parent``), and
+    local move, ``i1`` mutates ``parent`` heavily (a fresh start, without a model), and
     ``x_div`` crosses ``parent`` with ``co_parent``. A parent with EVOLVE-BLOCK markers changes
     only inside its blocks.
 
@@ -614,7 +614,7 @@ def propose(
             lead = "without a model m_text is a fine local move; "
             result = _mutation(parent.source, rng, INTENSITY[operator] * intensity, "none", lead)
         case "i1":
-            lead = "a heavy restart from the task seed; "
+            lead = "i1 without a model is a heavy mutation of the parent; "
             result = _mutation(parent.source, rng, INTENSITY[operator] * intensity, "none", lead)
         case _:
             raise UnsupportedProposalError(operator, f"{operator!r} is not a proposal operator")

@@ -41,6 +41,7 @@ class _StagnationForm(msgspec.Struct, frozen=True, kw_only=True):
     window: int
     threshold: float
     history: tuple[float, ...]
+    recent_children: tuple[float, ...] = ()  # added with A-Evolve's degradation rule
 
 
 class _HistoryForm(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,7 +78,12 @@ class _Codec:
 
 
 def _stagnation(form: _StagnationForm) -> StagnationDetector:
-    return StagnationDetector.restore(form.history, window=form.window, threshold=form.threshold)
+    return StagnationDetector.restore(
+        form.history,
+        window=form.window,
+        threshold=form.threshold,
+        children=form.recent_children,
+    )
 
 
 def _pool_log(form: _PoolLogForm) -> PoolLog:
@@ -121,7 +127,12 @@ _CODECS: dict[type, _Codec] = {
     ),
     StagnationDetector: _Codec(
         _StagnationForm,
-        lambda s: _StagnationForm(window=s.window, threshold=s.threshold, history=s.history),
+        lambda s: _StagnationForm(
+            window=s.window,
+            threshold=s.threshold,
+            history=s.history,
+            recent_children=s.children,
+        ),
         _stagnation,
     ),
     EvolutionHistory: _Codec(

@@ -69,6 +69,11 @@ class Decisions(Component, kw_only=True):
     def stagnant(self) -> bool:
         return self._stagnation.stagnant
 
+    @property
+    def recent_child(self) -> float | None:
+        """The best score of the children decided in the stagnation window."""
+        return self._stagnation.recent
+
     # -- changing --------------------------------------------------------------------------
     def accept(self) -> str:
         """A child improved on its parent: its tag (``accept/<n>``)."""
@@ -110,9 +115,10 @@ class Decisions(Component, kw_only=True):
         self._seeded_patterns.append(key)
         return True
 
-    def observe_best(self, best_train_mean: float) -> None:
-        """The best train mean after a decision, for the stagnation detector."""
-        self._stagnation.observe(best_train_mean)
+    def observe_best(self, best_train_mean: float, child_score: float | None = None) -> None:
+        """The best train mean after a decision, and the decided child's score, for the
+        stagnation detector."""
+        self._stagnation.observe(best_train_mean, child_score)
 
     def reset_stagnation(self) -> None:
         self._stagnation.reset()

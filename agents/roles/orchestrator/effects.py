@@ -2,7 +2,7 @@
 
 A transaction's orders (``steps.Orders``) ask for messages to publish, worker targets to send,
 candidates to commit to the workspace, and ε-net verdicts. ``Effects`` gathers them into an
-``Outcome``: the bus's form of the messages, the git writes (run in a worker thread, in
+``Duties``: the bus's form of the messages, the git writes (run in a worker thread, in
 transaction order), and the registry requests (``transactions.Request``) whose answers come
 back as transactions and are applied by ``answered``. It is the writer's: only the writer task
 calls it, and it makes no I/O.
@@ -72,7 +72,7 @@ class GitWrite:
 
 
 @dataclass
-class Outcome:
+class Duties:
     """What a transaction leads to, in order: messages to publish, worker targets to send on
     the control subjects, workspace writes, registry requests."""
 
@@ -81,7 +81,7 @@ class Outcome:
     writes: list[GitWrite] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
 
-    def extend(self, other: Outcome) -> None:
+    def extend(self, other: Duties) -> None:
         """Add what ``other`` leads to after what this one does."""
         self.out += other.out
         self.controls += other.controls
@@ -92,7 +92,7 @@ class Outcome:
         """Whether the campaign's ``campaign_finished`` is among the messages."""
         return self._finish() is not None
 
-    def before_finish(self, other: Outcome) -> None:
+    def before_finish(self, other: Duties) -> None:
         """Add what ``other`` leads to, its messages before ``campaign_finished`` (the
         campaign's last event)."""
         finish = self._finish()
@@ -126,7 +126,8 @@ def write(workspace: CampaignWorkspace, campaign: str, writes: list[GitWrite]) -
 
 
 class Effects:
-    """Turns one campaign's steps into outcomes, and the registry's answers into orders.
+    """Turns one campaign's orders into duties (what the shell carries out), and the
+    registry's answers into orders.
 
     ``retry_seconds``: how long what waits for the registry waits after a call nobody
     answered before it is asked again.
@@ -152,33 +153,33 @@ class Effects:
         self._away = ""  # why the registry was last found away ("" while it answers)
 
     # -- steps ------------------------------------------------------------------------------
-    def carry(self, first: Orders, *, ask: bool = True) -> Outcome:
+    def carry(self, first: Orders, *, ask: bool = True) -> Duties:
         """``first`` and every step its admissions lead to, in order. Its proposals bound for
         the ε-net are asked about together at the end (``ask``), or, with ``ask`` False, held
         for the next ``ask_held`` — one transaction's results carried one by one (writer.py):
         their proposals go to the ε-net as one batch."""
-        outcome = Outcome()
+        duties = Duties()
         followers = deque([first])
         while followers:
             orders = followers.popleft()
-            outcome.out.extend(map(outbound, orders.outbound))
-            outcome.controls.extend(orders.controls)
+            duties.out.extend(map(outbound, orders.outbound))
+            duties.controls.extend(orders.controls)
             if orders.commits or orders.rollbacks:
                 plan = self.machine.plan_md() if orders.commits else ""
-                outcome.writes.append(
+                duties.writes.append(
                     GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan)
                 )
-            followers.extend(self._admit(orders, outcome))
+            followers.extend(self._admit(orders, duties))
             if not followers and ask:
-                followers.extend(self._ask_held(outcome))
-        return outcome
+                followers.extend(self._ask_held(duties))
+        return duties
 
-    def ask_held(self) -> Outcome:
+    def ask_held(self) -> Duties:
         """Ask the ε-net about the proposals held (``carry`` with ``ask`` False) in one request,
         and what that leads to."""
         return self.carry(Orders())
 
-    def _admit(self, orders: Orders, outcome: Outcome) -> list[Orders]:
+    def _admit(self, orders: Orders, duties: Duties) -> list[Orders]:
         """POLCA Algorithm 4 for the step's proposals: exact duplicates are refused without
         asking (novelty.py), at distance 0; the rest are held to be asked of the registry's
         ε-net together (``_ask_held``). While earlier ones wait to be checked late, new ones
@@ -210,7 +211,7 @@ class Effects:
         self._held += proposals
         return []
 
-    def _ask_held(self, outcome: Outcome) -> list[Orders]:
+    def _ask_held(self, duties: Duties) -> list[Orders]:
         """Ask the ε-net about every proposal held, in one request — unless one is out (they
         wait for its answer), or earlier ones wait to be checked late (they join them)."""
         if self._asking is not None or not self._held:
@@ -219,7 +220,7 @@ class Effects:
         if self.machine.backlog.unfiltered:
             return self._unfiltered(held, self._backlog_reason())
         self._asking = self._admit_request(held)
-        outcome.requests.append(self._asking)
+        duties.requests.append(self._asking)
         return []
 
     def _backlog_reason(self) -> str:
@@ -247,19 +248,19 @@ class Effects:
         )
         return [machine.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
 
-    def resumed(self) -> Outcome:
+    def resumed(self) -> Duties:
         """The ε-net requests a resumed campaign's proposals at the ε-net were waiting for
         (their answers died with the process that asked)."""
-        outcome = Outcome()
+        duties = Duties()
         machine = self.machine
         waiting = [(cid, machine.epsilon_text(cid)) for cid in machine.flight.admitting]
         for orders in self._hold(waiting):
-            outcome.extend(self.carry(orders, ask=False))
-        outcome.extend(self.ask_held())
-        return outcome
+            duties.extend(self.carry(orders, ask=False))
+        duties.extend(self.ask_held())
+        return duties
 
     # -- answers ----------------------------------------------------------------------------
-    def answered(self, answer: Answer) -> Outcome:
+    def answered(self, answer: Answer) -> Duties:
         """Apply the registry's answer to a request; what that leads to."""
         match answer:
             case Verdicts():
@@ -272,9 +273,9 @@ class Effects:
                     self._went_away(away)
                 else:
                     self._environment = None
-                return Outcome()
+                return Duties()
 
-    def _verdicts(self, verdicts: Verdicts) -> Outcome:
+    def _verdicts(self, verdicts: Verdicts) -> Duties:
         machine = self.machine
         self._asking = None
         proposals = list(verdicts.request.proposals)
@@ -288,13 +289,13 @@ class Effects:
             followers = [
                 machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
             ]
-        outcome = Outcome()
+        duties = Duties()
         for orders in followers:  # the proposals held meanwhile go with what these lead to
-            outcome.extend(self.carry(orders, ask=False))
-        outcome.extend(self.ask_held())
-        return outcome
+            duties.extend(self.carry(orders, ask=False))
+        duties.extend(self.ask_held())
+        return duties
 
-    def _backlog_worked(self, worked: BacklogWorked) -> Outcome:
+    def _backlog_worked(self, worked: BacklogWorked) -> Duties:
         machine = self.machine
         self._backlog_asked = False
         if worked.away:
@@ -328,10 +329,10 @@ class Effects:
             followers.append(machine.late_admission(cid, rejection, time.time()))
         if worked.forgot:
             machine.backlog.forgets_done(worked.request.queued_forgets)
-        outcome = Outcome()
+        duties = Duties()
         for orders in followers:
-            outcome.extend(self.carry(orders))
-        return outcome
+            duties.extend(self.carry(orders))
+        return duties
 
     def _went_away(self, why: str) -> None:
         """No registry answered: ask again ``retry_seconds`` on."""

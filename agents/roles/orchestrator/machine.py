@@ -103,11 +103,11 @@ from evobus.agents.roles.orchestrator.steps import (
     TaskPlan,
     stage_targets,
 )
-from evobus.agents.roles.orchestrator.tally import Tally
+from evobus.agents.roles.orchestrator.tally import SAMPLES_UNUSED, Payer, Tally, payer_of
 from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.agents.roles.orchestrator.workers import Workers
 from evobus.schemas.agents import AgentRef, WorkersTarget
-from evobus.schemas.artifacts import Candidate, LineageRecord
+from evobus.schemas.artifacts import Candidate, LineageRecord, Operator
 from evobus.schemas.campaign import (
     AgentWork,
     CampaignRecord,
@@ -654,7 +654,10 @@ class CampaignMachine:
         if purpose is None:  # a copy, or the result of work a successor has yet to send again
             self.flight.hold_early(result)
             return orders
-        self.tally.count(result, sender, self.orchestrator)
+        # Charged before it is dispatched, so that a summary the result leads to counts it.
+        chain = self.flight.chain_of(purpose)
+        payer = payer_of(purpose, chain.candidate_id if chain is not None else None)
+        self.tally.count(result, sender, self.orchestrator, payer)
         self._dispatch(orders, result, purpose, sender, now)
         self._check_budgets(orders, now)
         self._refill(orders, now)
@@ -679,18 +682,23 @@ class CampaignMachine:
                 step = self.flight.sample(result.work_id, index)
                 if step is None or self.run.finished:
                     return True  # a copy, or a sample of work that takes no more
-                self.tally.count(result, sender, self.orchestrator)
-                if self.run.phase == "evolving" and self._can_start():
+                if self.run.phase == "evolving" and self._budget_room():
                     chain = step.sibling(self._next_serial("chain"))
                     self.flight.open_step(chain)
                     self.trace.open_step(chain, rule=self.strategy.selection)
                     self.speculation.derive(chain.key, chain.parent_ids)
+                    # Its child's, once the proposal names it (tally.py).
+                    self.tally.count(result, sender, self.orchestrator, Payer(step=chain.key))
                     self._passed("propose", now)
                     self._on_proposal(orders, chain, result, now)
+                else:
+                    self.tally.count(
+                        result, sender, self.orchestrator, Payer(overhead=SAMPLES_UNUSED)
+                    )
             case WorkFailed(error_type="SamplesUnused"):
                 if not self.flight.samples_done(result.work_id) or self.run.finished:
                     return True
-                self.tally.count(result, sender, self.orchestrator)
+                self.tally.count(result, sender, self.orchestrator, Payer(overhead=SAMPLES_UNUSED))
             case WorkFailed():  # the request failed: no more of its samples come
                 self.flight.samples_done(result.work_id)
                 return False
@@ -997,9 +1005,11 @@ class CampaignMachine:
         return self.selection.draw_minibatch(self.plan.train, self.strategy.minibatch)
 
     def _zero_shot(self, orders: Orders, now: float) -> None:
-        """REFLEX Algorithm 1, line 2: the campaign starts evolving with ``initial_population``
-        steps of i1 (a program from the task description alone, the parent's code unseen),
-        forced ahead of any burst and announced as one."""
+        """REFLEX Algorithm 1, line 2: the population is built before the loop. The campaign's
+        first ``initial_population`` steps are i1 steps that write a program from the task
+        description alone (no parent's code in the prompt; offline, a random program of the
+        seed's shape), announced as a burst; no other step starts until each of them has
+        ended — decided, filtered or failed (``_can_start``)."""
         count = self.strategy.initial_population
         if count:
             operators = self.selection.zero_shot(count)
@@ -1014,30 +1024,39 @@ class CampaignMachine:
         scored before anything is proposed from them) — on a deterministic campaign only those
         not scored there already (``waiting`` counts the evaluations sent)."""
         strategy, pool = self.strategy, self.population.pool
-        operator, forced = self.selection.choose_operator(
-            bandit=strategy.bandit, pool_size=len(pool), crossover_rate=strategy.crossover_rate
-        )
-        if operator == "x_div" and len(pool) < 2:
-            operator = "m_diag"
-        parents = self.selection.choose_parents(
-            2 if operator == "x_div" else 1,
-            pool,
-            forced=forced,
-            archive=self.population.archive,
-            rule=strategy.selection,
-            beta=strategy.ucb_beta * noise_scale(pool),
-            pareto=lambda: self._pareto_front(orders, now),
-            rejected=self.steering.rejected,
-        )
-        # A parent a person pinned goes first, once (an i1 step reads no parent: the pin waits).
-        if operator != "i1" and (pinned := self.steering.take_pin()) is not None:
+        zero_shot = self.selection.take_zero_shot()
+        if zero_shot:
+            # REFLEX Algorithm 1, line 2: a member of the initial population, written from the
+            # task alone; the seed is only the baseline it is decided against (and its
+            # interface), scored on the member's minibatch like any parent.
+            operator: Operator = "i1"
+            forced, parents = True, [SEED_ID]
+        else:
+            operator, forced = self.selection.choose_operator(
+                bandit=strategy.bandit,
+                pool_size=len(pool),
+                crossover_rate=strategy.crossover_rate,
+            )
+            if operator == "x_div" and len(pool) < 2:
+                operator = "m_diag"
+            parents = self.selection.choose_parents(
+                2 if operator == "x_div" else 1,
+                pool,
+                forced=forced,
+                archive=self.population.archive,
+                rule=strategy.selection,
+                beta=strategy.ucb_beta * noise_scale(pool),
+                pareto=lambda: self._pareto_front(orders, now),
+                rejected=self.steering.rejected,
+            )
+        # A parent a person pinned goes first, once (a zero-shot member reads no parent: the
+        # pin waits for the loop).
+        if not zero_shot and (pinned := self.steering.take_pin()) is not None:
             parents = [pinned, *(p for p in parents if p != pinned)][
                 : 2 if operator == "x_div" else 1
             ]
         if operator == "x_div" and len(set(parents)) < 2:
             operator = "m_diag"  # one parent (a rollback's restart): nothing to cross it with
-        if operator == "i1":
-            parents = [SEED_ID]  # offline i1: a heavy restart from the task's seed
         chain = Chain(
             operator=operator,
             forced=forced,
@@ -1045,6 +1064,7 @@ class CampaignMachine:
             minibatch=self._draw_minibatch(),
             key=self._next_serial("chain"),
             version=pool.version,
+            zero_shot=zero_shot,
         )
         if strategy.mode == "async" and strategy.speculative_alpha > 0:
             # FlashEvolve §3.3: the minibatch's order is fixed here, before anything is scored
@@ -1199,6 +1219,7 @@ class CampaignMachine:
             intensity=intensity,
             context=self._with_summary(self.decisions.history.render()),
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
+            zero_shot=chain.zero_shot,
             samples_taken=self._samples_taken(),
         )
         chain.move("propose")
@@ -1239,6 +1260,7 @@ class CampaignMachine:
         )
         chain.candidate_id = candidate.id
         self.trace.name_candidate(chain, candidate.id)
+        self.tally.name_step(chain.key, candidate.id)
         chain.rationale = proposal.rationale
         chain.skills_used = proposal.skills_used
         self.candidates.keep(candidate, proposal.tools)
@@ -1300,6 +1322,16 @@ class CampaignMachine:
             self._finish(orders, now, "completed", "proposal budget spent")
 
     def _can_start(self) -> bool:
+        """Whether a new step may start: the proposal budget has room for it (``_budget_room``),
+        and the zero-shot initial population is built (REFLEX Algorithm 1: line 2 before the
+        loop) — unless the step is one of its members. A member that failed or was filtered
+        has ended too, so a broken one never holds the loop back."""
+        if not self._budget_room():
+            return False
+        building = any(chain.zero_shot for chain in self.flight.live.values())
+        return self.selection.zero_shot_left > 0 or not building
+
+    def _budget_room(self) -> bool:
         """Whether the proposal budget has room for one more step, besides those the samples
         still to come will open (FlashEvolve §3.3: asked for, they are spoken for)."""
         flight = self.flight
@@ -1617,7 +1649,10 @@ class CampaignMachine:
         parent_ev = chain.evaluations[parent_id]  # scored on the same minibatch as it began
         delta = child.score - parent_ev.score  # same minibatch: a paired comparison
         best_before = self._best_train_mean()
-        if self.strategy.bandit:
+        # REFLEX Algorithm 1, line 23 credits a loop step's operator with Δ against the step's
+        # own parent. A zero-shot member (line 2) had no parent — its Δ is against the seed, a
+        # baseline only — and is no loop step: no bandit credit.
+        if self.strategy.bandit and not chain.zero_shot:
             self.selection.reward(chain.operator, delta, delta_max=self.strategy.delta_max)
         for name in chain.skills_used:
             self.backlog.queue_use(SkillUse(use_id=f"{self.cid}/{cid}", name=name, delta=delta))
@@ -1660,7 +1695,7 @@ class CampaignMachine:
                 ),
             )
             self._diagnose_ahead(orders, chain)  # a likely parent: the critic starts on it now
-            if self.strategy.skills:
+            if self.strategy.skills and not chain.zero_shot:  # a member changed no parent
                 self._extract(orders, chain, delta)
         else:
             reason = f"error: {child.error}" if child.error else f"Δ {delta:+.1f} vs {parent_id}"
@@ -1685,13 +1720,13 @@ class CampaignMachine:
             accepted=improved_parent,
             summary=chain.rationale,
         )
-        if self.selection.count_outcome(
+        if not chain.zero_shot and self.selection.count_outcome(
             chain.key, self.run.serials["chain"], improved=improved_best
-        ):
+        ):  # the burst's patience counts the loop's steps
             self._announce_patience_burst(orders, now)
         self._seed_skills()
         self._validate_best(orders, now)
-        self._watch_stagnation(orders, now)
+        self._watch_stagnation(orders, now, child.score)
         self._summarize(orders)
         self._migrate_on_decided(orders, now)
 
@@ -1812,23 +1847,28 @@ class CampaignMachine:
             self.decisions.keep_lineage(record)
             orders.commits.append(Commit(self.candidates[cid], record, best=True))
 
-    def _watch_stagnation(self, orders: Orders, now: float) -> None:
-        """A-Evolve Phase 8: no gain ≥ threshold for W steps → roll back to the best, burst."""
+    def _watch_stagnation(self, orders: Orders, now: float, child_score: float) -> None:
+        """A-Evolve Phase 8: no gain ≥ threshold for W steps → roll back to the best when the
+        recent children degraded > 5% from it or it is below 90% of the way to the target, never
+        once it reached the target (agents/evolution/stagnation.py); burst."""
         decisions, best = self.decisions, self.best
-        decisions.observe_best(self._best_train_mean())
+        decisions.observe_best(self._best_train_mean(), child_score)
         if not decisions.stagnant or not best.candidate_id:
             return
-        pool = self.population.pool
-        current = pool.best(min_evaluations=1) or best.candidate_id
-        current_stats = pool.stats(current)
+        current = self.population.pool.best(min_evaluations=1) or best.candidate_id
+        target = self.spec.campaign.budget.target_score
+        recent = decisions.recent_child
+        # The children are scored on train minibatches: the best is compared there too.
+        best_train = self._mean_score(best.candidate_id)
         decision = on_stagnation(
             stagnant=True,
             current_id=current,
-            current_score=current_stats.mean if current_stats.count else float("-inf"),
             best_id=best.candidate_id,
             best_score=best.score if best.score is not None else 0.0,
-            degradation=self.strategy.stagnation_threshold,
-            good_enough=self.plan.best_possible,
+            recent_score=recent,
+            best_train=best_train,
+            seed_score=self.observed.seed_score,
+            target=target if target is not None else self.plan.best_possible,
         )
         decisions.reset_stagnation()
         if self._reseed(orders, now):  # an island restarts from what the others sent
@@ -1847,6 +1887,12 @@ class CampaignMachine:
                     to_tag=tag,
                     candidate_id=decision.rollback_to,
                     reason=decision.reason,
+                    best_score=best.score,
+                    recent_score=recent,
+                    best_train_mean=best_train,
+                    degraded=decision.degraded,
+                    below_mark=decision.below_mark,
+                    mark=decision.mark,
                 ),
             )
         if decision.burst:
@@ -1856,7 +1902,9 @@ class CampaignMachine:
     def _count_undecided(self, orders: Orders, chain: Chain, now: float) -> None:
         """A step that ended undecided (filtered by the ε-net, discarded as stale) counts as
         one without improvement towards the next exploration burst (REFLEX §3.4), which is
-        announced when this sets it off."""
+        announced when this sets it off; a zero-shot member is no loop step and counts not."""
+        if chain.zero_shot:
+            return
         if self.selection.count_outcome(chain.key, self.run.serials["chain"], improved=False):
             self._announce_patience_burst(orders, now)
 
@@ -2332,4 +2380,6 @@ class CampaignMachine:
             tokens=self.tally.usage.total_tokens,
             model_calls=self.tally.usage.calls,
             splits=self.splits,
+            eval_seconds=self.tally.eval_seconds,
+            costs=self.tally.costs(),
         )

@@ -33,6 +33,8 @@ class Selection(Component, kw_only=True):
         rollback_parent: the parent a forced step restarts from after a rollback (A-Evolve
             Phase 8), if any.
         front: the Pareto front last announced (``selection = "pareto"``).
+        zero_shot_left: members of the zero-shot initial population still to start (REFLEX
+            Algorithm 1, line 2): each next step is one, ahead of any other.
     """
 
     _rng: random.Random = msgspec.field(name="rng")
@@ -40,6 +42,7 @@ class Selection(Component, kw_only=True):
     _burst: ExplorationBurst = msgspec.field(name="burst")
     _rollback_parent: str | None = msgspec.field(default=None, name="rollback_parent")
     _front: ParetoFront = msgspec.field(default_factory=ParetoFront, name="front")
+    _zero_shot_left: int = msgspec.field(default=0, name="zero_shot_left")
 
     @classmethod
     def seeded(cls, rng_seed: int, *, burst_after: int) -> Selection:
@@ -73,6 +76,11 @@ class Selection(Component, kw_only=True):
     @property
     def front(self) -> ParetoFront:
         return self._front
+
+    @property
+    def zero_shot_left(self) -> int:
+        """Members of the zero-shot initial population still to start."""
+        return self._zero_shot_left
 
     # -- drawing ---------------------------------------------------------------------------
     def draw_minibatch(self, train: tuple[str, ...], size: int) -> tuple[str, ...]:
@@ -140,9 +148,20 @@ class Selection(Component, kw_only=True):
         return self._burst.observe(improved, step, newest)
 
     def zero_shot(self, count: int) -> tuple[Operator, ...]:
-        """Queue ``count`` forced i1 steps ahead of any burst (REFLEX Algorithm 1, line 2);
-        the operators queued."""
-        return self._burst.initialize(count)
+        """The campaign's first ``count`` steps build the zero-shot initial population (REFLEX
+        Algorithm 1, line 2), ahead of any other step; their operators (i1 each). They are not
+        the bandit's: it neither counts nor credits them."""
+        self._zero_shot_left = count
+        i1: Operator = "i1"
+        return (i1,) * count
+
+    def take_zero_shot(self) -> bool:
+        """Whether the step starting now is a member of the zero-shot initial population (one
+        fewer is left to start then)."""
+        if self._zero_shot_left <= 0:
+            return False
+        self._zero_shot_left -= 1
+        return True
 
     def force_burst(self) -> None:
         """Queue an exploration burst now (a no-op while one is queued)."""

@@ -225,7 +225,7 @@ class Steering:
             if cid == standing.best:
                 return f"{cid} is the campaign's best (a better one replaces it)"
             if cid == SEED_ID:
-                return f"{cid} is the seed, which every step may restart from"
+                return f"{cid} is the seed, which rollbacks and zero-shot members go back to"
         return ""
 
     def _refused(self, action: Action, reason: str, now: float) -> SteeringRefused:

@@ -153,6 +153,9 @@ class Chain:
     repaired: bool = False
     stale_parent: str = ""  # a removed speculative parent: the step is stale whatever Δ says
     speculative_prefix: int = 0  # instances of the child's minibatch in the speculative prefix
+    # A member of the zero-shot initial population (REFLEX Algorithm 1, line 2): its child is
+    # written from the task alone; ``parent_ids`` is the seed, the baseline it is decided against.
+    zero_shot: bool = False
 
     def sibling(self, key: int) -> Chain:
         """Another step from this one's proposal request, under ``key``: the same parents,
@@ -175,6 +178,7 @@ class Chain:
             stage="propose",
             stale_parent=self.stale_parent,
             speculative_prefix=self.speculative_prefix,
+            zero_shot=self.zero_shot,  # another member, written from the task alone
         )
 
     def move(self, to: ChainStage) -> None:

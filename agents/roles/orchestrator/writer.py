@@ -27,7 +27,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from evobus.agents.roles.orchestrator import snapshot
-from evobus.agents.roles.orchestrator.effects import Effects, Outcome, write
+from evobus.agents.roles.orchestrator.effects import Duties, Effects, write
 from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit
 from evobus.agents.roles.orchestrator.persist import EventLog, SnapshotStore, digest
@@ -92,7 +92,7 @@ class Finishing:
     """A finishing transaction, held until the registry answers its last request: what it
     leads to, and the batches to tell when it is carried out."""
 
-    outcome: Outcome
+    duties: Duties
     persist: bool
     done: list[anyio.Event] = field(default_factory=list)
 
@@ -141,10 +141,10 @@ class CampaignWriter:
             await self._carry_out(self.effects.carry(machine.start(time.time())), persist=True)
             return
         revision = self.shell.store.revision or 0
-        outcome = self.effects.carry(resume(machine, saved, revision, time.time()))
+        duties = self.effects.carry(resume(machine, saved, revision, time.time()))
         log.info("campaign %s: resumed from snapshot revision %s", machine.cid, revision)
-        outcome.extend(self.effects.resumed())
-        await self._carry_out(outcome, persist=True)
+        duties.extend(self.effects.resumed())
+        await self._carry_out(duties, persist=True)
 
     async def run(self, transactions: ObjectReceiveStream[Transaction]) -> None:
         """Apply the transactions in the order they come, until ``Stop``."""
@@ -162,18 +162,18 @@ class CampaignWriter:
             case ResultBatch() if self._finishing is not None:
                 self._waiting.append(transaction)
             case ResultBatch(deliveries=deliveries, done=done):
-                outcome = Outcome()
+                duties = Duties()
                 for delivery in deliveries:
                     with delivery.span():
-                        outcome.extend(self._apply_result(delivery))
+                        duties.extend(self._apply_result(delivery))
                 # The batch's proposals go to the ε-net together (POLCA Algorithm 4).
-                outcome.extend(self.effects.ask_held())
-                await self._carry_out(outcome, persist=True, done=done)
+                duties.extend(self.effects.ask_held())
+                await self._carry_out(duties, persist=True, done=done)
             case Tick() if self._finishing is None and not self.finished.is_set():
-                outcome = self.effects.carry(self.machine.tick(time.time()))
+                duties = self.effects.carry(self.machine.tick(time.time()))
                 self._log_pipeline()
                 # Event ids moved on when it emitted: a restart must not reuse them.
-                await self._carry_out(outcome, persist=bool(outcome.out))
+                await self._carry_out(duties, persist=bool(duties.out))
                 for request in self.effects.due():
                     self.requests.send_nowait(request)
             case Tick() | Stop():
@@ -181,7 +181,7 @@ class CampaignWriter:
             case Verdicts() | BacklogWorked() | EnvironmentRegistered():
                 await self._answered(transaction)
 
-    def _apply_result(self, delivery: Delivery[Result | Steering]) -> Outcome:
+    def _apply_result(self, delivery: Delivery[Result | Steering]) -> Duties:
         """Apply one result (or a person's steering action); what it leads to. A state machine
         that breaks on it fails the campaign: a redelivery would stall it."""
         machine = self.machine
@@ -200,13 +200,13 @@ class CampaignWriter:
     async def _answered(self, answer: Verdicts | BacklogWorked | EnvironmentRegistered) -> None:
         """Apply the registry's answer; a held finish takes what it leads to before its
         ``campaign_finished``, and goes out with the answer to its own request."""
-        outcome = self.effects.answered(answer)
+        duties = self.effects.answered(answer)
         finishing = self._finishing
         if finishing is None:
-            await self._carry_out(outcome, persist=bool(outcome.out))
+            await self._carry_out(duties, persist=bool(duties.out))
             return
-        self._send(outcome)
-        finishing.outcome.before_finish(outcome)
+        self._send(duties)
+        finishing.duties.before_finish(duties)
         if not isinstance(answer, BacklogWorked):
             return
         # What the finish itself queued (or what came while an earlier round was out) is
@@ -219,22 +219,22 @@ class CampaignWriter:
 
     # -- carrying out -----------------------------------------------------------------------
     async def _carry_out(
-        self, outcome: Outcome, *, persist: bool, done: anyio.Event | None = None
+        self, duties: Duties, *, persist: bool, done: anyio.Event | None = None
     ) -> None:
         """Write, record, publish and save what a transaction led to — unless it finishes the
         campaign with something waiting for the registry: then it is held, and the registry
         asked once more (``Effects.final``)."""
-        self._send(outcome)
-        if self._finishing is None and outcome.finishes():
+        self._send(duties)
+        if self._finishing is None and duties.finishes():
             # An earlier round's answer comes first (and asks for the rest, ``_answered``).
             earlier = self.effects.asking_backlog
             final = None if earlier else self.effects.final()
             if earlier or final is not None:
-                self._finishing = Finishing(outcome, persist, [done] if done else [])
+                self._finishing = Finishing(duties, persist, [done] if done else [])
                 if final is not None:
                     self.requests.send_nowait(final)
                 return
-        await self._write_out(outcome, persist=persist)
+        await self._write_out(duties, persist=persist)
         if done is not None:
             done.set()
 
@@ -242,44 +242,44 @@ class CampaignWriter:
         """Carry out the held finish, then the batches that came meanwhile."""
         finishing, self._finishing = self._finishing, None
         assert finishing is not None
-        await self._write_out(finishing.outcome, persist=finishing.persist)
+        await self._write_out(finishing.duties, persist=finishing.persist)
         for done in finishing.done:
             done.set()
         waiting, self._waiting = self._waiting, []
         for batch in waiting:
             await self.apply(batch)
 
-    def _send(self, outcome: Outcome) -> None:
-        """Hand the outcome's registry requests to the registry task (in order)."""
-        for request in outcome.requests:
+    def _send(self, duties: Duties) -> None:
+        """Hand the duties' registry requests to the registry task (in order)."""
+        for request in duties.requests:
             self.requests.send_nowait(request)
-        outcome.requests = []
+        duties.requests = []
 
-    async def _write_out(self, outcome: Outcome, *, persist: bool) -> None:
+    async def _write_out(self, duties: Duties, *, persist: bool) -> None:
         machine = self.machine
         shell = self.shell
-        if outcome.writes:  # git off the event loop, in transaction order
-            await anyio.to_thread.run_sync(write, shell.workspace, machine.cid, outcome.writes)
+        if duties.writes:  # git off the event loop, in transaction order
+            await anyio.to_thread.run_sync(write, shell.workspace, machine.cid, duties.writes)
         machine.trace.end_retired()
         # The run folder keeps the campaign's events too (`evobus report` reads them there),
         # appended once the snapshot that holds them is written (persist).
-        shell.event_log.stage(o.message for o in outcome.out if isinstance(o.message, Event))
-        for target in outcome.controls:  # FlashEvolve §3.4: the agents of a stage change K
+        shell.event_log.stage(o.message for o in duties.out if isinstance(o.message, Event))
+        for target in duties.controls:  # FlashEvolve §3.4: the agents of a stage change K
             await send_workers_target(shell.nc, target)
         if machine.run.finished:
             write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
-        await self.publish(outcome)
+        await self.publish(duties)
         if persist:
             await self.persist()
         if machine.run.finished:
             self.finished.set()
 
-    async def publish(self, outcome: Outcome) -> None:
+    async def publish(self, duties: Duties) -> None:
         """Publish a transaction's messages. Once the campaign has finished, its queued work is
         purged first, and no work goes out after it: nothing of the campaign is left on
         EVO_WORK, whenever this process dies (a successor resumes the finished state and
         purges again)."""
-        out = outcome.out
+        out = duties.out
         if self.machine.run.finished and out:
             out = [o for o in out if not subjects.is_work(o.subject)]
             await self.purge_work()
