@@ -166,9 +166,7 @@ class Effects:
             duties.controls.extend(orders.controls)
             if orders.commits or orders.rollbacks:
                 plan = self.machine.plan_md() if orders.commits else ""
-                duties.writes.append(
-                    GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan)
-                )
+                duties.writes.append(GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan))
             followers.extend(self._admit(orders, duties))
             if not followers and ask:
                 followers.extend(self._ask_held(duties))
