@@ -1,14 +1,16 @@
 """FlashEvolve §3.3's early release, end to end: ``evobus run`` on pendulum with
 ``[llm] samples = 3``, its models served by ``evobus llm-sim``. The simulator's request log
 shows each sample asked for on its own (``n = 1``, three requests with the same prompt); the
-events show each child released by the first usable sample to answer, some while other samples
-of its proposal were still running (then cancelled) — not after all three.
+events show each child released as soon as its sample was judged, some while other samples
+of its proposal request were still running — not after all three; and every usable sample of
+a request going on, as a child of its own step (the orchestrator asks for as many samples as
+the proposal budget has room for: docs/papers.md), so that one request group makes several
+``candidate_proposed`` events.
 
 And the actor's side of sending every sample on: an ``evobus agent actor`` process given a
 work item that takes three samples (``ProposeWork.samples_taken``) publishes each usable
 sample as its own proposal result as soon as it is judged, numbered by ``Proposal.sample``,
-each its own message; the orchestrator takes one child per work item and does not ask for more
-yet (docs/papers.md).
+each its own message, and then says that no more come (``SamplesUnused``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,9 @@ actor_model = "{MODEL}"
 critic_model = "{MODEL}"
 samples = {SAMPLES}
 """
+SENT_ON = re.compile(
+    r"\[sample (\d) of 3 to answer, sent on as child (\d) of up to (\d); (\d) still"
+)
 RELEASED = re.compile(r"\[sample (\d) of 3 to answer released; (\d) still running, cancelled\]")
 
 
@@ -89,7 +94,7 @@ def sim(tmp_path: Path) -> Iterator[RunningSim]:
 
 
 @pytest.mark.timeout(300)
-async def test_the_first_usable_sample_goes_on_without_waiting_for_the_others(
+async def test_every_usable_sample_goes_on_as_soon_as_it_is_ready(
     sim: RunningSim, nats_session: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
     (tmp_path / "campaign.toml").write_text(CAMPAIGN.format(url=sim.base_url))
@@ -110,19 +115,24 @@ async def test_the_first_usable_sample_goes_on_without_waiting_for_the_others(
     )
     assert first_rounds and all(c % SAMPLES == 0 for c in first_rounds.values()), first_rounds
 
-    # Each child says which sample released it and how many were still running then.
+    # Each child says which sample released it and how many were still running then: the
+    # first usable one of a request that takes one (the others cancelled), or each usable one
+    # of a request that takes several, as it was judged.
     events = read_events(out / campaign_id / EVENT_LOG)
     proposed = [e for e in events if isinstance(e, CandidateProposed)]
     assert len(proposed) == PROPOSALS
-    released = [RELEASED.search(e.rationale) for e in proposed]
+    released = [RELEASED.search(e.rationale) or SENT_ON.search(e.rationale) for e in proposed]
     assert all(released), [e.rationale for e in proposed]
-    counts = [(int(m.group(1)), int(m.group(2))) for m in released if m]
+    counts = [(int(m.group(1)), int(m.group(m.re.groups))) for m in released if m]
     assert all(finished + pending == SAMPLES for finished, pending in counts), counts
     # Released before all its samples had answered: the early release.
     assert any(pending > 0 for _, pending in counts), counts
-
-
-SENT_ON = re.compile(r"\[sample (\d) of 3 to answer, sent on as child (\d) of up to 3; (\d) still")
+    # Every sample sent on: a request's later samples are children of their own steps (the
+    # same parents and operator), so there are more children than proposal requests.
+    later = [e for e, m in zip(proposed, released, strict=True) if m and m.re is SENT_ON]
+    assert any(int(m.group(2)) > 1 for m in released if m and m.re is SENT_ON), later
+    groups = sum(first_rounds.values()) // SAMPLES
+    assert groups < len(proposed), (groups, [e.rationale for e in proposed])
 
 
 @pytest.mark.timeout(120)
@@ -191,8 +201,17 @@ async def test_an_actor_asked_for_every_sample_sends_each_on_as_its_own_proposal
         assert all(notes), [p.rationale for p in proposals]
         said = [tuple(int(g) for g in m.groups()) for m in notes if m]
         # The k-th child sent on was the k-th sample to answer, the others still running.
-        assert said == [(k, k, SAMPLES - k) for k in range(1, SAMPLES + 1)], said
+        assert said == [(k, k, SAMPLES, SAMPLES - k) for k in range(1, SAMPLES + 1)], said
         assert all(p.usage.total_tokens > 0 for p in proposals), [p.usage for p in proposals]
+        # Then the item's last word: no more samples come (the requester keeps room in its
+        # proposal budget for them until it knows), under the next sample's message id.
+        with anyio.fail_after(time_left()):
+            msg = await results.next_msg(timeout=None)
+        last = codec.RESULT_DECODER.decode(msg.data)
+        assert isinstance(last, WorkFailed) and last.error_type == "SamplesUnused", last
+        assert msg.headers is not None
+        assert msg.headers.get("Nats-Msg-Id") == f"{work.work_id}-sample-{SAMPLES}"
+        assert last.error.startswith(f"0 of {SAMPLES} samples not sent on"), last.error
         assert len({p.artifact.source for p in proposals}) > 1  # three samples, not one thrice
         requests = [
             r for r in read_request_log(tmp_path / "requests.jsonl") if r.schema == "ActorDraft"

@@ -10,10 +10,14 @@ from pathlib import Path
 
 import anyio
 import git
+import msgspec
 import pytest
 
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
+from evobus.agents.roles.orchestrator.effects import Effects
+from evobus.agents.roles.orchestrator.novelty import change_text
+from evobus.agents.roles.orchestrator.transactions import Admit, Verdicts
 from evobus.agents.roles.registry.agent import RegistryProcess, run_registry
 from evobus.agents.roles.registry.service import Registry
 from evobus.agents.roles.registry.skill_library import SKILL_CAP_ENV
@@ -24,7 +28,13 @@ from evobus.bus.streams import ensure_streams
 from evobus.infra.nats_server import NatsServer
 from evobus.infra.qdrant_store import StoreInUse
 from evobus.schemas.agents import Heartbeat
-from evobus.schemas.events import SkillRetired, SkillToolsChecked, StoreRecovered
+from evobus.schemas.artifacts import Artifact
+from evobus.schemas.events import (
+    CandidateFiltered,
+    SkillRetired,
+    SkillToolsChecked,
+    StoreRecovered,
+)
 from evobus.schemas.registry import (
     EmbedderSpec,
     ErrorReply,
@@ -32,7 +42,10 @@ from evobus.schemas.registry import (
     ListRequest,
     ResourcesReply,
 )
+from evobus.schemas.work import EvaluateWork
 from tests.conftest import time_left
+from tests.samples import SOURCE
+from tests.unit.test_orchestrator_samples import proposing, sample, sampling, unused
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -204,6 +217,46 @@ async def test_epsilon_net_rejects_near_duplicates_and_admits_distinct_programs(
             await client.admit(campaign_id, [("c9", AVERAGE)], 0.08, EmbedderSpec(dim=64))
         with pytest.raises(InvalidRequest):
             await client.admit(campaign_id, [("c9", AVERAGE)], epsilon=float("nan"))
+
+
+# What a pool member and two samples of one proposal request changed in the seed's policy: the
+# samples are near each other (0.035 apart, hashed n-grams), the second farther from the member
+# (0.156) than the first (0.074).
+MEMBER_GAIN = "-2.0 * obs[1] - 0.5 * obs[0]"
+NEARER_SAMPLE = "-2.0 * obs[1] - 0.5 * obs[0] + 0.3 * math.sin(obs[2])"
+FARTHER_SAMPLE = "-2.0 * obs[1] - 0.5 * obs[0] + 0.3 * math.sin(obs[2]) * math.cos(obs[2])"
+
+
+@pytest.mark.timeout(30)
+async def test_samples_that_arrive_together_are_filtered_farthest_first(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    # POLCA Algorithm 4: the proposals of one batch are admitted farthest from the pool first,
+    # so of two near-identical samples the farther one is admitted — whichever came first —
+    # and the other is filtered as within ε of it.
+    state = sampling(proposals=5, epsilon=0.05)
+    (work,) = proposing(state)
+    effects = Effects(state)
+    for index, gain in enumerate((NEARER_SAMPLE, FARTHER_SAMPLE)):
+        child = Artifact(source=SOURCE.replace("-2.0 * obs[1]", gain))
+        came = msgspec.structs.replace(sample(work, index), artifact=child)
+        effects.carry(state.apply(came, None, 4.0), ask=False)  # one transaction's results
+    effects.carry(state.apply(unused(work, tokens=5), None, 4.0), ask=False)  # the third: none
+    (request,) = effects.ask_held().requests
+    assert isinstance(request, Admit)
+    assert [cid for cid, _ in request.proposals] == ["c0001", "c0002"]  # nearer one first
+    member = change_text(SOURCE, SOURCE.replace("-2.0 * obs[1]", MEMBER_GAIN))
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        await client.admit(campaign_id, [("c0000", ""), ("c9000", member)], epsilon=0.05)
+        admission = await client.admit(campaign_id, request.proposals, epsilon=0.05)
+    assert admission.admitted == ("c0002",)
+    (rejection,) = admission.rejected
+    assert (rejection.candidate_id, rejection.nearest_id) == ("c0001", "c0002")
+    answered = effects.answered(Verdicts(request, rejected={"c0001": rejection}))
+    (filtered,) = [o.message for o in answered.out if isinstance(o.message, CandidateFiltered)]
+    assert (filtered.candidate_id, filtered.nearest_id) == ("c0001", "c0002")
+    evaluated = [o.message for o in answered.out if isinstance(o.message, EvaluateWork)]
+    assert [w.candidate.id for w in evaluated] == ["c0002"]
 
 
 @pytest.mark.timeout(30)

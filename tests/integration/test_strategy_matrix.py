@@ -50,6 +50,10 @@ parent code, and every member evaluated before the critic or the actor is asked 
 the loop.
 Every campaign's summary.json charges each token and evaluation second to a candidate or a
 named overhead, and their sums are its totals (islands' campaigns combined).
+And one through the simulator with ``[llm] samples = 3`` (``SAMPLES_SIM``): every usable sample
+of a proposal request goes on as a child of its own step (FlashEvolve §3.3), so that one
+request group makes several ``candidate_proposed`` events, each through the ε-net (POLCA
+Algorithm 4, its registry pool the campaign's) and evaluated once.
 
 ``[strategy]`` keys the matrix switches from their defaults (a test checks that they are every
 key of ``StrategySection``): ``mode``, ``staleness``, ``max_staleness`` (0 in guarded rows:
@@ -499,6 +503,26 @@ def zero_shot_file(sim_url: str) -> str:
     )
 
 
+SAMPLES_SIM = "samples-sim"
+"""A campaign beside the matrix: three samples a proposal request, every usable one sent on."""
+SAMPLES_PROPOSALS = 6
+
+
+def samples_file(sim_url: str) -> str:
+    """Pendulum through the simulator, three samples a proposal request, the ε-net on."""
+    return (
+        '[campaign]\nname = "samples"\ntask = "pendulum"\n'
+        f"seed_artifact = {toml_value(str(SEED))}\n"
+        f"[campaign.budget]\nproposals = {SAMPLES_PROPOSALS}\nwall_seconds = {WALL_SECONDS}\n"
+        "[task]\nvalidation_episodes = 2\ntrain_instances = 3\nmax_steps = 100\n"
+        "[strategy]\nin_flight = 2\nminibatch = 2\nmin_evaluations = 2\nepsilon = 0.002\n"
+        "rng_seed = 6\nskills = 0\n"
+        f'[llm]\nprovider = "openai"\nbase_urls = [{toml_value(sim_url)}]\n'
+        f'actor_model = "{ACTOR}"\ncritic_model = "{CRITIC}"\ncritic_vision = false\n'
+        "samples = 3\n"
+    )
+
+
 async def seed_in_epsilon_net(registry: RegistryClient, campaign: str) -> None:
     """Admit the seed to the campaign's ε-net before it starts (what POLCA's pool starts with)."""
     await registry.admit(campaign, [(SEED_ID, SEED.read_text())], epsilon=2.0)
@@ -517,6 +541,7 @@ def matrix_specs(folder: Path, sim_url: str) -> dict[str, CampaignSpec]:
     files[ROLLBACK] = rollback_file(ROLLBACK)
     files[ROLLBACK_TARGET] = rollback_file(ROLLBACK_TARGET)
     files[ZERO_SHOT_SIM] = zero_shot_file(sim_url)
+    files[SAMPLES_SIM] = samples_file(sim_url)
     specs: dict[str, CampaignSpec] = {}
     for name, text in files.items():
         path = folder / f"{name}.toml"
@@ -1053,3 +1078,35 @@ def test_every_campaigns_costs_sum_to_its_totals(outcomes: dict[str, Outcome]) -
         if not any(isinstance(e, CandidateMigrated) for e in events):  # islands: <island>/<id>
             proposed = {e.candidate_id for e in events if isinstance(e, CandidateProposed)}
             assert proposed <= set(summary.costs.candidates), name
+
+
+SENT_ON = re.compile(r"\[sample \d of 3 to answer, sent on as child (\d) of up to (\d);")
+"""What the actor notes on each sample it sends on of a request that takes several."""
+
+
+@pytest.mark.timeout(240)
+def test_every_usable_sample_of_a_request_goes_on_as_a_step_of_its_own(
+    outcomes: dict[str, Outcome],
+) -> None:
+    # FlashEvolve §3.3: each usable sample goes on as soon as it is ready; the orchestrator
+    # takes every one the budget has room for, each a child of a step of its own with the
+    # request's parents and operator, through the ε-net and evaluated like the first.
+    outcome = outcomes[SAMPLES_SIM]
+    if outcome.result is None or outcome.result.summary.status != "completed":
+        pytest.fail(f"the campaign did not complete: {outcome.error}")
+    summary, events = outcome.result.summary, outcome.result.events()
+    assert summary.proposals == SAMPLES_PROPOSALS, summary.stop_reason
+    proposed = [e for e in events if isinstance(e, CandidateProposed)]
+    assert len(proposed) == SAMPLES_PROPOSALS
+    notes = [SENT_ON.search(e.rationale) for e in proposed]
+    later = [e for e, m in zip(proposed, notes, strict=True) if m and int(m.group(1)) > 1]
+    assert later, [e.rationale for e in proposed]  # a request's second or third child
+    for child in later:  # ... a sibling of an earlier child: the same parents and operator
+        earlier = proposed[: proposed.index(child)]
+        assert any(
+            (e.parent_ids, e.operator) == (child.parent_ids, child.operator) for e in earlier
+        ), (child, earlier)
+    evaluated = Counter(e.work_id for e in events if isinstance(e, CandidateEvaluated))
+    assert evaluated and max(evaluated.values()) == 1
+    assert sum(evaluated.values()) == summary.evaluations
+    assert set(outcome.epsilon_pool) == campaign_pool(events)

@@ -180,6 +180,7 @@ ADDED: dict[str, object] = {
     "zero_shot": False,  # a step: a member of it
     "eval_ms": 0,
     "costs": {"candidates": {}, "steps": {}, "overheads": {}},
+    "sampling": {},  # Flight: the proposal requests that take several samples
 }
 
 

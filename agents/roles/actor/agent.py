@@ -300,9 +300,11 @@ class Actor:
         spliced into the parent's text outside its EVOLVE-BLOCKs before it is judged.
 
         Returns:
-            What is left to publish: the item's result, or (children sent on already) a
-            ``WorkFailed`` carrying the tokens of the samples that answered after the last one
-            sent, or nothing.
+            What is left to publish: taking one child, the item's result; taking several,
+            the children sent on already, a ``WorkFailed`` (``SamplesUnused``) that says no
+            more will come, carrying the tokens of the samples that answered after the last one
+            sent — after the item's result when no sample was usable and a repair round made
+            it.
 
         Raises:
             LLMError: the model did not answer, or never gave a usable child.
@@ -400,25 +402,30 @@ class Actor:
 
         sampling = await each_usable(sample, n, judge, take=take, release=send_on)
         span.set_attribute("evobus.samples_released", sampling.released)
-        if sampling.released == 0:
+        sent: list[Outbound] = []
+        released, unused = sampling.released, sampling.unused
+        if released == 0:
             assert sampling.last is not None  # each_usable raised when no sample answered
             unusable = Sampled(sampling.last, None, sampling.problem, sampling.unused, n, 0)
             draft, usage = await self.answer_again(
                 models, work, messages, prompt.name, unusable, answer
             )
-            return [result_outbound(await child.of(unusable.out, draft, usage, ""), "propose")]
-        if sampling.unused == Usage():
-            return []
-        # Samples that answered after the last child was sent spent tokens of the budget too.
+            proposal = await child.of(unusable.out, draft, usage, "")
+            sent.append(result_outbound(proposal, "propose"))
+            released, unused = 1, Usage()  # every sample's tokens are the repaired child's
+        # However many went on, the requester learns that no more will come (it keeps room in
+        # its budget for them), with the tokens of the samples that answered after the last one
+        # sent: they spent the budget's tokens too.
+        why = f": {sampling.problem}" if sampling.released < take and sampling.problem else ""
         spent = WorkFailed(
             work_id=work.work_id,
             campaign=work.campaign,
             stage="propose",
-            error=f"{n - sampling.released} of {n} samples not sent on: {sampling.problem}",
-            usage=sampling.unused,
+            error=f"{n - sampling.released} of {n} samples not sent on{why}",
+            usage=unused,
             error_type="SamplesUnused",
         )
-        return [result_outbound(spent, "propose", sample_kind(sampling.released))]
+        return [*sent, result_outbound(spent, "propose", sample_kind(released))]
 
     async def answer_again(
         self,

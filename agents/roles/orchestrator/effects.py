@@ -145,14 +145,19 @@ class Effects:
         self._environment = environment  # to register, until the registry answers
         self._environment_asked = False
         self._asking: Admit | None = None  # the ε-net request the registry task holds
-        self._held: list[tuple[str, str]] = []  # proposals waiting for it to be answered
+        # Proposals to ask about in one request: at a transaction's end, or once the request
+        # out is answered.
+        self._held: list[tuple[str, str]] = []
         self._backlog_asked = False
         self._retry_after = 0.0  # monotonic: when to ask the registry again
         self._away = ""  # why the registry was last found away ("" while it answers)
 
     # -- steps ------------------------------------------------------------------------------
-    def carry(self, first: Orders) -> Duties:
-        """``first`` and every step its admissions lead to, in order."""
+    def carry(self, first: Orders, *, ask: bool = True) -> Duties:
+        """``first`` and every step its admissions lead to, in order. Its proposals bound for
+        the ε-net are asked about together at the end (``ask``), or, with ``ask`` False, held
+        for the next ``ask_held`` — one transaction's results carried one by one (writer.py):
+        their proposals go to the ε-net as one batch."""
         duties = Duties()
         followers = deque([first])
         while followers:
@@ -163,14 +168,23 @@ class Effects:
                 plan = self.machine.plan_md() if orders.commits else ""
                 duties.writes.append(GitWrite(tuple(orders.commits), tuple(orders.rollbacks), plan))
             followers.extend(self._admit(orders, duties))
+            if not followers and ask:
+                followers.extend(self._ask_held(duties))
         return duties
+
+    def ask_held(self) -> Duties:
+        """Ask the ε-net about the proposals held (``carry`` with ``ask`` False) in one request,
+        and what that leads to."""
+        return self.carry(Orders())
 
     def _admit(self, orders: Orders, duties: Duties) -> list[Orders]:
         """POLCA Algorithm 4 for the step's proposals: exact duplicates are refused without
-        asking (novelty.py), at distance 0; the rest are asked of the registry's ε-net. While
-        earlier ones wait to be checked late, new ones join them without asking, and while an
-        ε-net request is out, they wait for its answer: the ε-net sees them all in the order
-        admitted."""
+        asking (novelty.py), at distance 0; the rest are held to be asked of the registry's
+        ε-net together (``_ask_held``). While earlier ones wait to be checked late, new ones
+        join them without asking, and while an ε-net request is out, they wait for its answer:
+        the ε-net sees them all in the order admitted, and those held meanwhile as one batch,
+        which it filters farthest first (Algorithm 4, line 7: the samples of one proposal
+        request, or proposals that came together, are not admitted first come, first in)."""
         machine = self.machine
         now = time.time()
         followers = [
@@ -183,24 +197,35 @@ class Effects:
             if a.duplicate_of
         ]
         proposals = [(a.candidate_id, a.text) for a in orders.admissions if not a.duplicate_of]
-        return followers + self._ask_epsilon_net(proposals, duties)
+        return followers + self._hold(proposals)
 
-    def _ask_epsilon_net(self, proposals: list[tuple[str, str]], duties: Duties) -> list[Orders]:
+    def _hold(self, proposals: list[tuple[str, str]]) -> list[Orders]:
+        """Hold ``proposals`` for the ε-net's next request (``_ask_held``) — or, while earlier
+        ones wait to be checked late, let them go on unfiltered with those."""
         if not proposals:
             return []
-        backlog_size = len(self.machine.backlog.unfiltered)
-        if backlog_size:
-            reason = (
-                f"{backlog_size} earlier proposals wait for the registry "
-                f"({self._away or 'it did not answer'})"
-            )
-            return self._unfiltered(proposals, reason)
-        if self._asking is not None:
-            self._held += proposals
+        if self.machine.backlog.unfiltered:
+            return self._unfiltered(proposals, self._backlog_reason())
+        self._held += proposals
+        return []
+
+    def _ask_held(self, duties: Duties) -> list[Orders]:
+        """Ask the ε-net about every proposal held, in one request — unless one is out (they
+        wait for its answer), or earlier ones wait to be checked late (they join them)."""
+        if self._asking is not None or not self._held:
             return []
-        self._asking = self._admit_request(proposals)
+        held, self._held = self._held, []
+        if self.machine.backlog.unfiltered:
+            return self._unfiltered(held, self._backlog_reason())
+        self._asking = self._admit_request(held)
         duties.requests.append(self._asking)
         return []
+
+    def _backlog_reason(self) -> str:
+        return (
+            f"{len(self.machine.backlog.unfiltered)} earlier proposals wait for the registry "
+            f"({self._away or 'it did not answer'})"
+        )
 
     def _admit_request(self, proposals: list[tuple[str, str]]) -> Admit:
         ids = [cid for cid, _ in proposals]
@@ -227,8 +252,9 @@ class Effects:
         duties = Duties()
         machine = self.machine
         waiting = [(cid, machine.epsilon_text(cid)) for cid in machine.flight.admitting]
-        for orders in self._ask_epsilon_net(waiting, duties):
-            duties.extend(self.carry(orders))
+        for orders in self._hold(waiting):
+            duties.extend(self.carry(orders, ask=False))
+        duties.extend(self.ask_held())
         return duties
 
     # -- answers ----------------------------------------------------------------------------
@@ -262,10 +288,9 @@ class Effects:
                 machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
             ]
         duties = Duties()
-        held, self._held = self._held, []
-        followers += self._ask_epsilon_net(held, duties)
-        for orders in followers:
-            duties.extend(self.carry(orders))
+        for orders in followers:  # the proposals held meanwhile go with what these lead to
+            duties.extend(self.carry(orders, ask=False))
+        duties.extend(self.ask_held())
         return duties
 
     def _backlog_worked(self, worked: BacklogWorked) -> Duties:

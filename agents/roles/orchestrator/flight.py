@@ -5,7 +5,10 @@ Pure; no I/O.
 Every work item sent is remembered with its purpose (``sent``) and claimed back when its result
 comes (``claim``): a result whose work id is not pending is a duplicate, and changes nothing.
 A step joins the live steps when it starts (``open_step``) and leaves them when it ends
-(``close_step``; ``drop_work_of`` also forgets its work still in flight).
+(``close_step``; ``drop_work_of`` also forgets its work still in flight). A work item that
+takes several of the actor's samples (FlashEvolve §3.3, ``ProposeWork.samples_taken``) is
+remembered with the step it asked for (``takes_samples``), so that each later sample opens a
+step like it (``sample``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,21 @@ from evobus.schemas.results import Result
 EARLY_RESULTS = 256
 
 
+class Samples(msgspec.Struct, kw_only=True):
+    """A work item that takes several of the actor's samples (FlashEvolve §3.3).
+
+    Attributes:
+        taken: how many it takes (``ProposeWork.samples_taken``).
+        step: the step that asked, as it was then (at ``propose``): its parents, operator,
+            diagnosis, minibatch and their evaluations, for the steps later samples open.
+        seen: the samples applied so far, by ``Proposal.sample``.
+    """
+
+    taken: int
+    step: Chain
+    seen: list[int] = msgspec.field(default_factory=list)
+
+
 class Flight(Component, kw_only=True):
     """What is in flight.
 
@@ -34,6 +52,8 @@ class Flight(Component, kw_only=True):
         pending: each work id sent and not yet answered, and its purpose.
         admitting: the proposals at the registry's ε-net: candidate id → its step's key.
         proposals: the steps started (the proposal budget counts them).
+        sampling: the work items that take several samples, by work id, until the actor says
+            no more come.
         early: results that came for work not in flight, by work id, the newest
             ``EARLY_RESULTS`` kept (``hold_early``); due: the work ids sent since whose result
             was among them, to be applied at the end of the transaction (``next_due``).
@@ -45,6 +65,7 @@ class Flight(Component, kw_only=True):
     _proposals: int = msgspec.field(default=0, name="proposals")
     _early: dict[str, Result] = msgspec.field(default_factory=dict, name="early")
     _due: list[str] = msgspec.field(default_factory=list, name="due")
+    _sampling: dict[str, Samples] = msgspec.field(default_factory=dict, name="sampling")
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -68,9 +89,20 @@ class Flight(Component, kw_only=True):
         return self._proposals
 
     @property
+    def sampling(self) -> Mapping[str, Samples]:
+        return self._sampling
+
+    @property
+    def awaited(self) -> int:
+        """The later samples still to come of the requests that take several: the steps they
+        will open are the proposal budget's already."""
+        return sum(r.taken - 1 - sum(1 for i in r.seen if i > 0) for r in self._sampling.values())
+
+    @property
     def idle(self) -> bool:
-        """Whether nothing is in flight: no work, no proposal at the ε-net, no step."""
-        return not (self._pending or self._admitting or self._live)
+        """Whether nothing is in flight: no work, no proposal at the ε-net, no step, no sample
+        still to come of a request that takes several (its step may be decided already)."""
+        return not (self._pending or self._admitting or self._live or self.awaited)
 
     def chain_of(self, purpose: Purpose) -> Chain | None:
         """The live step work of ``purpose`` is for (None for work of no step)."""
@@ -135,6 +167,7 @@ class Flight(Component, kw_only=True):
         """Forget every piece of ``chain`` still in flight, so its results will be ignored."""
         for work_id in [w for w, p in self._pending.items() if p.chain == chain.key]:
             del self._pending[work_id]
+            self._sampling.pop(work_id, None)  # a proposal asked for: no sample will count
         if chain.candidate_id is not None:
             self._admitting.pop(chain.candidate_id, None)
 
@@ -147,3 +180,32 @@ class Flight(Component, kw_only=True):
         """The step whose proposal the ε-net answered for; None when none waits for it."""
         key = self._admitting.pop(candidate_id, None)
         return self._live.get(key) if key is not None else None
+
+    # -- several samples of one proposal (FlashEvolve §3.3) --------------------------------
+    def takes_samples(self, work_id: str, taken: int, step: Chain) -> None:
+        """Work ``work_id`` takes ``taken`` of the actor's samples for ``step``, which is kept
+        as it is now: each sample after the first opens a step like it (``sample``)."""
+        self._sampling[work_id] = Samples(taken=taken, step=step.sibling(step.key))
+
+    def sample(self, work_id: str, index: int) -> Chain | None:
+        """Sample ``index`` of work ``work_id`` came: the step that asked, as it was then, the
+        first time it comes; None for a copy, or for work that takes no more samples."""
+        record = self._sampling.get(work_id)
+        if record is None or index in record.seen or index >= record.taken:
+            return None
+        record.seen.append(index)
+        return record.step
+
+    def samples_done(self, work_id: str) -> bool:
+        """The actor says no more samples of ``work_id`` come (its ``SamplesUnused``, which
+        ends every request that takes several, or a failure): the record goes. False when
+        there was none (a copy)."""
+        return self._sampling.pop(work_id, None) is not None
+
+    def parent_removed(self, candidate_id: str) -> None:
+        """A speculative ``candidate_id`` was removed (FlashEvolve §3.3): the steps later
+        samples of a proposal made from it open are stale whatever Δ says, as that proposal's
+        own step is."""
+        for record in self._sampling.values():
+            if candidate_id in record.step.parent_ids:
+                record.step.stale_parent = candidate_id

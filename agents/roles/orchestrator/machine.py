@@ -103,7 +103,7 @@ from evobus.agents.roles.orchestrator.steps import (
     TaskPlan,
     stage_targets,
 )
-from evobus.agents.roles.orchestrator.tally import Tally, payer_of
+from evobus.agents.roles.orchestrator.tally import SAMPLES_UNUSED, Payer, Tally, payer_of
 from evobus.agents.roles.orchestrator.trace import CampaignTrace
 from evobus.agents.roles.orchestrator.workers import Workers
 from evobus.schemas.agents import AgentRef, WorkersTarget
@@ -354,10 +354,11 @@ class CampaignMachine:
         """A fresh work id's serial part (``_send_work`` adds its content's digest)."""
         return f"{self.cid}-w{self._next_serial('work'):06d}"
 
-    def _send_work(self, orders: Orders, stage: str, item: Work, purpose: Purpose) -> None:
-        """Send ``item`` to ``stage``'s workers and remember what it is for. Its work id is the
-        serial ``_new_work_id`` gave it and a digest of the rest (``messages.content_id``).
-        A task's work carries the notes people added for the models (steering.py)."""
+    def _send_work(self, orders: Orders, stage: str, item: Work, purpose: Purpose) -> str:
+        """Send ``item`` to ``stage``'s workers and remember what it is for; its work id. That
+        is the serial ``_new_work_id`` gave it and a digest of the rest
+        (``messages.content_id``). A task's work carries the notes people added for the models
+        (steering.py)."""
         if isinstance(item, TaskWork) and self.steering.notes:
             item = msgspec.structs.replace(item, notes=self.steering.notes)
         blank = msgspec.structs.replace(item, work_id="")
@@ -365,6 +366,7 @@ class CampaignMachine:
         self.flight.sent(item.work_id, purpose)
         context = self.trace.context(self.flight.chain_of(purpose), purpose.candidate_id)
         orders.outbound.append(Send(stage, item, context))
+        return item.work_id
 
     def _evaluate(
         self,
@@ -644,6 +646,8 @@ class CampaignMachine:
                 self._on_partial(orders, partial_of, result, now)
                 self._refill(orders, now)
             return orders
+        if self._later_sample(orders, result, sender, now):
+            return orders
         purpose = self.flight.claim(result.work_id)
         if self.run.finished:
             return orders
@@ -658,6 +662,51 @@ class CampaignMachine:
         self._check_budgets(orders, now)
         self._refill(orders, now)
         return orders
+
+    def _later_sample(
+        self, orders: Orders, result: Result, sender: AgentRef | None, now: float
+    ) -> bool:
+        """FlashEvolve §3.3 with ``samples_taken`` > 1: the actor sends each usable sample of a
+        proposal request on as soon as it is ready. The first (``sample`` 0) is the request's
+        result, applied as any; each later one opens a step of its own, its sibling (the same
+        parents, operator, diagnosis and minibatch, a new candidate id), counted against the
+        proposal budget, and goes through the ε-net and evaluation like the first — or, the
+        budget spent, counts its tokens only. ``SamplesUnused``, the request's last word, counts
+        the tokens of the samples not sent on, and abandons nothing. Returns whether ``result``
+        was one of these (a copy of one included), applied here."""
+        match result:
+            case Proposal(sample=0):
+                self.flight.sample(result.work_id, 0)  # applied as the request's result
+                return False
+            case Proposal(sample=index):
+                step = self.flight.sample(result.work_id, index)
+                if step is None or self.run.finished:
+                    return True  # a copy, or a sample of work that takes no more
+                if self.run.phase == "evolving" and self._budget_room():
+                    chain = step.sibling(self._next_serial("chain"))
+                    self.flight.open_step(chain)
+                    self.trace.open_step(chain, rule=self.strategy.selection)
+                    self.speculation.derive(chain.key, chain.parent_ids)
+                    # Its child's, once the proposal names it (tally.py).
+                    self.tally.count(result, sender, self.orchestrator, Payer(step=chain.key))
+                    self._passed("propose", now)
+                    self._on_proposal(orders, chain, result, now)
+                else:
+                    self.tally.count(
+                        result, sender, self.orchestrator, Payer(overhead=SAMPLES_UNUSED)
+                    )
+            case WorkFailed(error_type="SamplesUnused"):
+                if not self.flight.samples_done(result.work_id) or self.run.finished:
+                    return True
+                self.tally.count(result, sender, self.orchestrator, Payer(overhead=SAMPLES_UNUSED))
+            case WorkFailed():  # the request failed: no more of its samples come
+                self.flight.samples_done(result.work_id)
+                return False
+            case _:
+                return False
+        self._check_budgets(orders, now)
+        self._refill(orders, now)
+        return True
 
     def _dispatch(
         self,
@@ -1171,9 +1220,24 @@ class CampaignMachine:
             context=self._with_summary(self.decisions.history.render()),
             skills=self.strategy.skills if chain.operator == "m_diag" else 0,
             zero_shot=chain.zero_shot,
+            samples_taken=self._samples_taken(),
         )
         chain.move("propose")
-        self._send_work(orders, "propose", item, Purpose("propose", chain.key, parent))
+        work_id = self._send_work(orders, "propose", item, Purpose("propose", chain.key, parent))
+        if item.samples_taken > 1:
+            self.flight.takes_samples(work_id, item.samples_taken, chain)
+
+    def _samples_taken(self) -> int:
+        """How many of the actor's ``[llm] samples`` a proposal request takes (FlashEvolve
+        §3.3: each usable one is sent on as soon as it is ready): all of them, up to the
+        proposals the budget has left — this step's and one per step it may still start. The
+        offline engine makes one child a request. Those asked for are spoken for
+        (``_can_start``): a step started meanwhile would leave no room for them."""
+        llm = self.spec.llm
+        if llm.provider == "offline":
+            return 1
+        left = self.spec.campaign.budget.proposals - self.flight.proposals - self.flight.awaited
+        return max(1, min(llm.samples, left + 1))
 
     def _mean_score(self, candidate_id: str) -> float | None:
         """``candidate_id``'s mean train score in the pool, else its latest evaluation's."""
@@ -1258,14 +1322,20 @@ class CampaignMachine:
             self._finish(orders, now, "completed", "proposal budget spent")
 
     def _can_start(self) -> bool:
-        """Whether a new step may start: the proposal budget allows it, and the zero-shot
-        initial population is built (REFLEX Algorithm 1: line 2 before the loop) — unless
-        the step is one of its members. A member that failed or was filtered has ended too,
-        so a broken one never holds the loop back."""
-        if self.flight.proposals >= self.spec.campaign.budget.proposals:
+        """Whether a new step may start: the proposal budget has room for it (``_budget_room``),
+        and the zero-shot initial population is built (REFLEX Algorithm 1: line 2 before the
+        loop) — unless the step is one of its members. A member that failed or was filtered
+        has ended too, so a broken one never holds the loop back."""
+        if not self._budget_room():
             return False
         building = any(chain.zero_shot for chain in self.flight.live.values())
         return self.selection.zero_shot_left > 0 or not building
+
+    def _budget_room(self) -> bool:
+        """Whether the proposal budget has room for one more step, besides those the samples
+        still to come will open (FlashEvolve §3.3: asked for, they are spoken for)."""
+        flight = self.flight
+        return flight.proposals + flight.awaited < self.spec.campaign.budget.proposals
 
     def _queue(self, stage: ChainStage) -> tuple[int, float]:
         """How many steps wait in ``stage``, and their mean version gap (FlashEvolve §3.2)."""
@@ -1336,7 +1406,9 @@ class CampaignMachine:
         if not flight.in_stages("explore", "explored", "diagnose"):
             for chain in flight.in_stage("diagnosed"):
                 self._propose(orders, chain)
-        if not flight.in_stages(*BEFORE_ADMITTED):
+        # Every proposal before any evaluation: the samples still to come too (their steps
+        # join the generation when they come: FlashEvolve §3.3's siblings).
+        if not flight.in_stages(*BEFORE_ADMITTED) and not flight.awaited:
             for chain in flight.in_stage("ready"):
                 self._dispatch_ready(orders, chain, now)
         evaluated = flight.in_stage("evaluated")
@@ -2017,6 +2089,7 @@ class CampaignMachine:
         returned) are stale whatever Δ says, unless their evaluation is already under way."""
         stale = self.speculation.remove(cid)
         self._leave_pool(cid, score, operator=chain.operator, rationale=chain.rationale)
+        self.flight.parent_removed(cid)  # and so are the steps its later samples will open
         for other in self.flight.live.values():
             if str(other.key) in stale and other.stage not in ("evaluate", "evaluated"):
                 other.stale_parent = cid

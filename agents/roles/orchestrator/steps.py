@@ -20,6 +20,7 @@ from evobus.agents.roles.orchestrator.messages import Outgoing
 from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.artifacts import Artifact, Candidate, LineageRecord, Operator
 from evobus.schemas.campaign import PipelineStage, StrategySection
+from evobus.schemas.llm import Usage
 from evobus.schemas.results import Diagnosis, Evaluation
 from evobus.schemas.tools import ToolSpec
 from evobus.schemas.work import Stage
@@ -107,7 +108,8 @@ ChainStage = Literal[
 ]
 FIRST_STAGE: ChainStage = "explore"
 # The step's state machine: from each stage, the stages it may move to (``Chain.move``). A
-# step starts at ``FIRST_STAGE`` and ends — decided, or dropped (filtered, stale-discarded,
+# step starts at ``FIRST_STAGE`` (a sibling, another sample of one proposal request, at
+# ``propose``: ``Chain.sibling``) and ends — decided, or dropped (filtered, stale-discarded,
 # abandoned, made from a removed speculative parent) — by leaving the live steps
 # (``CampaignMachine.forget``), from any stage: that is not a move.
 MOVES: dict[ChainStage, frozenset[ChainStage]] = {
@@ -154,6 +156,30 @@ class Chain:
     # A member of the zero-shot initial population (REFLEX Algorithm 1, line 2): its child is
     # written from the task alone; ``parent_ids`` is the seed, the baseline it is decided against.
     zero_shot: bool = False
+
+    def sibling(self, key: int) -> Chain:
+        """Another step from this one's proposal request, under ``key``: the same parents,
+        operator, diagnosis, minibatch and their evaluations, at ``propose`` — for another of
+        the actor's samples (FlashEvolve §3.3, ``ProposeWork.samples_taken``), which is its
+        child."""
+        return Chain(
+            operator=self.operator,
+            forced=self.forced,
+            parent_ids=self.parent_ids,
+            minibatch=self.minibatch,
+            # The diagnosis's tokens are the first child's (``candidate_proposed``'s tokens):
+            # counted once, not once per sample.
+            diagnosis=None
+            if self.diagnosis is None
+            else msgspec.structs.replace(self.diagnosis, usage=Usage()),
+            evaluations=dict(self.evaluations),
+            key=key,
+            version=self.version,
+            stage="propose",
+            stale_parent=self.stale_parent,
+            speculative_prefix=self.speculative_prefix,
+            zero_shot=self.zero_shot,  # another member, written from the task alone
+        )
 
     def move(self, to: ChainStage) -> None:
         """Move the step to stage ``to``.

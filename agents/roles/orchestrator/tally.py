@@ -10,7 +10,9 @@ child's own evaluation. Until the proposal names the child, a step's cost waits 
 (``name_step`` hands it on); a step that never names one (its proposal failed, or the
 campaign stopped first) is the overhead ``STEPS_WITHOUT_CHILD``. Work of no step for a
 candidate (its validations, the seed's scoring, a diagnosis asked ahead) is that
-candidate's. So the candidates' and overheads' sums are the totals exactly.
+candidate's. A later sample of a proposal request (``[llm] samples``) is its own step's child's;
+the samples no child came from are the overhead ``SAMPLES_UNUSED``. So the candidates' and
+overheads' sums are the totals exactly.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ OVERHEADS: dict[str, str] = {
     "tool": "tool generation",
 }
 STEPS_WITHOUT_CHILD = "steps without a child"
+# The samples of a proposal request no child came from (FlashEvolve §3.3, ``[llm] samples``):
+# those not sent on (``SamplesUnused``), and one sent on with no room left in the budget.
+SAMPLES_UNUSED = "samples not sent on"
 # What a campaign resumed from a snapshot taken before costs were recorded had spent then.
 BEFORE_COSTS = "before costs were recorded"
 

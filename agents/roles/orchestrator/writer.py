@@ -166,6 +166,8 @@ class CampaignWriter:
                 for delivery in deliveries:
                     with delivery.span():
                         duties.extend(self._apply_result(delivery))
+                # The batch's proposals go to the ε-net together (POLCA Algorithm 4).
+                duties.extend(self.effects.ask_held())
                 await self._carry_out(duties, persist=True, done=done)
             case Tick() if self._finishing is None and not self.finished.is_set():
                 duties = self.effects.carry(self.machine.tick(time.time()))
@@ -193,7 +195,7 @@ class CampaignWriter:
         except Exception as exc:
             log.exception("campaign %s: applying %s failed", machine.cid, type(result).__name__)
             orders = machine.fail(f"orchestrator error: {type(exc).__name__}: {exc}", time.time())
-        return self.effects.carry(orders)
+        return self.effects.carry(orders, ask=False)
 
     async def _answered(self, answer: Verdicts | BacklogWorked | EnvironmentRegistered) -> None:
         """Apply the registry's answer; a held finish takes what it leads to before its
