@@ -146,7 +146,9 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         min_evaluations: evaluations a candidate needs before it can be reported best.
         epsilon: ε-net radius in embedding space (POLCA Algorithm 4); 0 turns the filter off.
         bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
-        delta_max: the clip of fitness deltas before they are normalised into rewards.
+        delta_max: the clip of fitness deltas before they are normalised into rewards (the
+            operators' and the skills'); None: the largest improvement seen so far in the
+            campaign, so that rewards mean the same on any score's scale.
         burst_after: steps without improvement before a forced exploration burst.
         initial_population: N, REFLEX's zero-shot initial population (Algorithm 1, line 2),
             built before the loop: the first N steps are i1 steps whose child is written from
@@ -204,7 +206,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     min_evaluations: Annotated[int, msgspec.Meta(ge=1)] = 8
     epsilon: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] = 0.002
     bandit: bool = True
-    delta_max: Annotated[float, msgspec.Meta(gt=0.0)] = 100.0
+    delta_max: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     burst_after: Annotated[int, msgspec.Meta(ge=1)] = 12
     initial_population: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0
     skills: Annotated[int, msgspec.Meta(ge=0, le=50)] = 3

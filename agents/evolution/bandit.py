@@ -41,6 +41,7 @@ class BanditSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     counts: dict[Operator, int]
     rewarded: dict[Operator, int]
     rewards: dict[Operator, float]
+    delta_scale: float = 0.0  # absent from snapshots written before it: nothing seen
 
 
 class OperatorBandit:
@@ -53,6 +54,8 @@ class OperatorBandit:
             flight counts, so concurrent chains spread over the arms instead of piling onto one).
         rewarded: rewards received per operator.
         rewards: the sum of those rewards; μ̂_o = rewards / rewarded.
+        delta_scale: the largest improvement credited so far: Δmax where the campaign sets
+            none (``bound``).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class OperatorBandit:
         self.counts: dict[Operator, int] = dict.fromkeys(operators, 0)
         self.rewarded: dict[Operator, int] = dict.fromkeys(operators, 0)
         self.rewards: dict[Operator, float] = dict.fromkeys(operators, 0.0)
+        self.delta_scale = 0.0
 
     def mean(self, operator: Operator) -> float:
         """μ̂_o, the mean normalised reward of an operator (0.0 before any reward)."""
@@ -95,6 +99,20 @@ class OperatorBandit:
         """Count a selection made outside ``choose`` (a forced burst operator)."""
         self.counts[operator] += 1
 
+    def bound(self, delta_max: float | None, fitness_delta: float = 0.0) -> float:
+        """Δmax for a child's ``fitness_delta``: ``delta_max`` when the campaign sets one, else
+        the largest improvement seen, this one included (noted; 1.0 before any: a reward is 0
+        then, whatever the bound).
+
+        REFLEX §3.4 leaves Δmax to the task; an evobus addition picks it from the run. A fixed
+        default suits one scale only: 100 on pendulum's returns made every reward on a score in
+        [0, 1] (OpenEvolve's files) at most 0.01, and UCB1 chose the operators round-robin.
+        """
+        if delta_max is not None:
+            return delta_max
+        self.delta_scale = max(self.delta_scale, fitness_delta)
+        return self.delta_scale or 1.0
+
     def update(self, operator: Operator, fitness_delta: float, *, delta_max: float) -> float:
         """Credit an operator with a child's fitness delta; returns the reward in [0, 1].
 
@@ -114,6 +132,7 @@ class OperatorBandit:
             counts=dict(self.counts),
             rewarded=dict(self.rewarded),
             rewards=dict(self.rewards),
+            delta_scale=self.delta_scale,
         )
 
     @classmethod
@@ -124,6 +143,7 @@ class OperatorBandit:
             bandit.counts[op] = snapshot.counts.get(op, 0)
             bandit.rewarded[op] = snapshot.rewarded.get(op, 0)
             bandit.rewards[op] = snapshot.rewards.get(op, 0.0)
+        bandit.delta_scale = snapshot.delta_scale
         return bandit
 
 

@@ -124,7 +124,6 @@ def registry_calls(state: CampaignMachine, registry: RegistryClient) -> Registry
         state.cid,
         state.plan.name,
         epsilon=strategy.epsilon,
-        delta_max=strategy.delta_max,
         embedder=state.spec.embedder,
     )
 

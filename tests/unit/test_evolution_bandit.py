@@ -49,6 +49,21 @@ def test_reward_is_clipped_and_normalised() -> None:
     assert bandit.rewarded["m_text"] == 3 and bandit.counts["m_text"] == 0
 
 
+def test_without_a_campaigns_delta_max_the_largest_improvement_seen_bounds_the_rewards() -> None:
+    bandit = OperatorBandit()
+    assert bandit.bound(None) == 1.0  # nothing seen: any reward is 0 then
+    assert bandit.bound(None, -5.0) == 1.0
+    # A score in [0, 1]: the first improvement is Δmax, a smaller one a share of it.
+    assert bandit.update("m_text", 0.02, delta_max=bandit.bound(None, 0.02)) == 1.0
+    assert bandit.update("m_diag", 0.005, delta_max=bandit.bound(None, 0.005)) == 0.25
+    assert bandit.bound(None, 0.04) == 0.04 and bandit.delta_scale == 0.04
+    assert bandit.bound(100.0, 7.0) == 100.0 and bandit.delta_scale == 0.04  # a campaign's wins
+    restored = OperatorBandit.from_snapshot(
+        msgspec.json.decode(msgspec.json.encode(bandit.snapshot()), type=BanditSnapshot)
+    )
+    assert restored.delta_scale == 0.04
+
+
 def test_score_is_ucb1() -> None:
     bandit = OperatorBandit(("m_diag", "x_div"), exploration=0.5)
     for _ in range(3):

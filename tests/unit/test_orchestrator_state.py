@@ -316,7 +316,8 @@ def test_an_improving_child_is_tagged_validated_and_becomes_best() -> None:
     assert [c.record.tag for c in decided.commits] == ["accept/1"]
     child_id = accepted.candidate_id
     assert state.backlog.skill_uses == [
-        SkillUse(use_id=f"{state.cid}/{child_id}", name="raise-gain", delta=500.0)
+        # Credited against Δmax: no campaign's, the largest improvement seen (this one).
+        SkillUse(use_id=f"{state.cid}/{child_id}", name="raise-gain", delta=500.0, delta_max=500.0)
     ]
     assert of_type(decided, ExtractWork)[0].delta == 500.0
     (validate,) = [w for w in of_type(decided, EvaluateWork) if w.instances == VALIDATION]

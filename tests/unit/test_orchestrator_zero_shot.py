@@ -133,7 +133,7 @@ def child_of(work: ProposeWork, n: int) -> Proposal:
 
 
 def test_i1_in_the_loop_is_credited_against_its_own_parent_not_the_seed() -> None:
-    state = make_state(proposals=10, bandit=True, selection="mean", in_flight=1)
+    state = make_state(proposals=10, bandit=True, selection="mean", in_flight=1, delta_max=100.0)
     prop = to_proposal(state, seeded(state), -1000.0)
     (child,) = of_type(state.apply(child_of(prop, 0), None, 4.0), EvaluateWork)
     state.selection.force_burst()  # the next step is an i1 (A-Evolve's burst)

@@ -175,6 +175,8 @@ OLD_SNAPSHOTS: dict[str, Callable[[], CampaignMachine]] = {
 ADDED: dict[str, object] = {
     "steering": {"applied": [], "paused_since": None, "notes": [], "pins": [], "rejected": []},
     "horizon": 0,
+    "delta_scale": 0.0,  # the bandit's Δmax where the campaign sets none
+    "delta_max": 100.0,  # a skill use's credit bound (queued before: the old default)
     "recent_children": [],  # the stagnation window's children (A-Evolve's degradation rule)
     "zero_shot_left": 0,  # Selection: the zero-shot initial population's members to start
     "zero_shot": False,  # a step: a member of it

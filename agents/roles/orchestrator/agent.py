@@ -197,7 +197,6 @@ class OrchestratorWorker:
             self.campaign,
             machine.plan.name,
             epsilon=machine.strategy.epsilon,
-            delta_max=machine.strategy.delta_max,
             embedder=machine.spec.embedder,
         )
         effects = Effects(machine, environment=opened.environment)

@@ -1652,10 +1652,14 @@ class CampaignMachine:
         # REFLEX Algorithm 1, line 23 credits a loop step's operator with Δ against the step's
         # own parent. A zero-shot member (line 2) had no parent — its Δ is against the seed, a
         # baseline only — and is no loop step: no bandit credit.
+        # Δmax: the campaign's, else the largest improvement of a loop step seen so far.
+        noted = 0.0 if chain.zero_shot else delta
+        bound = self.selection.delta_bound(self.strategy.delta_max, noted)
         if self.strategy.bandit and not chain.zero_shot:
-            self.selection.reward(chain.operator, delta, delta_max=self.strategy.delta_max)
+            self.selection.reward(chain.operator, delta, delta_max=bound)
         for name in chain.skills_used:
-            self.backlog.queue_use(SkillUse(use_id=f"{self.cid}/{cid}", name=name, delta=delta))
+            use = SkillUse(use_id=f"{self.cid}/{cid}", name=name, delta=delta, delta_max=bound)
+            self.backlog.queue_use(use)
         improved_parent = not child.error and delta > 0
         improved_best = improved_parent and child.score > best_before
         if not child.error:  # a crashing program is no candidate

@@ -59,8 +59,8 @@ class RegistryCalls:
         registry: the client.
         campaign: the campaign's id.
         task: the campaign's task (a skill's scope in retrieval).
-        epsilon, delta_max, embedder: the campaign's ε-net radius, skill credit bound and
-            embedder.
+        epsilon, embedder: the campaign's ε-net radius and embedder (a skill use carries the
+            bound of its credit, ``SkillUse.delta_max``).
         call_seconds: how long a backlog call waits for its answer.
     """
 
@@ -71,7 +71,6 @@ class RegistryCalls:
         task: str,
         *,
         epsilon: float,
-        delta_max: float,
         embedder: EmbedderSpec,
         call_seconds: float = BACKLOG_CALL_SECONDS,
     ) -> None:
@@ -79,7 +78,6 @@ class RegistryCalls:
         self.campaign = campaign
         self.task = task
         self.epsilon = epsilon
-        self.delta_max = delta_max
         self.embedder = embedder
         self.call_seconds = call_seconds
         self._away = ""  # why the registry was found away ("" while it answers)
@@ -208,7 +206,7 @@ class RegistryCalls:
         """
         try:
             skill = await self._ask(
-                self.registry.record_skill_use(use.name, use.delta, self.delta_max, use.use_id),
+                self.registry.record_skill_use(use.name, use.delta, use.delta_max, use.use_id),
                 patience=self.call_seconds,
             )
         except RegistryUnavailable:

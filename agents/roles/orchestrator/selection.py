@@ -137,8 +137,13 @@ class Selection(Component, kw_only=True):
 
     # -- changing --------------------------------------------------------------------------
     def reward(self, operator: Operator, delta: float, *, delta_max: float) -> None:
-        """Credit the operator with a decided child's Δ."""
+        """Credit the operator with a decided child's Δ, clipped to ``delta_max``."""
         self._bandit.update(operator, delta, delta_max=delta_max)
+
+    def delta_bound(self, delta_max: float | None, delta: float = 0.0) -> float:
+        """Δmax for a decided child's Δ (``OperatorBandit.bound``, which notes it): the
+        operators' rewards and the skills' credits are normalised by it."""
+        return self._bandit.bound(delta_max, delta)
 
     def count_outcome(self, step: int, newest: int, *, improved: bool) -> bool:
         """Count step number ``step``, ended, towards the next exploration burst (a step that

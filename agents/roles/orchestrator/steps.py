@@ -246,6 +246,7 @@ class SkillUse(msgspec.Struct, frozen=True, kw_only=True):
     use_id: str
     name: str
     delta: float
+    delta_max: float = 100.0  # Δmax of its credit (a use queued before it had one: the old default)
 
 
 class SkillRegistration(msgspec.Struct, frozen=True, kw_only=True):
