@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -106,6 +107,12 @@ async def command(args: argparse.Namespace) -> int:
     try:
         return await _serve_agent(args, settings)
     finally:
+        # The agent has stopped serving; a stop signal from now on (the supervisor's SIGTERM
+        # once it saw campaign_finished) would end the process before its exporters flushed
+        # (the campaign's root span lost on its way to Jaeger). It is ignored: the process
+        # ends anyway, and SIGKILL still ends an exporter that hangs.
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop, signal.SIG_IGN)
         shutdown_tracing()
 
 
