@@ -35,6 +35,7 @@ from evobus.agents.runtime.events import EVENT_LOG, read_events
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CandidateEvaluated, CandidateProposed
+from tests.integration.test_seed_limits import SWALLOWS
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -96,19 +97,9 @@ def evaluate(program_path):
         return {"combined_score": 0.0, "error": str(e)}
 """
 # Catches the failure and scores the program 0.0 with no error key, printing the traceback as
-# many do: under memory_mb = 64 (rlimits) a MemoryError; with a cgroup, the OOM killer.
-SWALLOWS_MEMORY = """\
-import traceback
-
-
-def evaluate(program_path):
-    try:
-        data = b"x" * (200 << 20)
-    except MemoryError:
-        traceback.print_exc()
-        return {"combined_score": 0.0}
-    return {"combined_score": 0.991 + 0.0 * len(data)}
-"""
+# many do (test_seed_limits.py's): under memory_mb = 64 (rlimits) a MemoryError; with a cgroup,
+# the OOM killer.
+SWALLOWS_MEMORY = SWALLOWS
 # Runs the program's work in a process of its own, as many evaluators do, and takes its death
 # for a bad program: 1.5 CPU seconds, killed by SIGXCPU under cpu_seconds = 1.
 SWALLOWS_CPU = """\
