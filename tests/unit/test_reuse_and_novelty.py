@@ -202,6 +202,23 @@ def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:
     assert not of_type(state.apply(diagnosis(ahead), None, 5.5), ProposeWork)  # a copy: no-op
 
 
+def test_a_child_that_beats_its_parent_but_not_the_best_is_not_diagnosed_ahead() -> None:
+    # Two steps from the seed: the first child becomes the best, the second beats the seed
+    # only. A step seldom chooses the second: the critic is not asked about it ahead of one.
+    state = text_critic_state(selection="mean", proposals=8, in_flight=2)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
+    first, second = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    (best_work,) = of_type(state.apply(child(first, SOURCE + "A = 1\n"), None, 3.0), EvaluateWork)
+    (other_work,) = of_type(state.apply(child(second, SOURCE + "B = 2\n"), None, 3.5), EvaluateWork)
+    (ahead,) = of_type(state.apply(evaluation(best_work, -5.0), EVALUATOR, 4.0), DiagnoseWork)
+    assert ahead.candidate.id == best_work.candidate.id
+    after = state.apply(evaluation(other_work, -7.0), EVALUATOR, 5.0)
+    (accepted,) = of_type(after, CandidateAccepted)  # it beat the seed, its parent
+    assert accepted.candidate_id == other_work.candidate.id
+    assert not of_type(after, DiagnoseWork)
+
+
 def test_steps_from_one_parent_share_the_critics_diagnosis_in_flight() -> None:
     state = text_critic_state(selection="mean", proposals=4, in_flight=3)
     (seed_work,) = of_type(state.start(0.0), EvaluateWork)
