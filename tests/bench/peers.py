@@ -62,6 +62,8 @@ SIM_NOTE = (
     "evobus's classical offline engine (numbers of the EVOLVE-BLOCKs moved), for both tools"
 )
 SWEEP, QUICK_SWEEP = (2, 4, 8, 16, 32), (2, 8)
+# Children per slot at least (``budget_for``): at K = 32 four waves were half start and drain.
+WAVES = 8
 Tool = Literal["openevolve", "evobus"]
 
 
@@ -73,15 +75,20 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def budget_for(
-    k: int | None, children: int, wall_s: float, defaults_children: int | None = None
+    k: int | None,
+    children: int,
+    wall_s: float,
+    defaults_children: int | None = None,
+    waves: int = WAVES,
 ) -> Budget:
-    """The budget of a run at concurrency ``k``: at least four children per slot, so a wide
-    setting runs a few full waves rather than one (``None``: the tool's defaults,
-    ``defaults_children`` if given — a budget the wall time ends first measures each tool's
-    rate where its own settings, not the budget, set its width — else ``children``)."""
+    """The budget of a run at concurrency ``k``: at least ``waves`` children per slot, so a
+    wide setting runs several full waves rather than one — a rate over few waves is mostly the
+    run's start and its drain, the wait for its slowest answers (``None``: the tool's
+    defaults, ``defaults_children`` if given — a budget the wall time ends first measures each
+    tool's rate where its own settings, not the budget, set its width — else ``children``)."""
     if k is None:
         return Budget(children=defaults_children or children, wall_s=wall_s)
-    return Budget(children=max(children, 4 * k), wall_s=wall_s)
+    return Budget(children=max(children, waves * k), wall_s=wall_s)
 
 
 class RunResult(msgspec.Struct, kw_only=True):
@@ -573,7 +580,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
     parser.add_argument("--ks", nargs="+", type=int, help=f"concurrencies (default {SWEEP})")
     parser.add_argument(
-        "--iterations", type=int, help="children per run, at least 4 K (default 64)"
+        "--iterations", type=int, help="children per run, at least --waves × K (default 64)"
+    )
+    parser.add_argument(
+        "--waves", type=int, default=WAVES, help=f"children per slot at least (default {WAVES})"
     )
     parser.add_argument("--wall", type=float, default=240.0, help="seconds a run may take")
     parser.add_argument("--no-defaults", action="store_true", help="skip the defaults rows")
@@ -608,7 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             for problem in args.problems:
                 for k in settings:
                     # Back to back, the same setting for both tools before the next one.
-                    budget = budget_for(k, args.iterations, args.wall, args.defaults_children)
+                    budget = budget_for(
+                        k, args.iterations, args.wall, args.defaults_children, args.waves
+                    )
                     runs.append(run_openevolve(runner, problem, k, budget, url, work))
                     _progress(runs[-1])
                     runs.append(run_evobus(problem, k, budget, url, work))

@@ -57,7 +57,8 @@ def test_best_after_counts_the_seed_and_only_the_first_children() -> None:
 
 def test_a_wide_setting_asks_for_a_few_waves() -> None:
     assert budget_for(2, 64, 240.0).children == 64
-    assert budget_for(32, 64, 240.0).children == 128
+    assert budget_for(32, 64, 240.0).children == 256  # eight waves of 32
+    assert budget_for(32, 64, 240.0, waves=4).children == 128
     assert budget_for(None, 64, 240.0).children == 64
     assert budget_for(None, 64, 240.0, 5000).children == 5000  # the wall time ends it
     assert budget_for(4, 64, 240.0, 5000).children == 64
