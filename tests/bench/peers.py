@@ -34,6 +34,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,7 @@ class RunResult(msgspec.Struct, kw_only=True):
     stopped: str = "finished"
     asked: int = 0  # the run's budget of children (OpenEvolve's iterations, evobus's proposals)
     distinct: int | None = None  # different programs among the children evaluated
+    repeat: int = 0  # which run of this tool, problem and setting (``--repeats``)
 
 
 class Row(msgspec.Struct, kw_only=True):
@@ -162,10 +164,10 @@ def rows(runs: Sequence[RunResult]) -> list[Row]:
     """The table's rows: each run's rates, and its best after E children, where E is the
     smaller count of children evaluated by the two tools in the same problem and setting
     (the run's own count when the other tool has no run there)."""
-    index = {(r.problem, r.setting, r.tool): r for r in runs}
+    index = {(r.problem, r.setting, r.tool, r.repeat): r for r in runs}
     out = []
     for run in runs:
-        other = index.get((run.problem, run.setting, _other(run.tool)))
+        other = index.get((run.problem, run.setting, _other(run.tool), run.repeat))
         equal = min(len(run.scores), len(other.scores)) if other else len(run.scores)
         children = per_minute(len(run.scores), run.span_s)
         ratio = None
@@ -195,6 +197,66 @@ def rows(runs: Sequence[RunResult]) -> list[Row]:
             )
         )
     return out
+
+
+class Median(msgspec.Struct, kw_only=True):
+    """One tool's runs of one problem and setting, repeated (``--repeats``): the medians."""
+
+    tool: Tool
+    problem: str
+    setting: str
+    runs: int
+    children_per_min: float
+    proposals_per_min: float
+    children_ratio: float | None  # evobus's median over OpenEvolve's, same setting
+    ratios: list[float]  # each repeat's own evobus/OpenEvolve ratio
+
+
+def medians(table_rows: Sequence[Row]) -> list[Median]:
+    """Per problem, setting and tool, the median rates over the repeated runs, in the order
+    the rows came; evobus's median children per minute over OpenEvolve's."""
+    groups: dict[tuple[str, str, Tool], list[Row]] = {}
+    for row in table_rows:
+        groups.setdefault((row.problem, row.setting, row.tool), []).append(row)
+    children = {
+        key: statistics.median(r.children_per_min for r in group) for key, group in groups.items()
+    }
+    out = []
+    for (problem, setting, tool), group in groups.items():
+        ratio = None
+        theirs = children.get((problem, setting, _other(tool)))
+        if tool == "evobus" and theirs:
+            ratio = round(children[(problem, setting, tool)] / theirs, 2)
+        out.append(
+            Median(
+                tool=tool,
+                problem=problem,
+                setting=setting,
+                runs=len(group),
+                children_per_min=round(children[(problem, setting, tool)], 1),
+                proposals_per_min=round(statistics.median(r.proposals_per_min for r in group), 1),
+                children_ratio=ratio,
+                ratios=[r.children_ratio for r in group if r.children_ratio is not None],
+            )
+        )
+    return out
+
+
+def median_table(rows_: Sequence[Median]) -> str:
+    """The medians as a Markdown table."""
+    lines = [
+        "| problem | tool | setting | runs | children/min (median) | evobus/OE children "
+        "(of medians) | evobus/OE, each run | proposals/min (median) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in rows_:
+        ratio = "" if m.children_ratio is None else f"{m.children_ratio:g}×"
+        each = ", ".join(f"{r:g}" for r in m.ratios)
+        lines.append(
+            f"| {m.problem} | {m.tool} | {m.setting} | {m.runs} | {m.children_per_min:g} "
+            f"| {ratio} | {each} | {m.proposals_per_min:g} |"
+        )
+    return "\n".join(lines)
 
 
 def _other(tool: Tool) -> Tool:
@@ -241,6 +303,7 @@ def report(
         "simulator_note": SIM_NOTE,
         "machine_limit_children_per_min": limits,
         "rows": msgspec.to_builtins(rows(runs)),
+        "medians": msgspec.to_builtins(medians(rows(runs))),
         "runs": msgspec.to_builtins(list(runs)),
     }
 
@@ -444,11 +507,17 @@ def example_parallelism(problem: str) -> int:
 
 
 def run_openevolve(
-    runner: Path, problem: str, k: int | None, budget: Budget, url: str, work: Path
+    runner: Path,
+    problem: str,
+    k: int | None,
+    budget: Budget,
+    url: str,
+    work: Path,
+    repeat: int = 0,
 ) -> RunResult:
-    """One OpenEvolve run of ``problem`` against the simulator."""
+    """One OpenEvolve run of ``problem`` against the simulator (``repeat``: which one)."""
     setting = "defaults" if k is None else f"K={k}"
-    tag = f"openevolve-{problem}-{setting.replace('=', '')}"
+    tag = f"openevolve-{problem}-{setting.replace('=', '')}" + (f"-r{repeat}" if repeat else "")
     config = work / f"{tag}.yaml"
     config.write_text(openevolve_config(problem, url, budget.children, k))
     files = [str(EXAMPLES / problem / name) for name in ("initial_program.py", "evaluator.py")]
@@ -477,6 +546,7 @@ def run_openevolve(
         stopped=stopped,
         asked=budget.children,
         distinct=openevolve_distinct(work / tag),
+        repeat=repeat,
     )
 
 
@@ -495,10 +565,13 @@ def evobus_campaign(problem: str, url: str, proposals: int, wall: float, k: int 
     )
 
 
-def run_evobus(problem: str, k: int | None, budget: Budget, url: str, work: Path) -> RunResult:
-    """One evobus run of ``problem`` against the simulator."""
+def run_evobus(
+    problem: str, k: int | None, budget: Budget, url: str, work: Path, repeat: int = 0
+) -> RunResult:
+    """One evobus run of ``problem`` against the simulator (``repeat``: which one; each has
+    its own campaign id)."""
     setting = "defaults" if k is None else f"K={k}"
-    tag = f"evobus-{problem}-{setting.replace('=', '')}"
+    tag = f"evobus-{problem}-{setting.replace('=', '')}" + (f"-r{repeat}" if repeat else "")
     campaign = work / f"{tag}.toml"
     campaign.write_text(evobus_campaign(problem, url, budget.children, budget.wall_s, k))
     calls_file = work / f"{tag}.calls.jsonl"
@@ -544,6 +617,7 @@ def run_evobus(problem: str, k: int | None, budget: Budget, url: str, work: Path
         stopped=stopped,
         asked=budget.children,
         distinct=distinct,
+        repeat=repeat,
     )
 
 
@@ -569,7 +643,9 @@ def time_evaluator(problem: str, repeats: int, work: Path) -> list[float]:
 
 def _progress(result: RunResult) -> None:
     print(
-        f"{result.problem} {result.tool} {result.setting}: {len(result.scores)} children in "
+        f"{result.problem} {result.tool} {result.setting}"
+        + (f" (run {result.repeat + 1})" if result.repeat else "")
+        + f": {len(result.scores)} children in "
         f"{result.span_s} s ({result.proposals} proposals), {result.stopped}",
         flush=True,
     )
@@ -592,6 +668,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="children asked at the defaults (default: --iterations); a large one lets the wall "
         "time end both runs, so each tool's own settings set its width",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each tool per setting, back to back; with more than one, a table of "
+        "medians follows (default 1)",
     )
     parser.add_argument("--quick", action="store_true", help=f"K in {QUICK_SWEEP}, 12 children")
     parser.add_argument("--seed", type=int, default=1, help="the simulator's seed")
@@ -621,16 +704,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     budget = budget_for(
                         k, args.iterations, args.wall, args.defaults_children, args.waves
                     )
-                    runs.append(run_openevolve(runner, problem, k, budget, url, work))
-                    _progress(runs[-1])
-                    runs.append(run_evobus(problem, k, budget, url, work))
-                    _progress(runs[-1])
+                    for repeat in range(args.repeats):
+                        runs.append(run_openevolve(runner, problem, k, budget, url, work, repeat))
+                        _progress(runs[-1])
+                        runs.append(run_evobus(problem, k, budget, url, work, repeat))
+                        _progress(runs[-1])
     finally:
         if args.keep:
             print(f"work folder kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
     print(table(rows(runs), limits))
+    if args.repeats > 1:
+        print()
+        print(median_table(medians(rows(runs))))
     meta = {
         "command": "python -m tests.bench.peers "
         + " ".join(sys.argv[1:] if argv is None else argv),

@@ -21,6 +21,8 @@ from tests.bench.peers import (
     evobus_campaign,
     example_parallelism,
     machine_limit,
+    median_table,
+    medians,
     openevolve_config,
     openevolve_figures,
     per_minute,
@@ -163,3 +165,21 @@ def test_evobus_campaign_loads_with_its_strategy(k: int | None, tmp_path: Path) 
         assert spec.strategy.in_flight == default.in_flight and spec.strategy.adaptive_in_flight
     else:
         assert spec.strategy.in_flight == k and not spec.strategy.adaptive_in_flight
+
+
+def test_repeated_runs_pair_by_repeat_and_their_medians_give_the_ratio() -> None:
+    # Three runs each, back to back: each evobus run is compared with the OpenEvolve run of
+    # the same repeat, and the medians (not the mean) of the children per minute give the ratio.
+    oe = [
+        run("openevolve", "K=4", [0.6] * 60, span, repeat=i) for i, span in enumerate((60, 40, 90))
+    ]
+    ev = [run("evobus", "K=4", [0.7] * 60, span, repeat=i) for i, span in enumerate((45, 60, 50))]
+    table_rows = rows([oe[0], ev[0], oe[1], ev[1], oe[2], ev[2]])
+    assert [r.children_ratio for r in table_rows if r.tool == "evobus"] == [1.33, 0.67, 1.8]
+    (theirs, ours) = medians(table_rows)
+    assert (theirs.tool, theirs.runs, theirs.children_per_min) == ("openevolve", 3, 60.0)
+    assert (ours.tool, ours.children_per_min) == ("evobus", 72.0)  # 80, 60, 72 → 72
+    assert ours.children_ratio == 1.2 and theirs.children_ratio is None
+    assert ours.ratios == [1.33, 0.67, 1.8]
+    text = median_table([theirs, ours])
+    assert "| function_minimisation | evobus | K=4 | 3 | 72 | 1.2× | 1.33, 0.67, 1.8 |" in text
