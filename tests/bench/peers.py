@@ -18,9 +18,11 @@ index into its own venv (``--venv``), never into the project's.
 
     .venv/bin/python -m tests.bench.peers --json tests/bench/results/peers.json
     .venv/bin/python -m tests.bench.peers --quick          # a smoke run: two K, few iterations
+    .venv/bin/python -m tests.bench.peers --ks 4 --repeats 3   # three runs each, and medians
 
-The rates are noisy (a shared machine, a few dozen children per run): read them to a factor of
-about 1.5, not to the percent.
+The rates are noisy (a shared machine, a few dozen children per run, answer lengths drawn from a
+long-tailed distribution): one run per row reads them to about ±20 %; ``--repeats`` runs each
+tool several times per setting and prints the medians.
 """
 
 from __future__ import annotations
