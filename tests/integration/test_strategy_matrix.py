@@ -433,8 +433,10 @@ SUMMARY_SIM = "summarizer-sim"
 SUMMARY_OFFLINE = "summarizer-offline"
 """The same offline: the rule-based summary."""
 # The summarizer asks after SUMMARY_EVERY (10) decided steps; with a model, the steps after it
-# read the summary (more of them than are in flight when it is asked for).
-SUMMARY_PROPOSALS = {SUMMARY_SIM: 16, SUMMARY_OFFLINE: 12}
+# read the summary: enough of them that some start after its answer, however slowly it comes
+# on a loaded machine (with 16, the last steps had all started before it came, once under a
+# loaded `make test`).
+SUMMARY_PROPOSALS = {SUMMARY_SIM: 24, SUMMARY_OFFLINE: 12}
 
 
 def summarizer_file(name: str, sim_url: str | None) -> str:
