@@ -9,10 +9,12 @@ nats-server does. The container side (compose.yaml) is checked against the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -30,7 +32,7 @@ from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, USERS, password_variable, role_credentials
 from evobus.bus.streams import ensure_streams, evidence_store, key_value, stream_configs
 from evobus.infra.cluster import DEPLOY_DIR, DEPLOY_HOSTS, ROUTE_PORT, STORE_DIR_VARIABLE
-from evobus.infra.nats_server import find_binary, free_port
+from evobus.infra.nats_server import find_binary
 from tests.conftest import eventually
 from tests.markdown_blocks import ROOT, Block, read_blocks
 
@@ -97,12 +99,27 @@ def passwords() -> dict[str, str]:
     return {password_variable(user): secrets.token_hex(16) for user in USERS}
 
 
+def distinct_ports(count: int) -> list[int]:
+    """``count`` free loopback ports, all different: each held open until all are chosen (one
+    ``free_port`` after another may be given a port just closed — a route port that was also a
+    monitor port once broke the cluster with HTTP on its routes)."""
+    with contextlib.ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 @pytest.fixture
 def documented_servers(tmp_path: Path, passwords: dict[str, str]) -> Iterator[list[Server]]:
     """The docs' block run once per server, each in a session of its own, all stopped after."""
+    ports = iter(distinct_ports(9))
     servers = [
         Server(
-            i, free_port(), free_port(), free_port(), tmp_path / f"store-{i}", tmp_path / f"{i}.log"
+            i, next(ports), next(ports), next(ports), tmp_path / f"store-{i}", tmp_path / f"{i}.log"
         )
         for i in range(1, 4)
     ]
