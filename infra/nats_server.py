@@ -7,6 +7,7 @@ or a signal to the caller's process group, reaches only whoever started it, who 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -51,9 +52,20 @@ def find_binary() -> str:
 
 def free_port() -> int:
     """A TCP port on the loopback interface that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different free loopback ports: each held open until all are chosen (one
+    ``free_port`` after another may be given a port just closed)."""
+    with contextlib.ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 class NatsServer:

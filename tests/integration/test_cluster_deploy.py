@@ -9,12 +9,10 @@ nats-server does. The container side (compose.yaml) is checked against the same 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -32,7 +30,7 @@ from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, USERS, password_variable, role_credentials
 from evobus.bus.streams import ensure_streams, evidence_store, key_value, stream_configs
 from evobus.infra.cluster import DEPLOY_DIR, DEPLOY_HOSTS, ROUTE_PORT, STORE_DIR_VARIABLE
-from evobus.infra.nats_server import find_binary
+from evobus.infra.nats_server import find_binary, free_ports
 from tests.conftest import eventually
 from tests.markdown_blocks import ROOT, Block, read_blocks
 
@@ -99,24 +97,10 @@ def passwords() -> dict[str, str]:
     return {password_variable(user): secrets.token_hex(16) for user in USERS}
 
 
-def distinct_ports(count: int) -> list[int]:
-    """``count`` free loopback ports, all different: each held open until all are chosen (one
-    ``free_port`` after another may be given a port just closed — a route port that was also a
-    monitor port once broke the cluster with HTTP on its routes)."""
-    with contextlib.ExitStack() as stack:
-        socks = [
-            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            for _ in range(count)
-        ]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-
-
 @pytest.fixture
 def documented_servers(tmp_path: Path, passwords: dict[str, str]) -> Iterator[list[Server]]:
     """The docs' block run once per server, each in a session of its own, all stopped after."""
-    ports = iter(distinct_ports(9))
+    ports = iter(free_ports(9))  # all different: a route port once was a monitor port too
     servers = [
         Server(
             i, next(ports), next(ports), next(ports), tmp_path / f"store-{i}", tmp_path / f"{i}.log"
