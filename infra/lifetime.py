@@ -75,50 +75,49 @@ def watch_exit(
     ``pid``, a child of this process, exits.
 
     The kernel tells through a pidfd, at once; without pidfds (Linux before 5.3) ``exited``
-    (which must not block) is asked every ``POLL_SECONDS``. Neither reaps the child: its
-    ``Popen`` keeps its exit status.
+    (which must not block) is asked every ``POLL_SECONDS``. Either way ``callback`` comes once
+    ``exited`` holds, and not after the block. Neither reaps the child: its ``Popen`` keeps
+    its exit status.
     """
     loop = asyncio.get_running_loop()
-    fired = False
+    handle: asyncio.Handle | None = None
+    done = False
 
-    def fire() -> None:
-        nonlocal fired
-        if not fired:
-            fired = True
+    def look() -> None:
+        nonlocal handle, done
+        handle = None
+        if done:
+            return
+        if exited():
+            done = True
             callback()
+        else:
+            handle = loop.call_later(POLL_SECONDS, look)
 
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):  # no pidfds here, or the child is already reaped
         fd = None
-    if fd is not None:
+    if fd is None:
+        handle = loop.call_soon(look)
+    else:
 
         def readable() -> None:
             loop.remove_reader(fd)  # it stays readable: once is all that is wanted
-            fire()
+            # The kernel has said; ``exited`` is asked until it agrees (``Popen.poll`` says
+            # nothing while another thread waits on the child), then the call comes.
+            look()
 
         loop.add_reader(fd, readable)
-        try:
-            yield
-        finally:
-            loop.remove_reader(fd)
-            os.close(fd)
-        return
-    handle: asyncio.Handle | None = None
-
-    def look() -> None:
-        nonlocal handle
-        if exited():
-            fire()
-        else:
-            handle = loop.call_later(POLL_SECONDS, look)
-
-    handle = loop.call_soon(look)
     try:
         yield
     finally:
+        done = True
         if handle is not None:
             handle.cancel()
+        if fd is not None:
+            loop.remove_reader(fd)
+            os.close(fd)
 
 
 __all__ = ["die_with_parent", "parent_death_signal_works", "watch_exit"]

@@ -12,12 +12,15 @@ from __future__ import annotations
 import logging
 import shlex
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import anyio
+from nats.aio.client import Client
 from nats.errors import ConnectionClosedError, StaleConnectionError, UnexpectedEOF
+from nats.errors import Error as NatsError
 
+from evobus.bus.connection import log as connection_log
 from evobus.bus.connection import redact_url
 from evobus.infra.lifetime import watch_exit
 from evobus.infra.nats_server import NatsServer
@@ -54,12 +57,15 @@ class EmbeddedBus:
     nothing is watched).
 
     ``watching()`` is a cancel scope that is cancelled when the server exits; ``exit_status``
-    then says how it ended.
+    then says how it ended. From then until ``stop()`` (which stops the server), warnings of
+    connections lost to it are not shown: the run says its exit once, and stopping the agents
+    and closing a connection to a dead server take a moment in which nats-py still retries.
     """
 
     def __init__(self, server: NatsServer | None) -> None:
         self.server = server
         self.exit_status: int | None = None
+        self._quiet: _QuietLoss | None = None
 
     @property
     def lost(self) -> bool:
@@ -68,9 +74,7 @@ class EmbeddedBus:
 
     @contextmanager
     def watching(self) -> Iterator[anyio.CancelScope]:
-        """A cancel scope for the run's block, cancelled when the server exits; meanwhile the
-        warnings of lost connections to it are not shown (the exit is said once, by the run).
-        """
+        """A cancel scope for the run's block, cancelled when the server exits."""
         with anyio.CancelScope() as scope:
             server = self.server
             if server is None or server.pid is None:
@@ -82,14 +86,30 @@ class EmbeddedBus:
                 if self.exit_status is not None:
                     scope.cancel()
 
-            quiet = _QuietLoss()
-            connection_log = logging.getLogger("evobus.bus.connection")
-            connection_log.addFilter(quiet)
-            try:
-                with watch_exit(server.pid, lambda: server.poll() is not None, exited):
-                    yield scope
-            finally:
-                connection_log.removeFilter(quiet)
+            if self._quiet is None:
+                self._quiet = _QuietLoss()
+                connection_log.addFilter(self._quiet)
+            with watch_exit(server.pid, lambda: server.poll() is not None, exited):
+                yield scope
+
+    async def close(self, nc: Client) -> None:
+        """Close the run's connection ``nc``: drained while the bus is there; on a lost bus
+        only closed, and what closing a connection to a dead server raises (the reset of a
+        reconnection caught as the server died) is nothing to report."""
+        with anyio.CancelScope(shield=True):
+            if not self.lost:
+                await nc.drain()
+                return
+            with suppress(OSError, NatsError):
+                await nc.close()
+
+    def stop(self) -> None:
+        """Stop the server (if the run started one) and show connection warnings again."""
+        if self.server is not None:
+            self.server.stop()
+        if self._quiet is not None:
+            connection_log.removeFilter(self._quiet)
+            self._quiet = None
 
 
 __all__ = ["EmbeddedBus", "resume_command"]

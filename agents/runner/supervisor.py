@@ -568,9 +568,7 @@ async def _supervise(
                     outages = restarts.outages(time.monotonic())  # a role still down: up to now
                     ended = [(finished, outages)]
             finally:
-                with anyio.CancelScope(shield=True):
-                    # A lost bus has nothing to drain into; nats-py refuses to try.
-                    await (nc.close() if bus.lost else nc.drain())
+                await bus.close(nc)
         if bus.lost:
             stop_within = INTERRUPTED_STOP_SECONDS
             raise BusLost(cid, bus.exit_status or 0, resume)
@@ -579,8 +577,7 @@ async def _supervise(
         raise
     finally:
         await _stop_children(children, stop_within)
-        if server is not None:
-            server.stop()
+        bus.stop()
         if stop_within is not None and not bus.lost:
             echo(f"evobus: campaign {cid} stopped; `{resume}` goes on with it")
     if islands:

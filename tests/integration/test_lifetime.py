@@ -5,7 +5,9 @@ exits, through a pidfd or, without pidfds, by looking."""
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +17,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from evobus.agents.runner.embedded_bus import EmbeddedBus
+from evobus.bus.connection import connect
+from evobus.bus.connection import log as connection_log
 from evobus.infra import lifetime
 from evobus.infra.nats_server import NatsServer
 from tests.conftest import wait_until
@@ -98,3 +103,46 @@ async def test_watch_exit_calls_back_once_when_the_child_exits(
 
 def test_the_parent_death_signal_is_there_on_linux() -> None:
     assert lifetime.parent_death_signal_works() == sys.platform.startswith("linux")
+
+
+class Shown(logging.Handler):
+    """The records that got past the logger's filters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_a_lost_embedded_bus_cancels_the_run_closes_quietly_and_stays_quiet_until_stopped(
+    tmp_path: Path,
+) -> None:
+    server = NatsServer(tmp_path / "store").start()
+    bus = EmbeddedBus(server)
+    catcher = Shown()
+    shown = catcher.records
+    connection_log.addHandler(catcher)
+    try:
+        with bus.watching() as scope:
+            nc = await connect(server.url, name="lost-bus-test")
+            try:
+                assert server.pid is not None
+                os.kill(server.pid, signal.SIGKILL)
+                with anyio.fail_after(60):
+                    await anyio.sleep_forever()  # until the server's exit cancels the scope
+            finally:
+                await bus.close(nc)  # a connection to a dead server: nothing raised
+        assert scope.cancelled_caught and bus.lost and bus.exit_status == -signal.SIGKILL
+        lost = ConnectionRefusedError(111, "Connect call failed")
+        connection_log.warning("nats: %s", lost)  # the agents stopping: still not shown
+        assert shown == []
+        bus.stop()
+        connection_log.warning("nats: %s", lost)  # a bus of the next run's, shown again
+        assert [r.args for r in shown] == [(lost,)]
+    finally:
+        connection_log.removeHandler(catcher)
+        bus.stop()
