@@ -186,7 +186,8 @@ class Engine:
         self.time_scale = time_scale
         self.faults = faults or Faults()
         self.counters = _Counters()
-        self._lengths = random.Random(f"lengths:{seed}")
+        self._seed = seed
+        self._lengths: dict[str, random.Random] = {}  # one sequence of draws per kind
         self._fault_rng = random.Random(f"faults:{seed}")
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
@@ -207,15 +208,24 @@ class Engine:
         """Sequences queued for a place in the batch."""
         return len(self._waiting)
 
-    def draw_output_tokens(self, content_tokens: int, max_tokens: int) -> int:
+    def draw_output_tokens(self, content_tokens: int, max_tokens: int, kind: str = "") -> int:
         """A target output length drawn from the profile's lognormal distribution.
 
         Clipped to the profile's bounds, then raised to the answer's own ``content_tokens`` and
-        capped at the request's ``max_tokens``.
+        capped at the request's ``max_tokens``. Each ``kind`` of request (the server passes the
+        requested schema's name, or the response type) draws from a sequence of its own, every
+        one seeded alike: the n-th request of a kind gets the n-th draw whatever other kinds
+        came between. Two clients asking for the same answers in different formats and among
+        different other calls (two tools' children, in a benchmark between them) get the same
+        lengths: common random numbers, so that the comparison is of the clients, not of the
+        luck of their draws.
         """
         profile = self.profile
+        lengths = self._lengths.get(kind)
+        if lengths is None:
+            lengths = self._lengths[kind] = random.Random(f"lengths:{self._seed}")
         median = profile.output_median_tokens
-        drawn = round(self._lengths.lognormvariate(math.log(median), profile.output_sigma))
+        drawn = round(lengths.lognormvariate(math.log(median), profile.output_sigma))
         natural = min(max(drawn, profile.output_min_tokens), profile.output_max_tokens)
         return max(1, min(max(natural, content_tokens), max_tokens))
 

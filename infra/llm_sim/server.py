@@ -423,9 +423,10 @@ class _App:
         if len(texts) != request.n:
             raise RuntimeError(f"the answerer gave {len(texts)} texts for n = {request.n}")
         choices, targets, sent = [], [], []
+        kind = request.schema_name or request.response_type  # its own sequence of lengths
         for index, text in enumerate(texts):
             content_tokens = count_tokens(text)
-            targets.append(engine.draw_output_tokens(content_tokens, max_tokens))
+            targets.append(engine.draw_output_tokens(content_tokens, max_tokens, kind))
             finish = "stop"
             if content_tokens > max_tokens:
                 text, finish = text[: max_tokens * CHARS_PER_TOKEN], "length"

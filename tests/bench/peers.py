@@ -417,7 +417,12 @@ def ensure_openevolve(venv: Path) -> Path:
 
 @contextlib.contextmanager
 def llm_sim(seed: int, log: Path) -> Iterator[str]:
-    """One ``evobus llm-sim`` on a free loopback port for the whole benchmark; its base URL."""
+    """An ``evobus llm-sim`` on a free loopback port for one run; its base URL.
+
+    Every run gets one of its own, started from the same ``seed``: both tools begin with a cold
+    prefix cache, and the n-th child each asks for gets the n-th answer length the simulator
+    draws (its lengths are drawn per kind of request: common random numbers), so that a pair of
+    runs differs by the tools, not by the luck of one long-tailed draw of lengths."""
     port = free_port()
     command = [sys.executable, "-m", "evobus.agents.console.cli", "llm-sim", "--port", str(port)]
     command += ["--host", "127.0.0.1", "--profile", PROFILE, "--seed", str(seed)]
@@ -697,20 +702,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             p: machine_limit(time_evaluator(p, args.limit_repeats, work), cores)
             for p in args.problems
         }
-        with llm_sim(args.seed, work / "llm-sim.log") as url:
-            print(SIM_NOTE, flush=True)
-            settings: list[int | None] = [*args.ks, *([] if args.no_defaults else [None])]
-            for problem in args.problems:
-                for k in settings:
-                    # Back to back, the same setting for both tools before the next one.
-                    budget = budget_for(
-                        k, args.iterations, args.wall, args.defaults_children, args.waves
-                    )
-                    for repeat in range(args.repeats):
+        print(SIM_NOTE, flush=True)
+        settings: list[int | None] = [*args.ks, *([] if args.no_defaults else [None])]
+        for problem in args.problems:
+            for k in settings:
+                # Back to back, the same setting for both tools before the next one.
+                budget = budget_for(
+                    k, args.iterations, args.wall, args.defaults_children, args.waves
+                )
+                for repeat in range(args.repeats):
+                    # Each run against a simulator of its own, started from the same seed.
+                    with llm_sim(args.seed, work / f"llm-sim-{len(runs)}.log") as url:
                         runs.append(run_openevolve(runner, problem, k, budget, url, work, repeat))
-                        _progress(runs[-1])
+                    _progress(runs[-1])
+                    with llm_sim(args.seed, work / f"llm-sim-{len(runs)}.log") as url:
                         runs.append(run_evobus(problem, k, budget, url, work, repeat))
-                        _progress(runs[-1])
+                    _progress(runs[-1])
     finally:
         if args.keep:
             print(f"work folder kept: {work}")

@@ -316,3 +316,16 @@ def test_a_bad_script_names_the_bad_key() -> None:
         parse_rules(b'[{"pattern": "x", "response": "y", "times": 0}]', source="test")
     with pytest.raises(ScriptError, match="bad pattern"):
         parse_rules(b'[{"pattern": "(", "response": "y"}]', source="test")
+
+
+def test_each_kind_of_request_draws_the_same_lengths_whatever_comes_between() -> None:
+    alone = Engine(TINY, seed=3)
+    proposals = [alone.draw_output_tokens(0, 1000, "ActorDraft") for _ in range(20)]
+    mixed = Engine(TINY, seed=3)
+    drawn: list[int] = []
+    for index in range(20):  # another tool's children, in free text, between other calls
+        if index % 3 == 0:
+            mixed.draw_output_tokens(0, 1000, "CriticVerdict")
+        drawn.append(mixed.draw_output_tokens(0, 1000, "text"))
+    assert drawn == proposals  # common random numbers: the n-th child, the n-th length
+    assert len(set(proposals)) > 1
