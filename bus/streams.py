@@ -343,6 +343,10 @@ async def key_value(
     Direct gets stay off (nats-py's default): every read goes to the bucket's leader, so a
     read after a write sees it and a compare-and-set never works on a follower's stale value
     (nats-server issue 4710).
+
+    Raises:
+        BusError: the bucket is missing and the server did not answer its create (a NATS user
+            without that permission gets no answer), or refused its replica count.
     """
     try:
         return await js.key_value(bucket)
@@ -362,6 +366,11 @@ async def key_value(
         if exc.err_code in _REPLICAS_REFUSED:
             raise _replicas_refused(f"KV bucket {bucket}", exc) from None
         raise
+    except NatsTimeoutError:
+        raise BusError(
+            f"KV bucket {bucket}: missing, and no answer to create (is this NATS user allowed "
+            "to create it? start `evobus run` first, which makes it)"
+        ) from None
 
 
 async def object_store(
