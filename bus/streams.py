@@ -400,3 +400,9 @@ EVIDENCE_TTL_SECONDS = 7 * 24 * 3600.0
 async def evidence_store(js: JetStreamContext) -> ObjectStore:
     """The object store of behavioral-evidence PNGs (written by evaluators, read by critics)."""
     return await object_store(js, subjects.OBJ_EVIDENCE, ttl=EVIDENCE_TTL_SECONDS)
+
+
+async def control_bucket(js: JetStreamContext) -> KeyValue:
+    """The bucket of the stages' workers targets (bus/control.py): the last value of each key
+    is all that counts."""
+    return await key_value(js, subjects.KV_CONTROL)
