@@ -61,7 +61,7 @@ RESULT_DECODER: Decoder[Result] = Decoder(Result)
 EVENT_DECODER: Decoder[Event] = Decoder(Event)
 DEAD_LETTER_DECODER: Decoder[DeadLetter] = Decoder(DeadLetter)
 HEARTBEAT_DECODER: Decoder[Heartbeat] = Decoder(Heartbeat)
-# WorkersTarget is the only control message so far; the decoder takes the union once there is one.
+# WorkersTarget is the only control value so far; the decoder takes the union once there is one.
 CONTROL_DECODER: Decoder[WorkersTarget] = Decoder(WorkersTarget)
 # Steering actions share EVO_RESULTS with the results; their subject says which decoder reads.
 STEERING_DECODER: Decoder[Steering] = Decoder(Steering)

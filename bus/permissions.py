@@ -144,6 +144,7 @@ _BUS_STREAMS = (
     subjects.STREAM_DLQ,
 )
 _CAMPAIGNS = subjects.kv_stream(subjects.KV_CAMPAIGNS)
+_CONTROL = subjects.kv_stream(subjects.KV_CONTROL)
 _EVIDENCE = subjects.object_stream(subjects.OBJ_EVIDENCE)
 
 
@@ -155,12 +156,17 @@ def _worker(role: Role) -> Permissions:
     for stage in stages:
         b.durable(subjects.STREAM_WORK, subjects.work_consumer(stage), subjects.work_filter(stage))
         b.pub(subjects.stage_results(stage), subjects.stage_dead_letters(stage))
-        b.sub(subjects.control(stage))
     b.pub(subjects.events_filter(None, DEAD_LETTERED))
     b.pub(subjects.heartbeats_of(role))
     b.registry_requests(role)
     b.stream_info(_CAMPAIGNS)  # the campaign record: which models, which budget
     b.read_messages(_CAMPAIGNS)
+    # Its stages' workers targets, watched (bus/control.py), never written: the bucket is the
+    # supervisor's, its keys the orchestrator's. A watch is an ordered consumer whose pending
+    # count it asks for once.
+    b.stream_info(_CONTROL)
+    b.ordered(_CONTROL)
+    b.api("CONSUMER", "INFO", _CONTROL, subjects.ANY)
     if role == "actor":
         b.pub(subjects.work_filter(TOOL_STAGE))
         b.api("STREAM", "NAMES")  # js.subscribe finds the stream of the tool results
@@ -187,7 +193,6 @@ def _orchestrator() -> Permissions:
     b.durable(subjects.STREAM_RESULTS, subjects.ANY, subjects.all_results())
     b.pub(subjects.all_work(), subjects.events_filter(), subjects.all_dead_letters())
     b.pub(subjects.all_migrants())  # an island's best, to another island (a result of it)
-    b.pub(subjects.all_control())
     b.pub(subjects.heartbeats_of("orchestrator"))
     b.registry_requests("orchestrator")
     b.stream_info(_CAMPAIGNS)
@@ -197,6 +202,10 @@ def _orchestrator() -> Permissions:
         b.api("STREAM", "CREATE", subjects.kv_stream(bucket))
         b.read_messages(subjects.kv_stream(bucket))
         b.pub(subjects.kv_keys(bucket))
+    # Sets the stages' workers targets; the last put of any orchestrator on the bus wins.
+    b.api("STREAM", "INFO", _CONTROL)
+    b.api("STREAM", "CREATE", _CONTROL)
+    b.pub(subjects.kv_keys(subjects.KV_CONTROL))
     return b.done("orchestrator")
 
 
@@ -218,6 +227,8 @@ def _supervisor() -> Permissions:
     b.pub(subjects.kv_keys(subjects.KV_CAMPAIGNS))  # submits the campaign record
     b.api("STREAM", "INFO", _EVIDENCE)  # makes the evidence store before any agent starts
     b.api("STREAM", "CREATE", _EVIDENCE)
+    b.api("STREAM", "INFO", _CONTROL)  # makes the workers targets' bucket the agents watch
+    b.api("STREAM", "CREATE", _CONTROL)
     b.ordered(subjects.STREAM_EVENTS)  # follows the campaign's events
     b.registry_requests(SUPERVISOR)
     for kind in SUPERVISOR_EVENTS:  # the agents it restarts (agent_exited, agent_restarted)

@@ -343,6 +343,10 @@ async def key_value(
     Direct gets stay off (nats-py's default): every read goes to the bucket's leader, so a
     read after a write sees it and a compare-and-set never works on a follower's stale value
     (nats-server issue 4710).
+
+    Raises:
+        BusError: the bucket is missing and the server did not answer its create (a NATS user
+            without that permission gets no answer), or refused its replica count.
     """
     try:
         return await js.key_value(bucket)
@@ -362,6 +366,11 @@ async def key_value(
         if exc.err_code in _REPLICAS_REFUSED:
             raise _replicas_refused(f"KV bucket {bucket}", exc) from None
         raise
+    except NatsTimeoutError:
+        raise BusError(
+            f"KV bucket {bucket}: missing, and no answer to create (is this NATS user allowed "
+            "to create it? start `evobus run` first, which makes it)"
+        ) from None
 
 
 async def object_store(
@@ -391,3 +400,9 @@ EVIDENCE_TTL_SECONDS = 7 * 24 * 3600.0
 async def evidence_store(js: JetStreamContext) -> ObjectStore:
     """The object store of behavioral-evidence PNGs (written by evaluators, read by critics)."""
     return await object_store(js, subjects.OBJ_EVIDENCE, ttl=EVIDENCE_TTL_SECONDS)
+
+
+async def control_bucket(js: JetStreamContext) -> KeyValue:
+    """The bucket of the stages' workers targets (bus/control.py): the last value of each key
+    is all that counts."""
+    return await key_value(js, subjects.KV_CONTROL)

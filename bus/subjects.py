@@ -5,7 +5,8 @@ Layout (docs/architecture.md, "Streams, buckets and subjects"):
     evo.<cid>.result.<stage>     EVO_RESULTS (and .result.steer: steering actions)
     evo.<cid>.event.<kind>       EVO_EVENTS
     evo.<cid>.dlq.<stage>        EVO_DLQ
-    evo.agent.<role>.<id>.heartbeat, evo.control.<stage>, evo.registry.<op>  (core NATS)
+    evo.agent.<role>.<id>.heartbeat, evo.registry.<op>  (core NATS)
+    EVO_CONTROL: <stage>          (KV: each stage's workers target)
 Campaign ids never take the second token of the core-NATS families (schemas.campaign).
 """
 
@@ -26,6 +27,8 @@ KV_CAMPAIGNS = "EVO_CAMPAIGNS"
 # The orchestrators' state: a snapshot per campaign, and a lease per campaign (one writer).
 KV_STATE = "EVO_STATE"
 KV_LEASES = "EVO_LEASES"
+# Each stage's workers target (bus/control.py): state the agents watch, one key per stage.
+KV_CONTROL = "EVO_CONTROL"
 
 # Object store of behavioral-evidence images, named <campaign>/<candidate id>/<work id>.png.
 OBJ_EVIDENCE = "EVO_EVIDENCE"
@@ -79,14 +82,10 @@ def all_heartbeats() -> str:
     return f"{PREFIX}.agent.*.*.heartbeat"
 
 
-def control(stage: str) -> str:
-    """Subject of the control messages (``WorkersTarget``) to every process serving ``stage``."""
-    return f"{PREFIX}.control.{_token(stage, 'stage')}"
-
-
-def all_control() -> str:
-    """Wildcard matching the control messages of every stage."""
-    return f"{PREFIX}.control.*"
+def control_key(stage: str) -> str:
+    """The key in ``KV_CONTROL`` of the workers target (``WorkersTarget``) of every process
+    serving ``stage``."""
+    return _token(stage, "stage")
 
 
 REGISTRY_QUEUE = "registry"

@@ -27,8 +27,9 @@ class AgentRef(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkersTarget(msgspec.Struct, frozen=True, kw_only=True, tag="workers", tag_field="type"):
-    """A control message on ``evo.control.<stage>``: every agent serving ``stage`` runs at most
-    ``concurrency`` handlers of it from now on (FlashEvolve §3.4's worker count)."""
+    """The value of key ``<stage>`` in the KV bucket ``EVO_CONTROL``: every agent serving
+    ``stage`` runs at most ``concurrency`` handlers of it from now on (FlashEvolve §3.4's worker
+    count)."""
 
     stage: str
     concurrency: int

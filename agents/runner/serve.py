@@ -19,7 +19,7 @@ from evobus.agents.runner.restarts import AgentChild
 from evobus.agents.runner.supervisor import ensure_registry
 from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, role_credentials
-from evobus.bus.streams import ensure_streams, evidence_store
+from evobus.bus.streams import control_bucket, ensure_streams, evidence_store
 from evobus.infra.nats_server import NatsServer, default_store_dir
 
 
@@ -45,6 +45,7 @@ async def serve_run_folder(
             js = nc.jetstream()
             await ensure_streams(js)
             await evidence_store(js)
+            await control_bucket(js)  # agents started by hand may only watch it
             logs = store / "logs"
             logs.mkdir(exist_ok=True)
             registry = await ensure_registry(nc, server.url, out_dir / ".registry", logs, echo)

@@ -55,6 +55,7 @@ from evobus.bus.connection import connect, redact_url
 from evobus.bus.permissions import SUPERVISOR, role_credentials
 from evobus.bus.streams import (
     JETSTREAM_PATIENCE_SECONDS,
+    control_bucket,
     ensure_streams,
     evidence_store,
     key_value,
@@ -528,6 +529,7 @@ async def _supervise(
                 js = nc.jetstream()
                 await ensure_streams(js)
                 await evidence_store(js)  # before the critics, who may only read it
+                await control_bucket(js)  # before the agents, who may only watch it
                 spec = await submit(await key_value(js, subjects.KV_CAMPAIGNS))
 
                 def spawn_agents() -> None:

@@ -1,9 +1,9 @@
 """The runtime every agent process shares: consumers, heartbeats, control, signals, shutdown.
 
 One anyio task group per process. SIGINT/SIGTERM stop fetching; handlers already running finish
-(under ``shutdown_timeout``) and are acked; then the connection drains. A ``WorkersTarget`` on
-``evo.control.<stage>`` changes how many handlers of that stage the process runs at once
-(FlashEvolve §3.4's worker counts).
+(under ``shutdown_timeout``) and are acked; then the connection drains. The ``WorkersTarget`` of
+a stage, kept in the KV bucket ``EVO_CONTROL`` (bus/control.py), sets how many handlers of that
+stage the process runs at once (FlashEvolve §3.4's worker counts).
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from evobus.agents.runtime.errors import AgentError
 from evobus.agents.runtime.work import for_stage, on_dead
 from evobus.bus import codec, subjects
 from evobus.bus.connection import connect
 from evobus.bus.consumer import Handler, OnDead, PullConsumer
+from evobus.bus.control import watch_workers_target
 from evobus.bus.publisher import Publisher
-from evobus.bus.streams import ensure_streams, ensure_work_consumer
+from evobus.bus.streams import control_bucket, ensure_streams, ensure_work_consumer
 from evobus.schemas.agents import AgentRef, Heartbeat, Role, WorkersTarget
 from evobus.schemas.work import Work
 
@@ -56,11 +57,11 @@ class AgentSettings:
 
     Attributes:
         nats_url: the bus.
-        concurrency: handlers run at once, per stage the process serves, until a control
-            message says otherwise.
+        concurrency: handlers run at once, per stage the process serves, until the stage's
+            workers target says otherwise.
         heartbeat_interval: seconds between heartbeats.
         shutdown_timeout: how long in-flight handlers may take to finish after a signal.
-        max_concurrency: the most a control message may raise one stage's concurrency to.
+        max_concurrency: the most a workers target may raise one stage's concurrency to.
     """
 
     role: Role
@@ -91,7 +92,7 @@ class AgentProcess:
     """What a running agent exposes to its handlers (connection, identity, consumers).
 
     ``consumers`` are all the process runs; ``stages`` the work stages among them, whose
-    concurrency follows the control messages on ``evo.control.<stage>``.
+    concurrency follows their workers targets (the keys of ``EVO_CONTROL``).
     """
 
     settings: AgentSettings
@@ -143,7 +144,7 @@ class AgentProcess:
         old = consumer.concurrency
         new = max(1, min(target.concurrency, self.settings.max_concurrency))
         if new == old:
-            return False  # a target sent again (every 2 s), or clamped to where it is already
+            return False  # a target put again (a resumed orchestrator), or clamped to where it is
         if new != target.concurrency:
             log.warning(
                 "%s %s: %s workers target %d clamped to %d (1..%d)",
@@ -208,15 +209,19 @@ async def run_agent(settings: AgentSettings, setup: Setup) -> None:
 
 
 async def serve(proc: AgentProcess, *, extra: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Run the process's consumers, control and heartbeat until a signal or ``request_stop()``.
+    """Run the process's consumers, workers targets and heartbeat until a signal or
+    ``request_stop()``.
 
     ``extra`` runs beside the consumers (the orchestrator's clock); when it returns, the process
     stops as after a signal. Stopping finishes in-flight handlers under ``shutdown_timeout``.
     """
     async with anyio.create_task_group() as outer:
-        # Listening before the first heartbeat: whoever has seen the process can retune it.
-        for stage in proc.stages:
-            await outer.start(_obey_control, proc, stage)
+        # Watching before the first heartbeat: the targets put before the process started are
+        # applied before it fetches, and whoever has seen the process can retune it.
+        if proc.stages:
+            targets = await control_bucket(proc.js)
+            for stage in proc.stages:
+                await outer.start(_follow_target, proc, targets, stage)
         outer.start_soon(_heartbeats, proc)
         outer.start_soon(_stop_on_signal, proc)
         if extra is not None:
@@ -249,45 +254,56 @@ async def _beat(proc: AgentProcess) -> None:
     await proc.nc.publish(subject, codec.encode(proc.heartbeat()))
 
 
-async def _obey_control(
-    proc: AgentProcess, stage: str, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+async def _follow_target(
+    proc: AgentProcess,
+    targets: KeyValue,
+    stage: str,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    sub = await proc.nc.subscribe(subjects.control(stage))
+    """Follow ``stage``'s workers target: the one put before this process watched is applied
+    before it reports started, so its consumers' first fetch and first heartbeat have it; each
+    later one is applied and beaten at once."""
+    watcher = await watch_workers_target(targets, stage)
     try:
-        await proc.nc.flush()  # subscribed on the server before the process says it is alive
+        async for entry in watcher:
+            if entry is None:  # the value put before this process watched (if any) is applied
+                break
+            _obey(proc, stage, entry)
         task_status.started()
-        async for msg in sub.messages:
-            target = _decode_control(proc, stage, msg)
-            if target is not None and proc.set_workers(target):
+        async for entry in watcher:
+            if entry is not None and _obey(proc, stage, entry):
                 await _beat(proc)  # the change is seen at once, not a heartbeat interval later
     finally:
         with anyio.CancelScope(shield=True):
-            await sub.unsubscribe()
+            await watcher.stop()  # type: ignore[no-untyped-call]
 
 
-def _decode_control(proc: AgentProcess, stage: str, msg: Msg) -> WorkersTarget | None:
-    """The control message, or None (logged) when it is not one or names another stage."""
+def _obey(proc: AgentProcess, stage: str, entry: KeyValue.Entry) -> bool:
+    """Apply the workers target in ``entry``; whether the concurrency changed. A value that is
+    not a target of ``stage`` is logged and ignored (whoever could put it, the process goes on)."""
+    where = f"{subjects.KV_CONTROL}.{entry.key}"
     try:
-        target = codec.CONTROL_DECODER.decode(msg.data)
+        target = codec.CONTROL_DECODER.decode(entry.value or b"")
     except codec.DecodeError as exc:
         log.warning(
-            "%s %s: ignoring undecodable control message on %s: %s",
+            "%s %s: ignoring undecodable workers target at %s: %s",
             proc.agent.role,
             proc.agent.agent_id,
-            msg.subject,
+            where,
             exc,
         )
-        return None
+        return False
     if target.stage != stage:
         log.warning(
-            "%s %s: ignoring workers target for %r sent on %s",
+            "%s %s: ignoring workers target for %r put at %s",
             proc.agent.role,
             proc.agent.agent_id,
             target.stage,
-            msg.subject,
+            where,
         )
-        return None
-    return target
+        return False
+    return proc.set_workers(target)
 
 
 async def _stop_on_signal(proc: AgentProcess) -> None:

@@ -1,4 +1,4 @@
-"""Hostile payloads through the real bus paths: a work consumer, the registry, the control channel.
+"""Hostile payloads through the real bus paths: a work consumer, the registry, the workers targets.
 
 A handful of payloads per category (not hypothesis-many: each goes through a real nats-server).
 Each path must survive all of them and go on serving what comes after.
@@ -23,9 +23,10 @@ from evobus.agents.runtime.models import ModelAccess
 from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
 from evobus.bus import codec, envelope, subjects
 from evobus.bus.consumer import PullConsumer
+from evobus.bus.control import put_workers_target
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound, Publisher
-from evobus.bus.streams import ensure_work_consumer, evidence_store
+from evobus.bus.streams import control_bucket, ensure_work_consumer, evidence_store
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.events import DeadLetter, DeadLettered
@@ -252,7 +253,7 @@ class RecordingProcess(AgentProcess):
 
 
 @pytest.mark.timeout(60)
-async def test_garbage_on_the_control_channel_is_ignored(
+async def test_garbage_put_as_a_workers_target_is_ignored(
     nats_server: NatsServer, campaign_id: str
 ) -> None:
     async with jetstream(nats_server) as (nc, js):
@@ -288,25 +289,23 @@ async def test_garbage_on_the_control_channel_is_ignored(
             codec.encode(WorkersTarget(stage="propose", concurrency=9)),  # another stage's
             codec.encode(evaluate_item(campaign_id, 1)),  # not a control message
         ]
-        control = subjects.control("evaluate")
+        targets = await control_bucket(js)
+        key = subjects.control_key("evaluate")
 
         async def obeyed(concurrency: int) -> None:
-            """Send a valid target until the consumer runs at ``concurrency``."""
-            message = codec.encode(WorkersTarget(stage="evaluate", concurrency=concurrency))
-            with anyio.fail_after(time_left()):
-                while consumer.concurrency != concurrency:
-                    await nc.publish(control, message)
-                    await anyio.sleep(0.05)
+            """Put a valid target; return once the consumer runs at ``concurrency``."""
+            target = WorkersTarget(stage="evaluate", concurrency=concurrency)
+            await put_workers_target(targets, target)
+            await eventually(lambda: consumer.concurrency == concurrency)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve, proc)
-            await obeyed(4)  # the process listens on the control subject
+            await obeyed(4)  # the process watches the key
             for payload in garbage:
-                await nc.publish(control, payload)
-            await nc.flush()
-            # Same subject, same connection: the garbage was handled before this target, which
-            # shows the control loop alive after it (no sleep needed: every target the process
-            # obeyed is recorded, and the garbage's would be among them).
+                await targets.put(key, payload)
+            # Same key: the watch delivers the garbage before this target, which shows the
+            # watch alive after it (no sleep needed: every target the process obeyed is
+            # recorded, and the garbage's would be among them).
             await obeyed(3)
             proc.request_stop()
         # No garbage ever reached set_workers: only the valid targets did.

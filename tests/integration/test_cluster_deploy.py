@@ -28,7 +28,13 @@ import yaml
 from evobus.bus import subjects
 from evobus.bus.connection import connect
 from evobus.bus.permissions import SUPERVISOR, USERS, password_variable, role_credentials
-from evobus.bus.streams import ensure_streams, evidence_store, key_value, stream_configs
+from evobus.bus.streams import (
+    control_bucket,
+    ensure_streams,
+    evidence_store,
+    key_value,
+    stream_configs,
+)
 from evobus.infra.cluster import DEPLOY_DIR, DEPLOY_HOSTS, ROUTE_PORT, STORE_DIR_VARIABLE
 from evobus.infra.nats_server import find_binary, free_ports
 from tests.conftest import eventually
@@ -178,9 +184,11 @@ async def test_the_documented_commands_start_a_cluster_that_keeps_three_replicas
         js = nc.jetstream()
         await ensure_streams(js)
         await evidence_store(js)
+        await control_bucket(js)
         await key_value(js, subjects.KV_CAMPAIGNS)
         names = [config.name for config in stream_configs()]
-        names += [f"KV_{subjects.KV_CAMPAIGNS}", f"OBJ_{subjects.OBJ_EVIDENCE}"]
+        names += [f"KV_{subjects.KV_CAMPAIGNS}", f"KV_{subjects.KV_CONTROL}"]
+        names += [f"OBJ_{subjects.OBJ_EVIDENCE}"]
         for name in names:
             assert name is not None
             info = await js.stream_info(name)

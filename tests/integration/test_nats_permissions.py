@@ -21,6 +21,7 @@ from nats.js.api import DeliverPolicy
 from evobus.agents.tasks import seed_file
 from evobus.bus import codec, subjects
 from evobus.bus.connection import Credentials, connect
+from evobus.bus.control import watch_workers_target
 from evobus.bus.errors import ConnectError
 from evobus.bus.permissions import (
     ROLE_STAGES,
@@ -33,7 +34,7 @@ from evobus.bus.permissions import (
     role_credentials,
 )
 from evobus.bus.publisher import Outbound, Publisher
-from evobus.bus.streams import evidence_store
+from evobus.bus.streams import control_bucket, evidence_store
 from evobus.infra.nats_server import NatsServer, find_binary, free_port
 from evobus.schemas.events import CampaignFinished, DeadLettered, Event
 from evobus.schemas.llm import ToolNeed
@@ -187,6 +188,11 @@ async def _core_refused(nc: Client, subject: str, caplog: pytest.LogCaptureFixtu
     await _reported(f'permissions violation for publish to "{subject}"', caplog)
 
 
+def target_subject(stage: str) -> str:
+    """The subject a put of ``stage``'s workers target publishes to."""
+    return f"$KV.{subjects.KV_CONTROL}.{subjects.control_key(stage)}"
+
+
 async def _reported(error: str, caplog: pytest.LogCaptureFixture) -> None:
     """The server's refusal, which comes back asynchronously, shows in the log."""
     try:  # the server lowercases some subjects
@@ -282,7 +288,7 @@ async def test_a_campaign_runs_with_a_user_per_role_and_each_is_confined(
         assert events[-1].summary.status == "completed"
 
         # The evaluator: its own result subject yes; another stage's result, work, events,
-        # control and other users' inboxes no.
+        # workers targets and other users' inboxes no.
         evaluator = await as_user("evaluator")
         js = evaluator.jetstream()
         ack = await js.publish(subjects.result(campaign_id, "evaluate"), b"x", timeout=5)
@@ -290,7 +296,14 @@ async def test_a_campaign_runs_with_a_user_per_role_and_each_is_confined(
         await _refused(evaluator, subjects.result(campaign_id, "propose"), caplog)
         await _refused(evaluator, subjects.work(campaign_id, "evaluate"), caplog)
         await _refused(evaluator, subjects.event(campaign_id, "candidate_accepted"), caplog)
-        await _core_refused(evaluator, subjects.control("evaluate"), caplog)
+        # It watches its stage's workers target, which the orchestrator put, and cannot put one.
+        targets = await control_bucket(js)
+        watcher = await watch_workers_target(targets, "evaluate")
+        put = await watcher.updates(timeout=5)  # type: ignore[no-untyped-call]
+        target = codec.CONTROL_DECODER.decode(put.value)
+        assert target.stage == "evaluate" and target.campaign == campaign_id
+        await watcher.stop()  # type: ignore[no-untyped-call]
+        await _refused(evaluator, target_subject("evaluate"), caplog)
         await evaluator.subscribe(subjects.inboxes_of("orchestrator"))
         await evaluator.flush()
         inbox = subjects.inboxes_of("orchestrator")
@@ -334,7 +347,7 @@ async def test_a_campaign_runs_with_a_user_per_role_and_each_is_confined(
         await replayed.unsubscribe()
         await _refused(viewer, subjects.event(campaign_id, "campaign_finished"), caplog)
         await _refused(viewer, subjects.work(campaign_id, "evaluate"), caplog)
-        await _core_refused(viewer, subjects.control("propose"), caplog)
+        await _refused(viewer, target_subject("propose"), caplog)
         await _core_refused(viewer, subjects.registry("list"), caplog)
         await viewer.drain()
 

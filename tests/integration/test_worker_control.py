@@ -1,4 +1,5 @@
-"""Control messages retune running agents: ``WorkersTarget`` on ``evo.control.<stage>``."""
+"""Workers targets retune agents: a ``WorkersTarget`` under its stage's key in ``EVO_CONTROL``,
+followed by the running agents and found by those that start later."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import anyio
 import pytest
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from evobus.agents.console.cli import default_max_concurrency
 from evobus.bus import codec, subjects
 from evobus.bus.consumer import Handler, PullConsumer
-from evobus.bus.control import send_workers_target
+from evobus.bus.control import put_workers_target
 from evobus.bus.envelope import MessageContext
 from evobus.bus.publisher import Outbound, Publisher
-from evobus.bus.streams import ensure_work_consumer
+from evobus.bus.streams import control_bucket, ensure_work_consumer
 from evobus.infra.nats_server import NatsServer
 from evobus.schemas.agents import Heartbeat, WorkersTarget
 from evobus.schemas.artifacts import Artifact, Candidate
@@ -54,36 +56,44 @@ async def stop(agent: subprocess.Popen[bytes]) -> int:
         return await anyio.to_thread.run_sync(agent.wait)
 
 
+async def put(targets: KeyValue, concurrency: int) -> None:
+    await put_workers_target(targets, WorkersTarget(stage="evaluate", concurrency=concurrency))
+
+
 @pytest.mark.timeout(90)  # an agent process's start, ten times slower at load 20
 async def test_an_evaluator_process_follows_its_workers_target(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     log = tmp_path / "evaluator.log"
-    async with jetstream(nats_server) as (nc, _):
+    async with jetstream(nats_server) as (nc, js):
         heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
         agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
         try:
-            # A heartbeat means the process already listens on evo.control.evaluate.
+            # A heartbeat means the process already watches the evaluate key (nothing put yet).
             first = await beat_where(heartbeats, agent.pid, lambda _: True)
             assert first.concurrency == 1
 
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=3))
+            targets = await control_bucket(js)
+            await put(targets, 3)
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 3)
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=1))
+            await put(targets, 1)
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=10_000))
+            await put(targets, 10_000)
             cap = default_max_concurrency("evaluator")  # twice the cores, at least 4
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == cap)
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=0))
+            await put(targets, 0)
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)  # the floor
 
-            # Not a control message, one of another type, one for another stage: all ignored;
-            # the target sent after them (same subject, same order) is still obeyed.
-            await nc.publish(subjects.control("evaluate"), b"\xc1garbage")
-            await nc.publish(subjects.control("evaluate"), codec.encode(first))
-            other = WorkersTarget(stage="propose", concurrency=5)
-            await nc.publish(subjects.control("evaluate"), codec.encode(other))
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=2))
+            # Not a workers target, a message of another type, a target for another stage, the
+            # key deleted and purged: all ignored; the target put after them (same key, same
+            # order) is still obeyed.
+            key = subjects.control_key("evaluate")
+            await targets.put(key, b"\xc1garbage")
+            await targets.put(key, codec.encode(first))
+            await targets.put(key, codec.encode(WorkersTarget(stage="propose", concurrency=5)))
+            await targets.delete(key)
+            await targets.purge(key)
+            await put(targets, 2)
             changed = await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
             later = await beat_where(heartbeats, agent.pid, lambda b: b.at > changed.at)
             assert later.concurrency == 2 and agent.poll() is None
@@ -93,8 +103,30 @@ async def test_an_evaluator_process_follows_its_workers_target(
     text = log.read_text()
     assert code == 0, text
     assert "evaluate concurrency 1 → 3" in text and "evaluate concurrency 3 → 1" in text
-    assert "ignoring undecodable control message" in text
+    assert "ignoring undecodable workers target at EVO_CONTROL.evaluate" in text
     assert "ignoring workers target for 'propose'" in text
+
+
+@pytest.mark.timeout(90)  # an agent process's start, ten times slower at load 20
+async def test_a_target_put_before_an_agent_starts_is_its_concurrency_from_its_first_beat(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    # The orchestrator put the targets before this process watched (a late start, a restart):
+    # with core-NATS control messages it ran at 1 until they were sent again.
+    log = tmp_path / "evaluator.log"
+    async with jetstream(nats_server) as (nc, js):
+        await put(await control_bucket(js), 3)
+        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
+        agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
+        try:
+            first = await beat_where(heartbeats, agent.pid, lambda _: True)
+            assert first.concurrency == 3
+        finally:
+            code = await stop(agent)
+        await heartbeats.unsubscribe()
+    text = log.read_text()
+    assert code == 0, text
+    assert "evaluate concurrency 1 → 3" in text
 
 
 @pytest.mark.timeout(90)  # an agent process's start, ten times slower at load 20
@@ -104,14 +136,15 @@ async def test_an_evaluator_with_a_cap_takes_no_more_than_it_whatever_the_target
     # A host that runs two evaluations at once (tests/bench/scaling.py: one per evaluator).
     log = tmp_path / "evaluator.log"
     argv = ("agent", "evaluator", "--nats", nats_server.url, "--max-concurrency", "2")
-    async with jetstream(nats_server) as (nc, _):
+    async with jetstream(nats_server) as (nc, js):
         heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
         agent = start_evobus(*argv, log=log)
         try:
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=16))
+            targets = await control_bucket(js)
+            await put(targets, 16)
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
-            await send_workers_target(nc, WorkersTarget(stage="evaluate", concurrency=1))
+            await put(targets, 1)
             await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
         finally:
             code = await stop(agent)

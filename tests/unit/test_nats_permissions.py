@@ -116,9 +116,13 @@ def test_a_worker_publishes_only_its_own_stages(role: str) -> None:
     mine = set(ROLE_STAGES[role])  # type: ignore[index]
     for stage in STAGES:
         assert (subjects.stage_results(stage) in allowed.publish) == (stage in mine)
-        assert (subjects.control(stage) in allowed.subscribe) == (stage in mine)
     evo = [s for s in allowed.publish if s.startswith(f"{subjects.PREFIX}.")]
-    assert subjects.all_work() not in evo and subjects.all_control() not in evo
+    assert subjects.all_work() not in evo
+    # The workers targets: watched (an ordered consumer on their bucket), never written.
+    targets = subjects.kv_stream(subjects.KV_CONTROL)
+    assert subjects.js_api("CONSUMER", "CREATE", targets) in allowed.publish
+    assert not any(s.startswith("$KV.") for s in allowed.publish)
+    assert subjects.js_api("STREAM", "CREATE", targets) not in allowed.publish
     assert subjects.heartbeats_of(role) in evo
     assert not any(s.startswith("$JS.API.STREAM.CREATE.EVO_") for s in allowed.publish)
     assert not any(".DELETE." in s for s in allowed.publish)

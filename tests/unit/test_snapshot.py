@@ -186,6 +186,12 @@ ADDED: dict[str, object] = {
 }
 
 
+# The fields dropped from the snapshot since: a later evobus skips them (msgspec ignores unknown
+# fields), an older one takes their defaults. The clock's mark of the stages' targets sent again
+# (the targets are a KV bucket's state now, bus/control.py, and are never resent).
+REMOVED = frozenset({"targets_sent_at"})
+
+
 def plain(data: bytes) -> object:
     """A snapshot's bytes as plain msgpack data (its records decoded too)."""
     return msgspec.msgpack.decode(zlib.decompress(data))
@@ -207,6 +213,15 @@ def without_added(data: bytes) -> object:
     return strip(plain(data))
 
 
+def without_removed(value: object) -> object:
+    """``value`` (plain data) less the ``REMOVED`` fields."""
+    if isinstance(value, dict):
+        return {key: without_removed(item) for key, item in value.items() if key not in REMOVED}
+    if isinstance(value, list):
+        return [without_removed(item) for item in value]
+    return value
+
+
 @pytest.mark.parametrize("name", sorted(OLD_SNAPSHOTS))
 def test_a_snapshot_of_the_state_before_the_machine_restores_and_goes_on(name: str) -> None:
     data = (OLD / f"{name}.msgpack").read_bytes()
@@ -214,14 +229,15 @@ def test_a_snapshot_of_the_state_before_the_machine_restores_and_goes_on(name: s
     machine = OLD_SNAPSHOTS[name]()
     snapshot.restore(machine, saved)
     # The components encode as the records did: taken again, the same data, but for the fields
-    # added since, at their defaults (``ADDED``).
+    # added since, at their defaults (``ADDED``), and those removed since (``REMOVED``).
     again = snapshot.take(machine, last_applied=saved.last_applied, now=saved.saved_at)
-    assert without_added(snapshot.encode(again)) == without_added(data) == plain(data)
+    assert without_added(data) == plain(data)
+    assert without_added(snapshot.encode(again)) == without_removed(plain(data))
     assert machine.run.phase == "evolving" and machine.tally.results_applied > 0
     if name == "registry":
         assert machine.backlog.unfiltered and machine.backlog.registrations
         assert machine.decisions.accepted == 1
     if name == "island":
         assert machine.islands.immigrants and machine.population.archive is not None
-    # It goes on: the clock's next tick is a transaction like any.
-    assert machine.tick(saved.saved_at + 3.0).controls
+    # It goes on: the clock's next tick is a transaction like any (it says where it is).
+    assert machine.tick(saved.saved_at + 3.0).outbound

@@ -14,14 +14,14 @@ def test_subject_families() -> None:
     assert subjects.event("c1", "candidate_accepted") == "evo.c1.event.candidate_accepted"
     assert subjects.dead_letter("c1", "evaluate") == "evo.c1.dlq.evaluate"
     assert subjects.heartbeat("critic", "12-ab") == "evo.agent.critic.12-ab.heartbeat"
-    assert subjects.control("evaluate") == "evo.control.evaluate"
-    assert subjects.all_control() == "evo.control.*"
+    assert subjects.control_key("evaluate") == "evaluate"
 
 
-def test_control_subjects_are_core_nats_not_stream_subjects() -> None:
-    assert subjects.parse(subjects.control("evaluate")) is None  # three tokens, no campaign
+def test_a_workers_target_is_a_key_of_its_own_bucket_not_a_stream_subject() -> None:
+    assert subjects.kv_keys(subjects.KV_CONTROL) == "$KV.EVO_CONTROL.>"
+    assert subjects.parse(f"$KV.EVO_CONTROL.{subjects.control_key('evaluate')}") is None
     with pytest.raises(SubjectError):
-        subjects.control("evaluate.x")
+        subjects.control_key("evaluate.x")
 
 
 @pytest.mark.parametrize("bad", ["", "a.b", "*", ">", "a b"])

@@ -67,6 +67,7 @@ from evobus.bus.errors import BusError
 from evobus.bus.publisher import Publisher
 from evobus.bus.streams import (
     JETSTREAM_PATIENCE_SECONDS,
+    control_bucket,
     ensure_results_consumer,
     ensure_streams,
     key_value,
@@ -331,7 +332,8 @@ class OrchestratorWorker:
             log.warning("campaign %s: %s", campaign, describe(recovered))
             append_events(run_dir / EVENT_LOG, [recovered])
             await publisher.event(recovered, f"{self.agent.agent_id}-workspace")
-        shell = Shell(nc, js, publisher, store, event_log, workspace, run_dir)
+        targets = await control_bucket(js)
+        shell = Shell(nc, js, publisher, store, event_log, workspace, run_dir, targets=targets)
         environment = RegisterEnvironment(
             name=plan.name,
             description=task.description,

@@ -88,7 +88,6 @@ from evobus.agents.roles.orchestrator.steps import (
     STALE_PARENT_ACTION,
     SUMMARY_TOP,
     TARGET_REACHED,
-    TARGETS_RESEND_SECONDS,
     WORKERS_PERIOD_SECONDS,
     AdmissionRequest,
     Chain,
@@ -568,14 +567,11 @@ class CampaignMachine:
             self._rebalance(orders, now)
         if not run.finished and run.due("progress", PROGRESS_SECONDS, now):
             self._emit(orders, self.progress(now))
-        if not run.finished and run.due("targets", TARGETS_RESEND_SECONDS, now):
-            # Control messages are core NATS: an agent that subscribed after the last one (a
-            # late start, a restart) missed it. The targets go out again, so it catches up.
-            orders.controls += self.target_messages(now)
         return orders
 
     def target_messages(self, now: float) -> list[WorkersTarget]:
-        """Every stage's target K as a control message (the agents' concurrency follows it).
+        """Every stage's target K as a workers target (the agents' concurrency follows it; an
+        agent started later gets it from the bucket that keeps it, bus/control.py).
 
         The stages off the step's path (``BACKGROUND_STAGES``: skill extraction, summaries,
         tools) take the in-flight target: their work comes from finished steps, at most one
@@ -1539,8 +1535,8 @@ class CampaignMachine:
         more (unless it has idle slots and nothing queued: it is starved, not slow; or its
         output waits a version or more stale in the next stage's queue), one over twice the
         median one fewer — within [workers_min, workers_max]. Rates count steps
-        (``RATE_WINDOW_SECONDS``); the agents serving a stage are told on
-        ``evo.control.<stage>``."""
+        (``RATE_WINDOW_SECONDS``); the agents serving a stage follow its key in
+        ``EVO_CONTROL``."""
         strategy = self.strategy
         if not strategy.adaptive_workers or strategy.mode != "async":
             return
@@ -1600,8 +1596,8 @@ class CampaignMachine:
         """FlashEvolve §3.4 applied to the whole pipeline (agents/evolution/in_flight.py): once
         a window of proposals is complete, the in-flight target climbs while proposals per
         minute rise and the version gap stays within the bound, and backs off when they do
-        not. The stages the campaign did not pin follow it in proportion (their agents by
-        ``evo.control.<stage>``); the ``queue``, unless pinned, follows them."""
+        not. The stages the campaign did not pin follow it in proportion (their agents by their
+        keys in ``EVO_CONTROL``); the ``queue``, unless pinned, follows them."""
         control = self.workers.in_flight
         if control is None or not control.due or not self._adaptive:
             return

@@ -8,8 +8,8 @@ so a result applied again after a crash sends the same ids for the same messages
 drops the copies — and a restarted orchestrator that applies the redelivered results in another
 order than the dead one (a result whose ack was lost comes back behind newer ones), and so
 sends other messages under the same counters, sends them under other ids: none is dropped as
-a copy of a message it is not. The stages' worker targets (control messages) are data already:
-``Orders.controls``.
+a copy of a message it is not. The stages' workers targets (the keys of
+``EVO_CONTROL``) are data already: ``Orders.controls``.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from evobus.agents.roles.orchestrator.component import Component
 from evobus.agents.roles.orchestrator.errors import IllegalPhase
 from evobus.agents.roles.orchestrator.steps import Phase, Status
 
-# The clock's marks: when it last emitted ``progress``, sent the targets, rebalanced workers.
-Mark = Literal["progress", "targets", "workers"]
+# The clock's marks: when it last emitted ``progress``, rebalanced workers.
+Mark = Literal["progress", "workers"]
 # A campaign's phases, in order: its tools registered, its seed scored, evolution, the end.
 PHASES: tuple[Phase, ...] = ("tools", "seed", "evolving", "finished")
 
@@ -25,8 +25,8 @@ class Run(Component, kw_only=True):
         phase: where the campaign is (``PHASES``); "finished" only by ``finish``.
         status, stop_reason: how it ended (or will end, by default).
         serials: the last number given of each kind of id (work, event, candidate, chain).
-        progress_at, targets_sent_at, workers_checked_at: when the clock last emitted a
-            ``progress`` event, sent the stages' targets, rebalanced the stages' workers.
+        progress_at, workers_checked_at: when the clock last emitted a ``progress`` event,
+            rebalanced the stages' workers.
     """
 
     _started_at: float = msgspec.field(name="started_at")
@@ -38,13 +38,12 @@ class Run(Component, kw_only=True):
         name="serials",
     )
     _progress_at: float = msgspec.field(default=0.0, name="progress_at")
-    _targets_sent_at: float = msgspec.field(default=0.0, name="targets_sent_at")
     _workers_checked_at: float = msgspec.field(default=0.0, name="workers_checked_at")
 
     @classmethod
     def starting(cls, at: float) -> Run:
         """A campaign that starts ``at``: every clock mark there."""
-        return cls(_started_at=at, _progress_at=at, _targets_sent_at=at, _workers_checked_at=at)
+        return cls(_started_at=at, _progress_at=at, _workers_checked_at=at)
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -100,7 +99,6 @@ class Run(Component, kw_only=True):
         mark moves to ``now``."""
         last = {
             "progress": self._progress_at,
-            "targets": self._targets_sent_at,
             "workers": self._workers_checked_at,
         }[mark]
         if now - last < period:
@@ -108,8 +106,6 @@ class Run(Component, kw_only=True):
         match mark:
             case "progress":
                 self._progress_at = now
-            case "targets":
-                self._targets_sent_at = now
             case "workers":
                 self._workers_checked_at = now
         return True

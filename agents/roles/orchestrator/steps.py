@@ -38,8 +38,6 @@ ENGINE = "offline (classical evolutionary baseline: AST mutation and rule-based 
 RATE_WINDOW_SECONDS = 60.0
 WORKERS_PERIOD_SECONDS = 10.0
 PASSED_DIAGNOSE = "diagnose:passed"
-# The stage targets are sent again this often, for agents that started after the last time.
-TARGETS_RESEND_SECONDS = 2.0
 REBALANCED = ("diagnose", "propose", "evaluate")
 # FlashEvolve §3.3: a step made from a removed speculative candidate is stale whatever Δ says.
 STALE_PARENT_ACTION: dict[str, StaleAction] = {

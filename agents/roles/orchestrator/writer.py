@@ -25,6 +25,7 @@ from anyio.abc import ObjectReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
 
 from evobus.agents.roles.orchestrator import snapshot
 from evobus.agents.roles.orchestrator.effects import Duties, Effects, write
@@ -46,10 +47,11 @@ from evobus.agents.roles.orchestrator.transactions import (
 from evobus.agents.runtime.events import write_summary
 from evobus.bus import subjects
 from evobus.bus.batch_consumer import Delivery
-from evobus.bus.control import send_workers_target
+from evobus.bus.control import put_workers_target
 from evobus.bus.publisher import Publisher
 from evobus.bus.streams import JETSTREAM_PATIENCE_SECONDS, patiently
 from evobus.infra.workspace import CampaignWorkspace
+from evobus.schemas.agents import WorkersTarget
 from evobus.schemas.events import CampaignResumed, Event
 from evobus.schemas.results import Result
 from evobus.schemas.steering import Steering, SteeringAction
@@ -108,6 +110,7 @@ class Shell:
     event_log: EventLog
     workspace: CampaignWorkspace
     run_dir: Path
+    targets: KeyValue  # the stages' workers targets (bus/control.py)
 
 
 class CampaignWriter:
@@ -265,7 +268,7 @@ class CampaignWriter:
         # appended once the snapshot that holds them is written (persist).
         shell.event_log.stage(o.message for o in duties.out if isinstance(o.message, Event))
         for target in duties.controls:  # FlashEvolve §3.4: the agents of a stage change K
-            await send_workers_target(shell.nc, target)
+            await self.put_target(target)
         if machine.run.finished:
             write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
         await self.publish(duties)
@@ -292,6 +295,13 @@ class CampaignWriter:
         taken = snapshot.take(self.machine, last_applied=self.last_applied, now=time.time())
         await shell.store.save(shell.event_log.saved(taken))
         shell.event_log.commit()
+
+    async def put_target(self, target: WorkersTarget) -> None:
+        """Set a stage's workers target, patiently: on a cluster electing the bucket's leader
+        the put has no answer for seconds, and the agents must get the target all the same."""
+        put = partial(put_workers_target, self.shell.targets, target)
+        deadline = time.monotonic() + JETSTREAM_PATIENCE_SECONDS
+        await patiently(put, f"the workers target of {target.stage}", deadline)
 
     async def purge_work(self) -> None:
         """Remove what is still queued for this campaign: it will never be used (the work items
