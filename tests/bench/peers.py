@@ -383,8 +383,14 @@ def openevolve_distinct(output: Path) -> int | None:
 
 
 def proposal_calls(calls: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The actor's calls in an evobus call log: those that asked for a child program."""
-    return [c for c in calls if "actor" in str(c.get("label", "")) or c["schema"] == "ActorDraft"]
+    """The actor's calls in an evobus call log: those that asked for a child program (its
+    templates are named ``actor.<operator>…``; a stale repair's asks for an ``ActorDraft``).
+    Not the skill extractor's, whose name holds "actor" too."""
+    return [
+        c
+        for c in calls
+        if str(c.get("label", "")).startswith("actor.") or c["schema"] == "ActorDraft"
+    ]
 
 
 # --- running things ----------------------------------------------------------------------------

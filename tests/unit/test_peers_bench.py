@@ -26,6 +26,7 @@ from tests.bench.peers import (
     openevolve_config,
     openevolve_figures,
     per_minute,
+    proposal_calls,
     report,
     rows,
     table,
@@ -183,3 +184,18 @@ def test_repeated_runs_pair_by_repeat_and_their_medians_give_the_ratio() -> None
     assert ours.ratios == [1.33, 0.67, 1.8]
     text = median_table([theirs, ours])
     assert "| function_minimisation | evobus | K=4 | 3 | 72 | 1.2× | 1.33, 0.67, 1.8 |" in text
+
+
+def test_the_proposal_calls_are_the_actors_not_the_skill_extractors() -> None:
+    calls = [
+        {"label": "actor.m_diag.diff", "schema": "ActorDraft"},
+        {"label": "actor.i1", "schema": "ActorDraft"},
+        {"label": "stale_repair", "schema": "ActorDraft"},
+        {"label": "skill_extractor", "schema": "SkillDraft"},  # "extr-actor": not a proposal
+        {"label": "critic", "schema": "CriticVerdict"},
+    ]
+    assert [c["label"] for c in proposal_calls(calls)] == [
+        "actor.m_diag.diff",
+        "actor.i1",
+        "stale_repair",
+    ]
