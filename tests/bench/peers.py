@@ -152,6 +152,15 @@ class Row(msgspec.Struct, kw_only=True):
 # --- the pure part: figures, pairing, table ---------------------------------------------------
 
 
+def pair_seed(seed: int, pair: int) -> int:
+    """The simulator's seed for the ``pair``-th pair of runs (both tools share it): ``seed``,
+    then the next ones. Within a pair the tools' children get the same answer lengths; across
+    pairs the lengths change, so that what only evobus asks (diagnoses, skills, summaries, each
+    kind its own sequence of lengths) does not meet the same long answer in every row — with one
+    seed for all, its 11th diagnosis was a 1 465-token answer in every run."""
+    return seed + pair
+
+
 def per_minute(count: int, seconds: float) -> float:
     """``count`` per minute over ``seconds`` (0 when no time passed)."""
     return 60.0 * count / seconds if seconds > 0 else 0.0
@@ -717,11 +726,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     k, args.iterations, args.wall, args.defaults_children, args.waves
                 )
                 for repeat in range(args.repeats):
-                    # Each run against a simulator of its own, started from the same seed.
-                    with llm_sim(args.seed, work / f"llm-sim-{len(runs)}.log") as url:
+                    # Each run against a simulator of its own; the two runs of a pair from the
+                    # same seed, each pair from the next one (``pair_seed``).
+                    seed = pair_seed(args.seed, len(runs) // 2)
+                    with llm_sim(seed, work / f"llm-sim-{len(runs)}.log") as url:
                         runs.append(run_openevolve(runner, problem, k, budget, url, work, repeat))
                     _progress(runs[-1])
-                    with llm_sim(args.seed, work / f"llm-sim-{len(runs)}.log") as url:
+                    with llm_sim(seed, work / f"llm-sim-{len(runs)}.log") as url:
                         runs.append(run_evobus(problem, k, budget, url, work, repeat))
                     _progress(runs[-1])
     finally:
@@ -739,7 +750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "openevolve": OPENEVOLVE,
         "profile": PROFILE,
-        "sim_seed": args.seed,
+        "sim_seed": f"{args.seed} + the pair's number (both tools of a pair share it)",
         "children_per_run": f"max({args.iterations}, 4 K); "
         f"{args.defaults_children or args.iterations} at defaults",
         "wall_limit_s": args.wall,

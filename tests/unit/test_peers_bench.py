@@ -25,6 +25,7 @@ from tests.bench.peers import (
     medians,
     openevolve_config,
     openevolve_figures,
+    pair_seed,
     per_minute,
     proposal_calls,
     report,
@@ -199,3 +200,8 @@ def test_the_proposal_calls_are_the_actors_not_the_skill_extractors() -> None:
         "actor.i1",
         "stale_repair",
     ]
+
+
+def test_each_pair_of_runs_has_a_seed_of_its_own_and_both_tools_share_it() -> None:
+    assert [pair_seed(1, pair) for pair in range(4)] == [1, 2, 3, 4]
+    assert pair_seed(7, 0) == 7  # --seed is the first pair's
