@@ -61,7 +61,7 @@ async def test_the_in_flight_target_rises_above_its_start_when_the_server_has_ro
     assert all(2 <= e.new <= 6 and e.new != e.old for e in changes), changes
     assert all(later.old == earlier.new for earlier, later in itertools.pairwise(changes))
     # Every stage follows the target; the progress events after a move show the stages' new
-    # targets (what their agents were told on evo.control.<stage>).
+    # targets (what their agents follow from the EVO_CONTROL bucket).
     assert first.targets == {"diagnose": 4, "propose": 4, "evaluate": 4, "repair": 4}
     targets: dict[str, int] = {}
     shown = 0
