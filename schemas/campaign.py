@@ -34,7 +34,7 @@ FILES_DEFAULTS: dict[str, dict[str, object]] = {
 
 CAMPAIGN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 # Second tokens of subjects that are not campaigns (bus/subjects.py): a campaign may not take them.
-RESERVED_CAMPAIGN_IDS = frozenset({"agent", "control", "registry"})
+RESERVED_CAMPAIGN_IDS = frozenset({"agent", "registry"})
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
