@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -56,6 +57,45 @@ async def stop(agent: subprocess.Popen[bytes]) -> int:
         return await anyio.to_thread.run_sync(agent.wait)
 
 
+@dataclass
+class Evaluator:
+    """An ``evobus agent evaluator`` process started by ``evaluator``, with the bus to watch it:
+    ``log`` is its log's text once it stopped."""
+
+    js: JetStreamContext
+    heartbeats: Subscription
+    agent: subprocess.Popen[bytes]
+    log: str = ""
+
+    async def beat_where(self, condition: Callable[[Heartbeat], bool]) -> Heartbeat:
+        return await beat_where(self.heartbeats, self.agent.pid, condition)
+
+
+@asynccontextmanager
+async def evaluator(
+    nats_server: NatsServer,
+    log: Path,
+    *extra: str,
+    before: Callable[[KeyValue], Awaitable[None]] | None = None,
+) -> AsyncIterator[Evaluator]:
+    """Start an evaluator agent on ``nats_server`` (``extra``: more of its arguments; ``before``:
+    done to the targets' bucket before it starts) and stop it after the block, which it must
+    survive: it exits 0."""
+    async with jetstream(nats_server) as (nc, js):
+        if before is not None:
+            await before(await control_bucket(js))
+        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
+        agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, *extra, log=log)
+        running = Evaluator(js, heartbeats, agent)
+        try:
+            yield running
+        finally:
+            code = await stop(agent)
+            await heartbeats.unsubscribe()
+    running.log = await anyio.Path(log).read_text()
+    assert code == 0, running.log
+
+
 async def put(targets: KeyValue, concurrency: int) -> None:
     await put_workers_target(targets, WorkersTarget(stage="evaluate", concurrency=concurrency))
 
@@ -64,44 +104,36 @@ async def put(targets: KeyValue, concurrency: int) -> None:
 async def test_an_evaluator_process_follows_its_workers_target(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    log = tmp_path / "evaluator.log"
-    async with jetstream(nats_server) as (nc, js):
-        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
-        agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
-        try:
-            # A heartbeat means the process already watches the evaluate key (nothing put yet).
-            first = await beat_where(heartbeats, agent.pid, lambda _: True)
-            assert first.concurrency == 1
+    async with evaluator(nats_server, tmp_path / "evaluator.log") as ev:
+        # A heartbeat means the process already watches the evaluate key (nothing put yet).
+        first = await ev.beat_where(lambda _: True)
+        assert first.concurrency == 1
 
-            targets = await control_bucket(js)
-            await put(targets, 3)
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 3)
-            await put(targets, 1)
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
-            await put(targets, 10_000)
-            cap = default_max_concurrency("evaluator")  # twice the cores, at least 4
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == cap)
-            await put(targets, 0)
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)  # the floor
+        targets = await control_bucket(ev.js)
+        await put(targets, 3)
+        await ev.beat_where(lambda b: b.concurrency == 3)
+        await put(targets, 1)
+        await ev.beat_where(lambda b: b.concurrency == 1)
+        await put(targets, 10_000)
+        cap = default_max_concurrency("evaluator")  # twice the cores, at least 4
+        await ev.beat_where(lambda b: b.concurrency == cap)
+        await put(targets, 0)
+        await ev.beat_where(lambda b: b.concurrency == 1)  # the floor
 
-            # Not a workers target, a message of another type, a target for another stage, the
-            # key deleted and purged: all ignored; the target put after them (same key, same
-            # order) is still obeyed.
-            key = subjects.control_key("evaluate")
-            await targets.put(key, b"\xc1garbage")
-            await targets.put(key, codec.encode(first))
-            await targets.put(key, codec.encode(WorkersTarget(stage="propose", concurrency=5)))
-            await targets.delete(key)
-            await targets.purge(key)
-            await put(targets, 2)
-            changed = await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
-            later = await beat_where(heartbeats, agent.pid, lambda b: b.at > changed.at)
-            assert later.concurrency == 2 and agent.poll() is None
-        finally:
-            code = await stop(agent)
-        await heartbeats.unsubscribe()
-    text = log.read_text()
-    assert code == 0, text
+        # Not a workers target, a message of another type, a target for another stage, the
+        # key deleted and purged: all ignored; the target put after them (same key, same
+        # order) is still obeyed.
+        key = subjects.control_key("evaluate")
+        await targets.put(key, b"\xc1garbage")
+        await targets.put(key, codec.encode(first))
+        await targets.put(key, codec.encode(WorkersTarget(stage="propose", concurrency=5)))
+        await targets.delete(key)
+        await targets.purge(key)
+        await put(targets, 2)
+        changed = await ev.beat_where(lambda b: b.concurrency == 2)
+        later = await ev.beat_where(lambda b: b.at > changed.at)
+        assert later.concurrency == 2 and ev.agent.poll() is None
+    text = ev.log
     assert "evaluate concurrency 1 → 3" in text and "evaluate concurrency 3 → 1" in text
     assert "ignoring undecodable workers target at EVO_CONTROL.evaluate" in text
     assert "ignoring workers target for 'propose'" in text
@@ -113,20 +145,12 @@ async def test_a_target_put_before_an_agent_starts_is_its_concurrency_from_its_f
 ) -> None:
     # The orchestrator put the targets before this process watched (a late start, a restart):
     # with core-NATS control messages it ran at 1 until they were sent again.
-    log = tmp_path / "evaluator.log"
-    async with jetstream(nats_server) as (nc, js):
-        await put(await control_bucket(js), 3)
-        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
-        agent = start_evobus("agent", "evaluator", "--nats", nats_server.url, log=log)
-        try:
-            first = await beat_where(heartbeats, agent.pid, lambda _: True)
-            assert first.concurrency == 3
-        finally:
-            code = await stop(agent)
-        await heartbeats.unsubscribe()
-    text = log.read_text()
-    assert code == 0, text
-    assert "evaluate concurrency 1 → 3" in text
+    async with evaluator(
+        nats_server, tmp_path / "evaluator.log", before=lambda targets: put(targets, 3)
+    ) as ev:
+        first = await ev.beat_where(lambda _: True)
+        assert first.concurrency == 3
+    assert "evaluate concurrency 1 → 3" in ev.log
 
 
 @pytest.mark.timeout(90)  # an agent process's start, ten times slower at load 20
@@ -134,24 +158,14 @@ async def test_an_evaluator_with_a_cap_takes_no_more_than_it_whatever_the_target
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     # A host that runs two evaluations at once (tests/bench/scaling.py: one per evaluator).
-    log = tmp_path / "evaluator.log"
-    argv = ("agent", "evaluator", "--nats", nats_server.url, "--max-concurrency", "2")
-    async with jetstream(nats_server) as (nc, js):
-        heartbeats = await nc.subscribe(subjects.heartbeats_of("evaluator"))
-        agent = start_evobus(*argv, log=log)
-        try:
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
-            targets = await control_bucket(js)
-            await put(targets, 16)
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 2)
-            await put(targets, 1)
-            await beat_where(heartbeats, agent.pid, lambda b: b.concurrency == 1)
-        finally:
-            code = await stop(agent)
-        await heartbeats.unsubscribe()
-    text = log.read_text()
-    assert code == 0, text
-    assert "evaluate workers target 16 clamped to 2 (1..2)" in text
+    async with evaluator(nats_server, tmp_path / "evaluator.log", "--max-concurrency", "2") as ev:
+        await ev.beat_where(lambda b: b.concurrency == 1)
+        targets = await control_bucket(ev.js)
+        await put(targets, 16)
+        await ev.beat_where(lambda b: b.concurrency == 2)
+        await put(targets, 1)
+        await ev.beat_where(lambda b: b.concurrency == 1)
+    assert "evaluate workers target 16 clamped to 2 (1..2)" in ev.log
 
 
 def evaluate_item(campaign: str, n: int) -> EvaluateWork:
