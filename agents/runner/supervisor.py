@@ -614,7 +614,9 @@ async def ensure_registry(
         AgentError: the registry exits or stays silent.
     """
     try:
-        await RegistryClient(nc, timeout=2.0).list("tool")
+        # No registry: no responders, answered at once. A registry that is there but slow to
+        # answer (a loaded machine) is waited for: a second one on its folder cannot start.
+        await RegistryClient(nc).list("tool")
     except RegistryUnavailable:
         pass
     else:
