@@ -7,13 +7,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
 from evobus.agents.runner.exits import EXIT_FAILED, run_command
 from evobus.agents.runtime.errors import AgentError
-from evobus.agents.runtime.process import AgentSettings, Setup, run_agent
+from evobus.agents.runtime.process import (
+    AgentSettings,
+    Setup,
+    ignore_stop_signals,
+    own_stop_signals,
+    run_agent,
+)
 from evobus.bus.connection import url_from_env
 from evobus.infra.telemetry import setup_tracing, shutdown_tracing
 from evobus.schemas.agents import ROLES, Role
@@ -104,15 +109,14 @@ async def command(args: argparse.Namespace) -> int:
         max_concurrency=args.max_concurrency,
     )
     setup_tracing(args.role, span_file=args.spans)
+    own_stop_signals()
     try:
         return await _serve_agent(args, settings)
     finally:
-        # The agent has stopped serving; a stop signal from now on (the supervisor's SIGTERM
-        # once it saw campaign_finished) would end the process before its exporters flushed
-        # (the campaign's root span lost on its way to Jaeger). It is ignored: the process
-        # ends anyway, and SIGKILL still ends an exporter that hangs.
-        for stop in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(stop, signal.SIG_IGN)
+        # Serving has ended (or never began): a stop signal from now on would end the process
+        # before its exporters flushed. It is ignored (own_stop_signals); SIGKILL still ends an
+        # exporter that hangs.
+        ignore_stop_signals()
         shutdown_tracing()
 
 

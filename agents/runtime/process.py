@@ -8,6 +8,7 @@ stage the process runs at once (FlashEvolve §3.4's worker counts).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -307,10 +308,55 @@ def _obey(proc: AgentProcess, stage: str, entry: KeyValue.Entry) -> bool:
 
 
 async def _stop_on_signal(proc: AgentProcess) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info(
-                "%s: %s: finishing in-flight work", proc.agent.role, signal.Signals(signum).name
-            )
-            proc.request_stop()
-            return
+    try:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async for signum in signals:
+                log.info(
+                    "%s: %s: finishing in-flight work",
+                    proc.agent.role,
+                    signal.Signals(signum).name,
+                )
+                proc.request_stop()
+                return
+    finally:
+        if _own_process:
+            ignore_stop_signals()  # the receiver's end brought back the default action
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_own_process = False  # this process is an agent's own (``evobus agent``): own_stop_signals()
+
+
+def own_stop_signals() -> None:
+    """Say that this process is an agent's own (``evobus agent``): from the moment it stops
+    serving — the first stop signal, or its own end — a stop signal is ignored for the rest of
+    its life. Closing a signal receiver restores the default action, which ends a process at
+    once: a second SIGTERM, or the supervisor's SIGTERM (sent as soon as it sees
+    campaign_finished) arriving while the agent closes its connection, would end it before its
+    last writes and before its exporters flushed (the campaign's root span lost on its way to
+    Jaeger). SIGKILL still ends it. Not for an agent served inside another program (a test, an
+    application): its signals stay its own."""
+    global _own_process
+    _own_process = True
+
+
+def ignore_stop_signals() -> None:
+    """SIGINT and SIGTERM ignored from now on: caught and dropped rather than ``SIG_IGN``, which
+    the programs the process still starts (a candidate's sandbox, finishing the work in flight)
+    would inherit through exec, where a caught signal is reset to its default action."""
+    for stop in STOP_SIGNALS:
+        signal.signal(stop, _dropped)
+
+
+def _dropped(signum: int, frame: object) -> None:
+    """A stop signal's handler once the process is ending: nothing to do."""
+
+
+def hold_stop_signals(stack: contextlib.ExitStack) -> None:
+    """Stop signals do not end the process for the rest of ``stack``'s life (an agent finishing
+    its last writes): in an agent's own process ignored for good (a receiver would restore the
+    default action when it closes), else received and dropped until ``stack`` closes."""
+    if _own_process:
+        ignore_stop_signals()
+    else:
+        stack.enter_context(anyio.open_signal_receiver(*STOP_SIGNALS))

@@ -1,4 +1,5 @@
-"""An agent process on a real bus: heartbeats, and SIGTERM finishing in-flight work first."""
+"""An agent process on a real bus: heartbeats, and SIGTERM finishing in-flight work first (the
+stop signals after it ignored)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ SLOW_POLICY = "import time\ntime.sleep(2.0)\n\ndef policy(obs):\n    return 0.0\
 
 
 @pytest.mark.timeout(90)
-async def test_sigterm_finishes_the_evaluation_in_flight_then_exits(
+async def test_sigterm_finishes_the_evaluation_in_flight_then_exits_whatever_comes_next(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
     nc = await connect(nats_server.url, name="test")
@@ -63,6 +64,13 @@ async def test_sigterm_finishes_the_evaluation_in_flight_then_exits(
                 assert isinstance(decoded, Heartbeat)
                 beat = decoded
         agent.send_signal(signal.SIGTERM)
+        # Stopping, it ignores the next stop signals (a second Ctrl-C, the supervisor's
+        # SIGTERM): the default action they had once its receiver closed killed it mid-work.
+        with anyio.fail_after(time_left()):
+            while "SIGTERM: finishing in-flight work" not in log.read_text(errors="replace"):
+                await anyio.sleep(0.05)
+        agent.send_signal(signal.SIGTERM)
+        agent.send_signal(signal.SIGINT)
 
         with anyio.fail_after(time_left()):
             msg = await results.next_msg(timeout=None)

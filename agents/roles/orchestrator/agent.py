@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -58,7 +57,13 @@ from evobus.agents.runtime.events import (
     describe,
     write_summary,
 )
-from evobus.agents.runtime.process import AgentProcess, AgentSettings, make_agent_ref, serve
+from evobus.agents.runtime.process import (
+    AgentProcess,
+    AgentSettings,
+    hold_stop_signals,
+    make_agent_ref,
+    serve,
+)
 from evobus.agents.tasks import campaign_seed, get_task
 from evobus.bus import codec, subjects
 from evobus.bus.batch_consumer import BatchConsumer, Delivery, batch_size
@@ -233,7 +238,7 @@ class OrchestratorWorker:
                 if served:
                     await self._serve(writer, opened.lease, incoming, asked, registry, quiet)
             if not served:
-                quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+                hold_stop_signals(quiet)
             # The root span ends first: the exporter sends it while the last writes are made.
             machine.trace.finish(machine.run.status, machine.run.stop_reason)
             # The finished campaign: `evobus resume` reports it, nothing reruns.
@@ -266,7 +271,7 @@ class OrchestratorWorker:
             tg.start_soon(_keep, lease)
             tg.start_soon(_clock, transactions.clone())
             await serve(self._proc, extra=writer.finished.wait)
-            quiet.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            hold_stop_signals(quiet)
             await transactions.send(Stop())  # the writer ends after what it was given
 
     async def _results(self, batch: Sequence[Delivery[Result | Steering]]) -> None:
