@@ -18,7 +18,7 @@ from evobus.schemas.agents import Heartbeat
 from evobus.schemas.artifacts import Artifact, Candidate
 from evobus.schemas.results import Evaluation
 from evobus.schemas.work import EvaluateWork
-from tests.conftest import time_left
+from tests.conftest import eventually, time_left
 from tests.processes import start_evobus
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
@@ -66,9 +66,7 @@ async def test_sigterm_finishes_the_evaluation_in_flight_then_exits_whatever_com
         agent.send_signal(signal.SIGTERM)
         # Stopping, it ignores the next stop signals (a second Ctrl-C, the supervisor's
         # SIGTERM): the default action they had once its receiver closed killed it mid-work.
-        with anyio.fail_after(time_left()):
-            while "SIGTERM: finishing in-flight work" not in log.read_text(errors="replace"):
-                await anyio.sleep(0.05)
+        await eventually(lambda: "SIGTERM: finishing in-flight work" in log.read_text("utf-8"))
         agent.send_signal(signal.SIGTERM)
         agent.send_signal(signal.SIGINT)
 
