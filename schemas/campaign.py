@@ -16,6 +16,7 @@ from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import ProseText, SourceText, source_problem
 from evobus.schemas.map_elites import MapElitesSection, check_descriptors, declared_descriptors
 from evobus.schemas.registry import EmbedderSpec, SkillScope
+from evobus.schemas.support_files import SupportFilesError, support_files
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -103,7 +104,10 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     absolute path, and ``evaluator_source`` with the text of its scripts.
 
     ``evaluator_name`` is filled in too: the evaluator file's own name, which the errors of an
-    evaluation use for it (in the sandbox it is ``evaluator.py``, whatever it was called).
+    evaluation use for it (in the sandbox it is ``evaluator.py``, whatever it was called). So is
+    ``evaluator_files``: the files of the evaluator's folder that it imports or names (helper
+    modules, data), by relative path, which lie beside it in the sandbox
+    (schemas/support_files.py).
     """
 
     validation_episodes: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
@@ -119,6 +123,7 @@ class TaskSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     deterministic: bool | None = None
     evaluator_folder: str = ""
     evaluator_name: Annotated[str, msgspec.Meta(max_length=255)] = ""
+    evaluator_files: dict[str, bytes] = {}
 
 
 # An objective of Pareto selection: a metric's name, with a ``-`` prefix when it is minimised.
@@ -802,7 +807,7 @@ def _with_files_defaults(raw: dict[str, object], path: str) -> dict[str, object]
         CampaignConfigError: ``task.evaluator_source`` is set (evobus fills it from the file).
     """
     task_table = raw.get("task")
-    for filled in ("evaluator_source", "evaluator_folder", "evaluator_name"):
+    for filled in ("evaluator_source", "evaluator_folder", "evaluator_name", "evaluator_files"):
         if isinstance(task_table, dict) and filled in task_table:
             raise CampaignConfigError(
                 path,
@@ -893,6 +898,7 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
                 spec.task,
                 evaluator_folder=str(evaluator),
                 evaluator_source=_folder_text(evaluator),
+                evaluator_files={},  # the folder is read where it lies
             ),
         )
     try:
@@ -913,11 +919,19 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
         raise CampaignConfigError(
             origin, "strategy.map_elites.descriptors", f"{_NO_DESCRIPTORS} ({evaluator})"
         )
+    try:
+        files = support_files(evaluator, leave_out=[Path(program)] if program else [])
+    except SupportFilesError as exc:
+        raise CampaignConfigError(origin, "campaign.evaluator", f"{evaluator}: {exc}") from None
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),
         task=msgspec.structs.replace(
-            spec.task, evaluator_source=source, evaluator_folder="", evaluator_name=evaluator.name
+            spec.task,
+            evaluator_source=source,
+            evaluator_folder="",
+            evaluator_name=evaluator.name,
+            evaluator_files=files,
         ),
     )
 

@@ -79,8 +79,9 @@ class Task(Protocol):
 
     def sandbox_files(
         self, instances: Sequence[str], params: Mapping[str, int | float | str | bool]
-    ) -> dict[str, str]:
-        """Files (relative path → text) written next to ``candidate.py``; has ``harness.py``.
+    ) -> Mapping[str, str | bytes]:
+        """Files (relative path → text, or bytes) written next to ``candidate.py``; has
+        ``harness.py``.
 
         The evaluator runs ``python -I harness.py`` in that directory.
         """

@@ -27,6 +27,7 @@ so the number shows nowhere else.
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -40,9 +41,10 @@ from evobus.agents.tasks.base import (
     package_source,
     parse_result_line,
 )
+from evobus.agents.tasks.candidate_process import CANDIDATE_FILE
 from evobus.agents.tasks.errors import InvalidInstanceError, TaskError
 from evobus.agents.tasks.evaluator_folder import FOLDER_PARAM, folder_sandbox_files
-from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE, SHIM_DIR, stage_name
+from evobus.agents.tasks.evaluator_process import EVALUATOR_FILE, OUTPUT_FILE, SHIM_DIR, stage_name
 from evobus.schemas.artifacts import Artifact
 from evobus.schemas.campaign import FILES_TASK, TaskSection
 from evobus.schemas.errors import CampaignConfigError
@@ -54,6 +56,7 @@ EVALUATOR_PARAM = "evaluator"
 THRESHOLDS_PARAM = "cascade_thresholds"
 PARAMS_PARAM = "params"
 NAME_PARAM = "evaluator_name"  # the user's name for the evaluator file, for its errors
+FILES_PARAM = "evaluator_files"  # the files it uses beside it: JSON, relative path → base64
 EVALUATOR_PROCESS_FILE = "evaluator_process.py"
 
 DESCRIPTION = (
@@ -208,6 +211,30 @@ def repetition(instance: str) -> int:
     return int(instance)
 
 
+def _harness_files(evaluator: str, config: Mapping[str, object]) -> dict[str, str | bytes]:
+    """The files the sandbox holds for evobus beside the evaluator's own: ``harness.py``, the
+    modules it runs the evaluator and the candidate with, the evaluator as ``evaluator.py``,
+    the ``openevolve`` stand-in and ``task.json``."""
+    return {
+        HARNESS_FILE: package_source("evaluator_harness.py"),
+        CANDIDATE_PROCESS_FILE: package_source(CANDIDATE_PROCESS_FILE),
+        EVALUATOR_PROCESS_FILE: package_source(EVALUATOR_PROCESS_FILE),
+        EVALUATOR_FILE: evaluator,
+        f"{SHIM_DIR}/openevolve/__init__.py": SHIM_INIT,
+        f"{SHIM_DIR}/openevolve/evaluation_result.py": SHIM_SOURCE,
+        CONFIG_FILE: json.dumps(config, indent=2) + "\n",
+    }
+
+
+def _sandbox_name(path: str) -> bool:
+    """Whether ``path`` (a file the evaluator uses beside it) would take the place of a file or
+    folder the sandbox holds for evobus (``_harness_files``, the candidate, the evaluator's
+    output, the ``tools`` package)."""
+    names = {*_harness_files("", {}), CANDIDATE_FILE, OUTPUT_FILE, "tools/"}
+    first = path.split("/")[0]
+    return path in names or any(n.startswith(f"{first}/") for n in names)
+
+
 class EvaluatorFilesTask:
     """A program scored by the campaign's evaluator file (``evaluate(program_path)``)."""
 
@@ -271,18 +298,32 @@ class EvaluatorFilesTask:
         problem = evaluator_problem(params.evaluator_source, name, cascade=cascade)
         if problem:
             raise CampaignConfigError("<campaign>", "campaign.evaluator", problem)
+        taken = sorted(p for p in params.evaluator_files if _sandbox_name(p))
+        if taken:
+            raise CampaignConfigError(
+                "<campaign>",
+                "campaign.evaluator",
+                f"{name} uses {taken[0]} beside it, a name evobus's sandbox gives a file of its "
+                "own: rename it",
+            )
+        files = {
+            path: base64.b64encode(data).decode("ascii")
+            for path, data in params.evaluator_files.items()
+        }
         return {
             EVALUATOR_PARAM: params.evaluator_source,
             THRESHOLDS_PARAM: json.dumps(list(params.cascade_thresholds)),
             PARAMS_PARAM: json.dumps(params.params),
             NAME_PARAM: name,
+            FILES_PARAM: json.dumps(files),
         }
 
     def sandbox_files(
         self, instances: Sequence[str], params: Mapping[str, int | float | str | bool]
-    ) -> dict[str, str]:
+    ) -> Mapping[str, str | bytes]:
         """``harness.py``, the modules it runs the evaluator with, the evaluator, the
-        ``openevolve`` stand-in and ``task.json``.
+        ``openevolve`` stand-in and ``task.json``, and the files the evaluator uses beside it
+        (schemas/support_files.py) at their places.
 
         Raises:
             InvalidInstanceError: an instance is not a repetition number.
@@ -298,7 +339,11 @@ class EvaluatorFilesTask:
         try:
             thresholds = json.loads(str(params.get(THRESHOLDS_PARAM, "[]")))
             given = json.loads(str(params.get(PARAMS_PARAM, "{}")))
-        except ValueError as exc:
+            beside = {
+                path: base64.b64decode(data, validate=True)
+                for path, data in json.loads(str(params.get(FILES_PARAM, "{}"))).items()
+            }
+        except (ValueError, AttributeError) as exc:
             raise TaskError(f"the files task's params are not JSON: {exc}") from None
         config = {
             "instances": list(instances),
@@ -307,15 +352,7 @@ class EvaluatorFilesTask:
             "params": given,
             "evaluator_name": str(params.get(NAME_PARAM, EVALUATOR_FILE)),
         }
-        return {
-            HARNESS_FILE: package_source("evaluator_harness.py"),
-            CANDIDATE_PROCESS_FILE: package_source(CANDIDATE_PROCESS_FILE),
-            EVALUATOR_PROCESS_FILE: package_source(EVALUATOR_PROCESS_FILE),
-            EVALUATOR_FILE: evaluator,
-            f"{SHIM_DIR}/openevolve/__init__.py": SHIM_INIT,
-            f"{SHIM_DIR}/openevolve/evaluation_result.py": SHIM_SOURCE,
-            CONFIG_FILE: json.dumps(config, indent=2) + "\n",
-        }
+        return {**beside, **_harness_files(evaluator, config)}  # task_params refuses a clash
 
     def parse_output(self, stdout: bytes, instances: Sequence[str]) -> tuple[InstanceScore, ...]:
         """Per-repetition scores, metrics and feedback.

@@ -37,10 +37,10 @@ from typing import Any
 import anyio
 
 from evobus.agents.roles.evaluator.agent import (
-    ZYGOTE_FILES,
     run_harness,
     sandbox_files,
     to_evaluation,
+    zygote_preload,
 )
 from evobus.agents.tasks.pendulum import PendulumTask
 from evobus.infra.sandbox import SandboxRun, run_sandboxed
@@ -89,7 +89,7 @@ async def script(zygotes: Zygotes, warm: bool) -> float:
     """The wall time of a one-line script in a cold sandbox or in the harness's zygote."""
     limits = SandboxSection(warm=warm)
     files = sandbox_files(TASK, work(EMPTY, ("0",), 1, warm), [])
-    preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+    preload = zygote_preload(files)
     started = time.perf_counter()
     run: SandboxRun
     if warm:

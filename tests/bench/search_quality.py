@@ -91,7 +91,7 @@ class Scorer:
         self.count = 0
 
     async def score(self, source: str) -> float:
-        files = self.task.sandbox_files(self.instances, self.params)
+        files = dict(self.task.sandbox_files(self.instances, self.params))
         files["candidate.py"] = source
         run = await run_harness(self.zygotes, files, self.spec.sandbox)
         self.count += 1

@@ -125,10 +125,10 @@ FAILING = {
 }
 
 
-def sandbox_files(folder: Path, split: str) -> dict[str, str]:
+def sandbox_files(folder: Path, split: str) -> dict[str, str | bytes]:
     """What the evaluator agent writes into the sandbox for an evaluation of the seed."""
     params: dict[str, int | float | str | bool] = {FOLDER_PARAM: str(folder), SPLIT_PARAM: split}
-    files = TASK.sandbox_files(("0",), params)
+    files = dict(TASK.sandbox_files(("0",), params))
     files["candidate.py"] = (PROBLEM / "initial_program.py").read_text()
     return files
 

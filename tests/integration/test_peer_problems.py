@@ -31,6 +31,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 PROBLEMS = Path(__file__).parent.parent / "peer_problems"
 MINIMISE = PROBLEMS / "openevolve_minimise"
+# Its two files and config.yaml, and the helper module and data file its evaluator uses.
+MINIMISE_FILES = (
+    "initial_program.py",
+    "evaluator.py",
+    "config.yaml",
+    "valley_scoring.py",
+    "minimum.json",
+)
 SHINKA = PROBLEMS / "shinka_layout"
 # A sentence of the config's prompt.system_message: the simulator's rules match it in prompts.
 STATEMENT = "The score is 1 / (1 + valley(x, y)) at the point search()"
@@ -69,8 +77,7 @@ async def run_command(tmp_path: Path, *args: str) -> str:
 async def test_the_two_files_with_a_config_yaml_and_a_requirements_txt(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
-    names = ("initial_program.py", "evaluator.py", "config.yaml")
-    problem = copied(MINIMISE, names, tmp_path / "problem")
+    problem = copied(MINIMISE, MINIMISE_FILES, tmp_path / "problem")
     (problem / "requirements.txt").write_text(f"numpy\n{ABSENT}\n")
     out = tmp_path / "runs"
     output = await run_command(
@@ -98,6 +105,9 @@ async def test_the_two_files_with_a_config_yaml_and_a_requirements_txt(
     assert STATEMENT in spec.task.statement
     assert (spec.sandbox.timeout_seconds, spec.llm.answer_format) == (20.0, "diff")
     assert (spec.campaign.budget.proposals, spec.strategy.rng_seed) == (6, 11)
+    # The helper module and the data file the evaluator uses went with it (requirements.txt
+    # and config.yaml did not: it names neither); the seed's score says they were found.
+    assert sorted(spec.task.evaluator_files) == ["minimum.json", "valley_scoring.py"]
     summary = msgspec.json.decode(
         (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
     )
@@ -109,8 +119,7 @@ async def test_the_two_files_with_a_config_yaml_and_a_requirements_txt(
 async def test_the_statement_reaches_the_critic_and_the_actor_through_the_simulator(
     nats_server: NatsServer, tmp_path: Path, campaign_id: str
 ) -> None:
-    names = ("initial_program.py", "evaluator.py", "config.yaml")
-    problem = copied(MINIMISE, names, tmp_path / "problem")
+    problem = copied(MINIMISE, MINIMISE_FILES, tmp_path / "problem")
     seed = (problem / "initial_program.py").read_text()
     child = seed.replace("for _ in range(12):", "for _ in range(40):")
     pattern = re.escape(STATEMENT)

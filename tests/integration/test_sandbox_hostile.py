@@ -41,11 +41,11 @@ import pytest
 
 from evobus.agents.roles.evaluator.agent import (
     HARNESS,
-    ZYGOTE_FILES,
     sandbox_files,
     setup,
     to_evaluation,
     with_tool_calls,
+    zygote_preload,
 )
 from evobus.agents.roles.evaluator.tool_calls import REPORT_FILE, read_report, tool_files
 from evobus.agents.roles.toolgen.agent import validate
@@ -206,9 +206,9 @@ async def evaluate(
     return Outcome(evaluation, run, time.monotonic() - started)
 
 
-async def warm_run(files: dict[str, str], limits: SandboxSection) -> SandboxRun:
+async def warm_run(files: dict[str, str | bytes], limits: SandboxSection) -> SandboxRun:
     """``files`` run warm, as the evaluator runs them (its ``run_harness``)."""
-    preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+    preload = zygote_preload(files)
     run = await WARM_RUNS.run(files, [HARNESS], limits, preload=preload, collect=(REPORT_FILE,))
     assert run.warm
     return run

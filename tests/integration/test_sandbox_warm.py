@@ -28,10 +28,10 @@ import pytest
 
 from evobus.agents.roles.evaluator.agent import (
     HARNESS,
-    ZYGOTE_FILES,
     run_harness,
     sandbox_files,
     to_evaluation,
+    zygote_preload,
 )
 from evobus.agents.tasks.pendulum import PendulumTask
 from evobus.infra.errors import ZygoteError
@@ -94,7 +94,7 @@ async def evaluate(
     if tag:
         files[tag] = ""
     if only_warm:
-        preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+        preload = zygote_preload(files)
         run = await zygotes.run(files, [HARNESS], work.sandbox, preload=preload)
     else:
         run = await run_harness(zygotes, files, work.sandbox)

@@ -168,7 +168,7 @@ def test_the_task_plugin_example_scores_its_seed_in_the_sandbox(
     instances = task.instances(params, "validation")
     assert len(instances) == params.validation_episodes
     assert not set(instances) & set(task.instances(params, "train"))
-    sandbox = task.sandbox_files(instances, task.task_params(params))
+    sandbox = dict(task.sandbox_files(instances, task.task_params(params)))
     sandbox["candidate.py"] = task.seed_artifact().source
     run = anyio.run(run_sandboxed, sandbox, ["harness.py"], SandboxSection())
     assert run.failure() == "", run.stderr.decode(errors="replace")

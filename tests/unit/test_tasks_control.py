@@ -51,7 +51,7 @@ def run_harness(
 ) -> tuple[InstanceScore, ...]:
     """Write what the evaluator writes, run the harness, parse its result line."""
     for name, text in task.sandbox_files(instances, params or {}).items():
-        (workdir / name).write_text(text)
+        (workdir / name).write_bytes(text if isinstance(text, bytes) else text.encode())
     (workdir / "candidate.py").write_text(source)
     (workdir / "tools").mkdir(exist_ok=True)
     (workdir / "tools" / "__init__.py").write_text("")

@@ -75,9 +75,16 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ZYGOTE_FILES = (HARNESS, CANDIDATE_PROCESS_FILE, EVALUATOR_PROCESS_FILE)
 
 
-def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> dict[str, str]:
+def zygote_preload(files: Mapping[str, str | bytes]) -> dict[str, str]:
+    """The harness's own files among ``files`` (``ZYGOTE_FILES``), which its zygote imports."""
+    return {name: text for name in ZYGOTE_FILES if isinstance(text := files.get(name), str)}
+
+
+def sandbox_files(
+    task: Task, work: EvaluateWork, tools: Sequence[Resource]
+) -> dict[str, str | bytes]:
     """The candidate, the task's harness and the ``tools`` package, as sandbox files."""
-    files = task.sandbox_files(work.instances, work.task_params)
+    files = dict(task.sandbox_files(work.instances, work.task_params))
     files["candidate.py"] = work.candidate.artifact.source
     files.update(tool_files(tools))
     return files
@@ -85,7 +92,7 @@ def sandbox_files(task: Task, work: EvaluateWork, tools: Sequence[Resource]) -> 
 
 async def run_harness(
     zygotes: Zygotes | None,
-    files: Mapping[str, str],
+    files: Mapping[str, str | bytes],
     limits: SandboxSection,
     collect: Sequence[str] = (),
     mounts: Mapping[str, str] = MappingProxyType({}),
@@ -103,7 +110,7 @@ async def run_harness(
         SandboxError: no run slot could be had.
     """
     if limits.warm and zygotes is not None and warm_available() and not mounts:
-        preload = {name: files[name] for name in ZYGOTE_FILES if name in files}
+        preload = zygote_preload(files)
         try:
             return await zygotes.run(
                 files,
@@ -189,7 +196,7 @@ async def sandboxed(
     zygotes: Zygotes | None,
     task: Task,
     work: EvaluateWork,
-    files: Mapping[str, str],
+    files: Mapping[str, str | bytes],
     collect: Sequence[str] = (),
 ) -> tuple[SandboxRun, Evaluation]:
     """One run of the harness on ``files`` under ``work.sandbox``, and its evaluation; the
@@ -212,7 +219,7 @@ async def _run_once(
     zygotes: Zygotes | None,
     task: Task,
     work: EvaluateWork,
-    files: Mapping[str, str],
+    files: Mapping[str, str | bytes],
     collect: Sequence[str],
 ) -> tuple[SandboxRun, Evaluation]:
     try:

@@ -1,14 +1,17 @@
 """Scores a valley search (evobus's own test problem, OpenEvolve's evaluator convention):
 ``evaluate(program_path)`` imports the program, runs its ``search()`` once and returns its
-metrics. Deterministic: the same program scores the same every time."""
+metrics. Deterministic: the same program scores the same every time. It uses two files beside
+it, as peers' evaluators do: a helper module, and a data file found from ``__file__``."""
 
 import importlib.util
+import json
 import math
+import os
 
+from valley_scoring import valley
 
-def valley(x: float, y: float) -> float:
-    """The evaluator's own copy of the function: a candidate cannot change how it is scored."""
-    return (1.0 - x) ** 2 + 4.0 * (y - x * x) ** 2 + 0.2 * math.sin(5.0 * x) ** 2
+with open(os.path.join(os.path.dirname(__file__), "minimum.json")) as data:
+    MINIMUM = json.load(data)
 
 
 def evaluate(program_path: str) -> dict[str, float | str]:
@@ -23,5 +26,5 @@ def evaluate(program_path: str) -> dict[str, float | str]:
     return {
         "combined_score": 1.0 / (1.0 + value),
         "value": value,
-        "distance": math.hypot(x - 1.1, y - 1.2),
+        "distance": math.hypot(x - MINIMUM["x"], y - MINIMUM["y"]),
     }
