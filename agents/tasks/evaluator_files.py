@@ -77,6 +77,12 @@ SIGNATURE = (
 NO_SEED = '"""The files task has no seed of its own: campaign.program names the program."""\n'
 
 SHIM_INIT = '"""evobus\'s stand-in for OpenEvolve, where OpenEvolve is not installed."""\n'
+SHINKA_INIT = '"""evobus\'s stand-in for ShinkaEvolve, where ShinkaEvolve is not installed."""\n'
+SHINKA_CORE = (
+    '"""run_shinka_eval, as evaluate.py files import it (shinka_wrap_eval.py)."""\n\n'
+    "from shinka.core.wrap_eval import run_shinka_eval\n\n"
+    '__all__ = ["run_shinka_eval"]\n'
+)
 SHIM_SOURCE = '''"""Stand-in for ``openevolve.evaluation_result`` (OpenEvolve 0.4), shipped by
 evobus into the sandbox for evaluators that import it where OpenEvolve is not installed."""
 
@@ -214,7 +220,7 @@ def repetition(instance: str) -> int:
 def _harness_files(evaluator: str, config: Mapping[str, object]) -> dict[str, str | bytes]:
     """The files the sandbox holds for evobus beside the evaluator's own: ``harness.py``, the
     modules it runs the evaluator and the candidate with, the evaluator as ``evaluator.py``,
-    the ``openevolve`` stand-in and ``task.json``."""
+    the ``openevolve`` and ``shinka`` stand-ins and ``task.json``."""
     return {
         HARNESS_FILE: package_source("evaluator_harness.py"),
         CANDIDATE_PROCESS_FILE: package_source(CANDIDATE_PROCESS_FILE),
@@ -222,6 +228,9 @@ def _harness_files(evaluator: str, config: Mapping[str, object]) -> dict[str, st
         EVALUATOR_FILE: evaluator,
         f"{SHIM_DIR}/openevolve/__init__.py": SHIM_INIT,
         f"{SHIM_DIR}/openevolve/evaluation_result.py": SHIM_SOURCE,
+        f"{SHIM_DIR}/shinka/__init__.py": SHINKA_INIT,
+        f"{SHIM_DIR}/shinka/core/__init__.py": SHINKA_CORE,
+        f"{SHIM_DIR}/shinka/core/wrap_eval.py": package_source("shinka_wrap_eval.py"),
         CONFIG_FILE: json.dumps(config, indent=2) + "\n",
     }
 

@@ -52,7 +52,7 @@ else:  # in the sandbox: harness.py put its directory on sys.path to import us
 
 EVALUATOR_FILE = "evaluator.py"
 PROGRAM_FILE = "program.py"
-SHIM_DIR = "evobus_shim"  # holds the ``openevolve`` stand-in; appended to sys.path when needed
+SHIM_DIR = "evobus_shim"  # the ``openevolve`` and ``shinka`` stand-ins; last on sys.path
 OUTPUT_FILE = "evaluator-output.txt"
 LIST_FUNCTIONS = "?"
 DIRECT = "evaluate"
@@ -130,8 +130,8 @@ def serve(workdir: Path, params: Mapping[str, object], requests: int, replies: i
     # OpenEvolve puts the evaluator's directory on sys.path; here it is the workdir, which
     # also holds the ``tools`` package a candidate may import.
     sys.path.insert(0, str(workdir))
-    if not _installed("openevolve"):
-        sys.path.append(str(workdir / SHIM_DIR))
+    # The openevolve and shinka stand-ins, last: an installed package comes first.
+    sys.path.append(str(workdir / SHIM_DIR))
     inbox = os.fdopen(requests, "rb")
     outbox = os.fdopen(replies, "wb")
 
@@ -151,13 +151,6 @@ def serve(workdir: Path, params: Mapping[str, object], requests: int, replies: i
             send({"value": answer(module, request, params, workdir)})
         except (Exception, SystemExit) as exc:  # a reply that cannot be sent: this call's
             send({"error": describe_exception(exc)})
-
-
-def _installed(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def load_evaluator(path: Path) -> types.ModuleType:

@@ -40,6 +40,7 @@ MINIMISE_FILES = (
     "minimum.json",
 )
 SHINKA = PROBLEMS / "shinka_layout"
+SHINKA_RUN_EVAL = PROBLEMS / "shinka_run_eval"
 # A sentence of the config's prompt.system_message: the simulator's rules match it in prompts.
 STATEMENT = "The score is 1 / (1 + valley(x, y)) at the point search()"
 ACTOR, CRITIC = "Qwen/Qwen3-8B", "Qwen/Qwen2.5-VL-7B-Instruct"
@@ -190,25 +191,58 @@ async def test_the_statement_reaches_the_critic_and_the_actor_through_the_simula
     assert seed_score is not None and max(e.score for e in evaluations) > seed_score
 
 
-@pytest.mark.timeout(240)
-async def test_a_shinka_layout_problem_runs_without_its_package(
-    nats_server: NatsServer, tmp_path: Path, campaign_id: str
-) -> None:
-    problem = copied(SHINKA, ("initial.py", "evaluate.py"), tmp_path / "problem")
+async def run_shinka(
+    folder: Path, names: tuple[str, ...], tmp_path: Path, server: NatsServer, campaign_id: str
+) -> tuple[CampaignSummary, list[Evaluation]]:
+    """A ShinkaEvolve-layout problem's ``names`` run with four proposals: its summary (a
+    completed run) and its evaluations."""
+    problem = copied(folder, names, tmp_path / "problem")
     out = tmp_path / "runs"
     await run_command(
         tmp_path,
         *("--program", str(problem / "initial.py"), "--evaluator", str(problem / "evaluate.py")),
-        *("--proposals", "4", "--nats", nats_server.url, "--id", campaign_id, "--out", str(out)),
+        *("--proposals", "4", "--nats", server.url, "--id", campaign_id, "--out", str(out)),
     )
     summary = msgspec.json.decode(
         (out / campaign_id / "summary.json").read_bytes(), type=CampaignSummary
     )
     assert (summary.status, summary.proposals) == ("completed", 4)
+    results = await results_of(server.url, campaign_id)
+    return summary, [r for r in results if isinstance(r, Evaluation)]
+
+
+@pytest.mark.timeout(240)
+async def test_a_shinka_layout_problem_runs_without_its_package(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    names = ("initial.py", "evaluate.py")
+    summary, evaluations = await run_shinka(SHINKA, names, tmp_path, nats_server, campaign_id)
     assert summary.seed_score == pytest.approx(0.3)
-    results = await results_of(nats_server.url, campaign_id)
-    evaluations = [r for r in results if isinstance(r, Evaluation)]
     seed = [e for e in evaluations if e.score == pytest.approx(0.3)]
     assert seed and seed[0].metrics == {"min_distance": 0.3, "points": 6.0, "combined_score": 0.3}
     assert "the closest two points are 0.3000 apart" in seed[0].feedback
     assert "mean_distance" not in seed[0].feedback  # ShinkaEvolve's private metrics stay hidden
+
+
+@pytest.mark.timeout(240)
+async def test_a_shinka_problem_scored_by_run_shinka_eval_runs_without_its_package(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    # Most of ShinkaEvolve's examples score through shinka.core.run_shinka_eval: evobus's
+    # stand-in runs it, and the cases module beside evaluate.py goes with it.
+    names = ("initial.py", "evaluate.py", "shinka_cases.py")
+    summary, evaluations = await run_shinka(
+        SHINKA_RUN_EVAL, names, tmp_path, nats_server, campaign_id
+    )
+    assert summary.seed_score == pytest.approx(1.0 / 1.84375)  # worst case 0.84375 off
+    assert sorted((await record_of(nats_server.url, campaign_id)).spec.task.evaluator_files) == [
+        "shinka_cases.py"
+    ]
+    (seed, *_) = [e for e in evaluations if e.score == pytest.approx(1.0 / 1.84375)]
+    assert seed.metrics == {
+        "worst_error": 0.84375,
+        "cases": 3.0,
+        "combined_score": pytest.approx(1.0 / 1.84375),
+    }
+    assert "the worst case ends 0.8438 from its target" in seed.feedback
+    assert "errors" not in seed.feedback  # the private metrics stay hidden
