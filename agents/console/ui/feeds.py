@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -25,6 +26,8 @@ from nats.js.errors import NotFoundError
 from evobus.agents.console.ui.view import QUIET_SECONDS
 from evobus.agents.runtime.events import EVENT_LOG, event_stream
 from evobus.bus import codec, subjects
+from evobus.bus.errors import BusError
+from evobus.bus.streams import patiently
 from evobus.schemas.agents import Heartbeat
 from evobus.schemas.campaign import CampaignSummary
 from evobus.schemas.events import CampaignFinished, CampaignStarted, Event
@@ -32,6 +35,7 @@ from evobus.schemas.events import CampaignFinished, CampaignStarted, Event
 # A run folder's log has no notification of its growth: it is read again this often while its
 # campaign runs (a stat and, when it grew, the new bytes only).
 FOLDER_POLL_SECONDS = 0.5
+ON_BUS_PATIENCE_SECONDS = 10.0  # a loaded server may not answer stream_info at once
 # Agents are listed while they beat; one silent this long has gone (3 missed heartbeats).
 HEARTBEAT_GONE_SECONDS = 30.0
 SUMMARY = "summary.json"
@@ -238,10 +242,14 @@ async def bus_campaigns(js: JetStreamContext) -> tuple[dict[str, CampaignEntry],
 
 
 async def on_bus(js: JetStreamContext, campaign: str) -> bool:
-    """Whether EVO_EVENTS holds events of ``campaign``."""
+    """Whether EVO_EVENTS holds events of ``campaign``, asked patiently (a loaded server that
+    did not answer at once sent a page following a live run to its folder); no answer within
+    ``ON_BUS_PATIENCE_SECONDS`` is no."""
+    deadline = time.monotonic() + ON_BUS_PATIENCE_SECONDS
+    held = partial(_subjects, js, subjects.events_filter(campaign))
     try:
-        return bool(await _subjects(js, subjects.events_filter(campaign)))
-    except (NatsError, TimeoutError):
+        return bool(await patiently(held, f"whether it holds {campaign}", deadline))
+    except (NatsError, TimeoutError, BusError):
         return False
 
 
