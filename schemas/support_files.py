@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from evobus.schemas.limits import KIB
@@ -24,32 +25,48 @@ from evobus.schemas.limits import KIB
 # All of them travel in every evaluation's work item, with the evaluator and the candidate:
 # together under the bus's 1 MiB message limit (base64 makes these 4/3 as large).
 MAX_SUPPORT_BYTES = 192 * KIB
+MAX_TREE_FILES = 1000  # a folder the code names holding more is not walked, let alone sent
 _MAX_NAME = 255
 
 
-class SupportFilesError(ValueError):
-    """The files an evaluator uses cannot travel with it: ``reason`` says which and why."""
+@dataclass(frozen=True)
+class SupportFiles:
+    """What of the evaluator's folder goes with it: ``files`` (relative path → contents), and
+    ``left_out``, what it names but cannot take (relative path → why)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    files: dict[str, bytes]
+    left_out: dict[str, str]
+
+    def note(self, evaluator: str) -> str:
+        """One line naming what was left out ("" when nothing was)."""
+        if not self.left_out:
+            return ""
+        shown = [f"{name} ({why})" for name, why in list(self.left_out.items())[:3]]
+        more = len(self.left_out) - len(shown)
+        listed = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+        return (
+            f"{evaluator} names files beside it that do not go with it into the sandbox: "
+            f"{listed}; an evaluation that needs them fails (an evaluator folder, SkyDiscover's "
+            "evaluate.sh protocol, is read where it lies)"
+        )
 
 
-def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> dict[str, bytes]:
+def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> SupportFiles:
     """The files of ``evaluator``'s folder that it (or a helper module of the folder it uses)
-    imports or names, by their path relative to the folder, with their contents; ``leave_out``
-    (the program) is never taken.
-
-    Raises:
-        SupportFilesError: one cannot be read, or together they are over ``MAX_SUPPORT_BYTES``.
+    imports or names, by their path relative to the folder, with their contents, as many as
+    fit in ``MAX_SUPPORT_BYTES`` in the order the code names them; ``leave_out`` (the program)
+    is never taken. A name in the code may match a file by chance (a dictionary key that is
+    also a folder of old results): what does not fit or cannot be read is left out and said,
+    not an error.
     """
     folder = evaluator.parent.resolve()
     skip = {p.resolve() for p in leave_out} | {evaluator.resolve()}
     found: dict[str, Path] = {}
+    left_out: dict[str, str] = {}
     read = {evaluator.resolve()}
     pending = [evaluator.resolve()]
     while pending:
-        for path in _used_by(pending.pop(), folder):
+        for path in _used_by(pending.pop(), folder, left_out):
             name = path.relative_to(folder).as_posix()
             if path in skip or name in found:
                 continue
@@ -57,22 +74,23 @@ def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> dict[
             if path.suffix == ".py" and path not in read:
                 read.add(path)
                 pending.append(path)
-    try:
-        sizes = {name: path.stat().st_size for name, path in found.items()}
-        total = sum(sizes.values())
-        if total > MAX_SUPPORT_BYTES:
-            largest = sorted(sizes, key=lambda n: -sizes[n])[:3]
-            listed = ", ".join(f"{n} ({_kib(sizes[n])} KiB)" for n in largest)
-            raise SupportFilesError(
-                f"the files it uses beside it come to {_kib(total)} KiB (largest: {listed}), "
-                f"over the {MAX_SUPPORT_BYTES // KIB} KiB that can travel with each evaluation; "
-                "an evaluator folder (SkyDiscover's evaluate.sh protocol) is read where it lies"
-            )
-        return {name: found[name].read_bytes() for name in sorted(found)}
-    except OSError as exc:
-        raise SupportFilesError(
-            f"cannot read {exc.filename}, which it uses: {exc.strerror}"
-        ) from None
+    files: dict[str, bytes] = {}
+    total = 0
+    for name, path in found.items():
+        try:
+            size = path.stat().st_size
+            if total + size > MAX_SUPPORT_BYTES:
+                left_out[name] = (
+                    f"{_kib(size)} KiB, past the {MAX_SUPPORT_BYTES // KIB} KiB that travel "
+                    "with each evaluation"
+                )
+                continue
+            files[name] = path.read_bytes()
+        except OSError as exc:
+            left_out[name] = f"unreadable: {exc.strerror}"
+            continue
+        total += len(files[name])
+    return SupportFiles(files=dict(sorted(files.items())), left_out=left_out)
 
 
 def _kib(size: int) -> int:
@@ -80,9 +98,10 @@ def _kib(size: int) -> int:
     return -(-size // KIB)
 
 
-def _used_by(path: Path, folder: Path) -> Iterator[Path]:
+def _used_by(path: Path, folder: Path, left_out: dict[str, str]) -> Iterator[Path]:
     """The files of ``folder`` that the Python file ``path`` imports or names (none when it
-    cannot be read or parsed: its own errors are found when it runs)."""
+    cannot be read or parsed: its own errors are found when it runs); a named folder of more
+    than ``MAX_TREE_FILES`` files goes into ``left_out`` instead."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
@@ -90,23 +109,23 @@ def _used_by(path: Path, folder: Path) -> Iterator[Path]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield from _module(folder, alias.name.split(".")[0])
+                yield from _module(folder, alias.name.split(".")[0], left_out)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield from _module(folder, node.module.split(".")[0])
+            yield from _module(folder, node.module.split(".")[0], left_out)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            yield from _named(folder, node.value.strip())
+            yield from _named(folder, node.value.strip(), left_out)
 
 
-def _module(folder: Path, name: str) -> Iterator[Path]:
+def _module(folder: Path, name: str, left_out: dict[str, str]) -> Iterator[Path]:
     """A module of ``folder`` called ``name``: its file, or its package's Python files."""
     single = folder / f"{name}.py"
     if single.is_file():
         yield single.resolve()
     elif (folder / name).is_dir():
-        yield from (p for p in _tree(folder / name, folder) if p.suffix == ".py")
+        yield from (p for p in _tree(folder / name, folder, left_out) if p.suffix == ".py")
 
 
-def _named(folder: Path, text: str) -> Iterator[Path]:
+def _named(folder: Path, text: str, left_out: dict[str, str]) -> Iterator[Path]:
     """The file, or the files of the folder, that ``text`` names relative to ``folder``."""
     if not text or len(text) > _MAX_NAME or "\n" in text or "\x00" in text:
         return
@@ -122,17 +141,23 @@ def _named(folder: Path, text: str) -> Iterator[Path]:
             if resolved.is_relative_to(folder):
                 yield resolved
         elif target.is_dir():
-            yield from _tree(target, folder)
+            yield from _tree(target, folder, left_out)
     except OSError:
         return
 
 
-def _tree(top: Path, folder: Path) -> Iterator[Path]:
-    """The files under ``top`` (inside ``folder``), hidden ones and caches left out."""
-    for path in sorted(top.rglob("*")):
+def _tree(top: Path, folder: Path, left_out: dict[str, str]) -> list[Path]:
+    """The files under ``top`` (inside ``folder``), hidden ones and caches left out; none, and
+    ``top`` in ``left_out``, when it holds more than ``MAX_TREE_FILES``."""
+    files: list[Path] = []
+    for path in top.rglob("*"):
         parts = path.relative_to(folder).parts
         if any(p.startswith(".") or p == "__pycache__" for p in parts) or path.suffix == ".pyc":
             continue
         resolved = path.resolve()
         if path.is_file() and resolved.is_relative_to(folder):
-            yield resolved
+            files.append(resolved)
+        if len(files) > MAX_TREE_FILES:
+            left_out[f"{top.relative_to(folder).as_posix()}/"] = f"more than {MAX_TREE_FILES} files"
+            return []
+    return sorted(files)

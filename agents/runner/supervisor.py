@@ -80,9 +80,21 @@ from evobus.schemas.campaign import (
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.events import CampaignFinished
 from evobus.schemas.limits import source_problem
+from evobus.schemas.support_files import support_files
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 REGISTRY_READY_SECONDS = 60.0
+
+
+def support_note(spec: CampaignSpec) -> str:
+    """What the evaluator file's code names beside it that does not go with it into the
+    sandbox (schemas/support_files.py), in one line; "" when everything does."""
+    section = spec.campaign
+    if not section.evaluator:
+        return ""
+    evaluator = Path(section.evaluator)
+    program = [Path(section.program)] if section.program else []
+    return support_files(evaluator, leave_out=program).note(evaluator.name)
 
 
 def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:
@@ -386,6 +398,8 @@ async def run_campaign(options: RunOptions, echo: Callable[[str], None] = print)
     seed = seed_source(spec, origin)
     if spec.task.evaluator_folder:  # what of its Dockerfile the sandbox does not do
         echo(f"evobus: {dockerfile_note(Path(spec.task.evaluator_folder))}")
+    elif note := support_note(spec):  # what the evaluator names that stays behind
+        echo(f"evobus: {note}")
     await probe_models(spec.llm, echo, path=str(origin))
     cid = validate_campaign_id(options.campaign_id or default_campaign_id(spec))
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from evobus.agents.runner.supervisor import support_note
 from evobus.agents.tasks.evaluator_files import FILES_PARAM, EvaluatorFilesTask
+from evobus.schemas import support_files as support
 from evobus.schemas.campaign import TaskSection, parse_campaign, with_program_files
 from evobus.schemas.errors import CampaignConfigError
-from evobus.schemas.support_files import MAX_SUPPORT_BYTES, SupportFilesError, support_files
+from evobus.schemas.support_files import MAX_SUPPORT_BYTES, support_files
 
 EVALUATOR = """\
 import os
@@ -63,7 +65,9 @@ def test_what_the_evaluator_imports_and_names_beside_it_is_taken_and_nothing_els
             "runs/c1/events.jsonl": "{}\n",
         },
     )
-    files = support_files(tmp_path / "evaluator.py", leave_out=[tmp_path / "initial_program.py"])
+    found = support_files(tmp_path / "evaluator.py", leave_out=[tmp_path / "initial_program.py"])
+    files = found.files
+    assert found.left_out == {} and found.note("evaluator.py") == ""
     assert sorted(files) == [
         "data/points.csv",
         "extra.bin",
@@ -83,18 +87,36 @@ def test_paths_that_leave_the_folder_are_not_followed(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "link.txt").symlink_to(outside)
     write(folder, {"evaluator.py": 'A = "../secret.txt"\nB = "link.txt"\nC = "/etc/hostname"\n'})
-    assert support_files(folder / "evaluator.py") == {}
+    assert support_files(folder / "evaluator.py").files == {}
 
 
-def test_files_over_the_limit_are_refused_with_the_largest_named(tmp_path: Path) -> None:
+def test_what_does_not_fit_is_left_out_and_said_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name may match by chance (a dict key that is also a folder of old results): the run
+    # goes on with what fits, and says what stays behind.
+    monkeypatch.setattr(support, "MAX_TREE_FILES", 5)
+    half = MAX_SUPPORT_BYTES // 2
     write(
         tmp_path,
-        {"evaluator.py": 'DATA = "big.npy"\n', "big.npy": b"\x00" * (MAX_SUPPORT_BYTES + 1)},
+        {
+            "evaluator.py": 'A = "small.txt"\nB = "big.npy"\nC = "results"\nD = "fits.bin"\n',
+            "small.txt": "1",
+            "big.npy": b"\x00" * (MAX_SUPPORT_BYTES + 1),
+            "fits.bin": b"\x01" * half,
+            **{f"results/run{n}.json": "{}" for n in range(6)},
+        },
     )
-    with pytest.raises(
-        SupportFilesError, match=r"largest: big\.npy \(193 KiB\)\), over the 192 KiB"
-    ):
-        support_files(tmp_path / "evaluator.py")
+    found = support_files(tmp_path / "evaluator.py")
+    assert sorted(found.files) == ["fits.bin", "small.txt"]
+    assert found.left_out == {
+        "big.npy": "193 KiB, past the 192 KiB that travel with each evaluation",
+        "results/": "more than 5 files",
+    }
+    assert found.note("evaluator.py").startswith(
+        "evaluator.py names files beside it that do not go with it into the sandbox: "
+        "results/ (more than 5 files), big.npy (193 KiB, past the 192 KiB that travel with"
+    )
 
 
 def test_a_campaign_carries_them_and_the_sandbox_holds_them_beside_the_evaluator(
@@ -136,3 +158,21 @@ def test_a_campaign_file_cannot_set_them(tmp_path: Path) -> None:
     raw = b'[campaign]\nevaluator = "e.py"\n[task]\nevaluator_files = {}\n'
     with pytest.raises(CampaignConfigError, match=r"task\.evaluator_files"):
         parse_campaign(raw, path="c.toml")
+
+
+def test_evobus_run_names_what_stays_behind(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "evaluator.py": 'DATA = "huge.bin"\ndef evaluate(p):\n    return {}\n',
+            "huge.bin": b"\x00" * (MAX_SUPPORT_BYTES + 1),
+            "initial_program.py": "def run():\n    return 1\n",
+        },
+    )
+    raw = b'[campaign]\nprogram = "initial_program.py"\nevaluator = "evaluator.py"\n'
+    spec = with_program_files(parse_campaign(raw, path="c.toml"), tmp_path, "c.toml")
+    assert spec.task.evaluator_files == {}
+    assert support_note(spec).startswith(
+        "evaluator.py names files beside it that do not go with it into the sandbox: "
+        "huge.bin (193 KiB"
+    )
