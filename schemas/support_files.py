@@ -54,8 +54,8 @@ class SupportFiles:
 def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> SupportFiles:
     """The files of ``evaluator``'s folder that it (or a helper module of the folder it uses)
     imports or names, by their path relative to the folder, with their contents, as many as
-    fit in ``MAX_SUPPORT_BYTES`` in the order the code names them; ``leave_out`` (the program)
-    is never taken. A name in the code may match a file by chance (a dictionary key that is
+    fit in ``MAX_SUPPORT_BYTES`` in the order they are found (the evaluator's own names
+    first); ``leave_out`` (the program) is never taken. A name in the code may match a file by chance (a dictionary key that is
     also a folder of old results): what does not fit or cannot be read is left out and said,
     not an error.
     """
