@@ -55,9 +55,9 @@ def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> Suppo
     """The files of ``evaluator``'s folder that it (or a helper module of the folder it uses)
     imports or names, by their path relative to the folder, with their contents, as many as
     fit in ``MAX_SUPPORT_BYTES`` in the order they are found (the evaluator's own names
-    first); ``leave_out`` (the program) is never taken. A name in the code may match a file by chance (a dictionary key that is
-    also a folder of old results): what does not fit or cannot be read is left out and said,
-    not an error.
+    first); ``leave_out`` (the program) is never taken. A name in the code may match a file by
+    chance (a dictionary key that is also a folder of old results): what does not fit or cannot
+    be read is left out and said, not an error.
     """
     folder = evaluator.parent.resolve()
     skip = {p.resolve() for p in leave_out} | {evaluator.resolve()}
