@@ -16,7 +16,7 @@ from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import ProseText, SourceText, source_problem
 from evobus.schemas.map_elites import MapElitesSection, check_descriptors, declared_descriptors
 from evobus.schemas.registry import EmbedderSpec, SkillScope
-from evobus.schemas.support_files import support_files
+from evobus.schemas.support_files import campaign_support_files
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
@@ -919,7 +919,7 @@ def with_program_files(spec: CampaignSpec, base: Path, origin: str) -> CampaignS
         raise CampaignConfigError(
             origin, "strategy.map_elites.descriptors", f"{_NO_DESCRIPTORS} ({evaluator})"
         )
-    files = support_files(evaluator, leave_out=[Path(program)] if program else []).files
+    files = campaign_support_files(evaluator, program).files
     return msgspec.structs.replace(
         spec,
         campaign=msgspec.structs.replace(section, program=program, evaluator=str(evaluator)),

@@ -51,20 +51,25 @@ class SupportFiles:
         )
 
 
-def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> SupportFiles:
+def support_files(
+    evaluator: Path, *, leave_out: Collection[Path] = (), also_read: Collection[Path] = ()
+) -> SupportFiles:
     """The files of ``evaluator``'s folder that it (or a helper module of the folder it uses)
     imports or names, by their path relative to the folder, with their contents, as many as
     fit in ``MAX_SUPPORT_BYTES`` in the order they are found (the evaluator's own names
-    first); ``leave_out`` (the program) is never taken. A name in the code may match a file by
-    chance (a dictionary key that is also a folder of old results): what does not fit or cannot
-    be read is left out and said, not an error.
+    first); ``also_read`` are read for names too (the program, when it lies beside the
+    evaluator: a candidate runs beside it and imports what the program imports), and
+    ``leave_out`` (the program) is never taken. A name in the code may match a file by chance
+    (a dictionary key that is also a folder of old results): what does not fit or cannot be
+    read is left out and said, not an error.
     """
     folder = evaluator.parent.resolve()
     skip = {p.resolve() for p in leave_out} | {evaluator.resolve()}
     found: dict[str, Path] = {}
     left_out: dict[str, str] = {}
-    read = {evaluator.resolve()}
-    pending = [evaluator.resolve()]
+    roots = [evaluator.resolve(), *(p.resolve() for p in also_read)]
+    read = set(roots)
+    pending = roots[::-1]  # the evaluator's names first
     while pending:
         for path in _used_by(pending.pop(), folder, left_out):
             name = path.relative_to(folder).as_posix()
@@ -91,6 +96,14 @@ def support_files(evaluator: Path, *, leave_out: Collection[Path] = ()) -> Suppo
             continue
         total += len(files[name])
     return SupportFiles(files=dict(sorted(files.items())), left_out=left_out)
+
+
+def campaign_support_files(evaluator: Path, program: str) -> SupportFiles:
+    """``support_files`` of a campaign's evaluator: its ``program`` (a path, "" for none) never
+    taken, and read for names too when it lies in the evaluator's folder."""
+    given = [Path(program)] if program else []
+    beside = [p for p in given if p.resolve().parent == evaluator.resolve().parent]
+    return support_files(evaluator, leave_out=given, also_read=beside)
 
 
 def _kib(size: int) -> int:

@@ -80,7 +80,7 @@ from evobus.schemas.campaign import (
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.events import CampaignFinished
 from evobus.schemas.limits import source_problem
-from evobus.schemas.support_files import support_files
+from evobus.schemas.support_files import campaign_support_files
 
 WORKER_ROLES: tuple[Role, ...] = ("critic", "actor", "tool-generator", "evaluator")
 REGISTRY_READY_SECONDS = 60.0
@@ -93,8 +93,7 @@ def support_note(spec: CampaignSpec) -> str:
     if not section.evaluator:
         return ""
     evaluator = Path(section.evaluator)
-    program = [Path(section.program)] if section.program else []
-    return support_files(evaluator, leave_out=program).note(evaluator.name)
+    return campaign_support_files(evaluator, section.program).note(evaluator.name)
 
 
 def seed_source(spec: CampaignSpec, campaign_file: Path) -> str:

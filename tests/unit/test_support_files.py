@@ -128,12 +128,16 @@ def test_a_campaign_carries_them_and_the_sandbox_holds_them_beside_the_evaluator
             "evaluator.py": EVALUATOR,
             "helper.py": "def bonus():\n    return 0\n",
             "weights.txt": "0.5",
-            "initial_program.py": "def run():\n    return 1\n",
+            # The program beside the evaluator imports a module of the folder too: a candidate
+            # runs beside the evaluator, with the same imports.
+            "initial_program.py": "from geometry import unit\ndef run():\n    return unit()\n",
+            "geometry.py": "def unit():\n    return 1\n",
         },
     )
     raw = b'[campaign]\nprogram = "initial_program.py"\nevaluator = "evaluator.py"\n'
     spec = with_program_files(parse_campaign(raw, path="c.toml"), tmp_path, "c.toml")
     assert spec.task.evaluator_files == {
+        "geometry.py": b"def unit():\n    return 1\n",
         "helper.py": b"def bonus():\n    return 0\n",
         "weights.txt": b"0.5",
     }
