@@ -45,7 +45,7 @@ class SupportFiles:
         more = len(self.left_out) - len(shown)
         listed = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
         return (
-            f"{evaluator} names files beside it that do not go with it into the sandbox: "
+            f"{evaluator} names files that do not go with it into the sandbox: "
             f"{listed}; an evaluation that needs them fails (an evaluator folder, SkyDiscover's "
             "evaluate.sh protocol, is read where it lies)"
         )
@@ -139,20 +139,25 @@ def _module(folder: Path, name: str, left_out: dict[str, str]) -> Iterator[Path]
 
 
 def _named(folder: Path, text: str, left_out: dict[str, str]) -> Iterator[Path]:
-    """The file, or the files of the folder, that ``text`` names relative to ``folder``."""
+    """The file, or the files of the folder, that ``text`` names relative to ``folder``; one
+    it names outside the folder (``../data.csv``, a link out of it) goes into ``left_out``."""
     if not text or len(text) > _MAX_NAME or "\n" in text or "\x00" in text:
         return
     relative = Path(text)
-    if relative.is_absolute() or ".." in relative.parts or relative.parts in ((), (".",)):
-        return
-    if any(part.startswith(".") or part == "__pycache__" for part in relative.parts):
+    if relative.is_absolute() or all(part in (".", "..") for part in relative.parts):
+        return  # "..": a folder above, named to reach it, not data
+    if any(
+        (part.startswith(".") and part != "..") or part == "__pycache__" for part in relative.parts
+    ):
         return
     target = folder / relative
     try:
-        if target.is_file():
-            resolved = target.resolve()
-            if resolved.is_relative_to(folder):
-                yield resolved
+        if not target.exists():
+            return
+        if ".." in relative.parts or not target.resolve().is_relative_to(folder):
+            left_out[text] = "outside the evaluator's folder"
+        elif target.is_file():
+            yield target.resolve()
         elif target.is_dir():
             yield from _tree(target, folder, left_out)
     except OSError:

@@ -86,8 +86,15 @@ def test_paths_that_leave_the_folder_are_not_followed(tmp_path: Path) -> None:
     folder = tmp_path / "problem"
     folder.mkdir()
     (folder / "link.txt").symlink_to(outside)
-    write(folder, {"evaluator.py": 'A = "../secret.txt"\nB = "link.txt"\nC = "/etc/hostname"\n'})
-    assert support_files(folder / "evaluator.py").files == {}
+    code = 'A = "../secret.txt"\nB = "link.txt"\nC = "/etc/hostname"\nD = ".."\nE = "../gone.csv"\n'
+    write(folder, {"evaluator.py": code})
+    found = support_files(folder / "evaluator.py")
+    assert found.files == {}
+    # What it names outside its folder is said (the sandbox will not have it), when it exists.
+    assert found.left_out == {
+        "../secret.txt": "outside the evaluator's folder",
+        "link.txt": "outside the evaluator's folder",
+    }
 
 
 def test_what_does_not_fit_is_left_out_and_said_not_refused(
@@ -114,7 +121,7 @@ def test_what_does_not_fit_is_left_out_and_said_not_refused(
         "results/": "more than 5 files",
     }
     assert found.note("evaluator.py").startswith(
-        "evaluator.py names files beside it that do not go with it into the sandbox: "
+        "evaluator.py names files that do not go with it into the sandbox: "
         "results/ (more than 5 files), big.npy (193 KiB, past the 192 KiB that travel with"
     )
 
@@ -177,6 +184,5 @@ def test_evobus_run_names_what_stays_behind(tmp_path: Path) -> None:
     spec = with_program_files(parse_campaign(raw, path="c.toml"), tmp_path, "c.toml")
     assert spec.task.evaluator_files == {}
     assert support_note(spec).startswith(
-        "evaluator.py names files beside it that do not go with it into the sandbox: "
-        "huge.bin (193 KiB"
+        "evaluator.py names files that do not go with it into the sandbox: huge.bin (193 KiB"
     )
