@@ -24,6 +24,7 @@ from evobus.schemas.events import (
     CampaignResumed,
     CandidateEvaluated,
     CandidateMigrated,
+    CandidateProposed,
     Event,
 )
 from tests.chaos.test_chaos import (
@@ -137,20 +138,17 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     sent = {(e.migration, e.candidate_id, e.target) for e in migrated if e.direction == "out"}
     # Events are at least once: arrivals the killed orchestrator announced after its last
     # snapshot were rolled back with it, and its successor, applying the migrants again
-    # (perhaps in another order), gives their pool ids to what it takes in. The arrivals that
-    # hold are the last one under each island's pool id; each migration is among them once.
-    holding = {
-        (e.campaign, e.local_id): (e.migration, e.candidate_id, e.campaign)
-        for e in migrated
-        if e.direction == "in"
-    }
-    arrived = list(holding.values())
+    # (perhaps in another order), gives their pool ids to what it takes in — a migrant or a
+    # child of its own. The arrivals that hold are those whose pool id no later event of their
+    # island gave to another candidate; each migration is among them once.
+    holding = holding_events([e for island in islands for e in events[island]])
+    arrived = [(e.migration, e.candidate_id, e.campaign) for e in holding]
     assert {target for _, _, target in sent} == set(islands)
     assert arrived and set(arrived) <= sent
     assert max(Counter(arrived).values()) == 1, Counter(arrived).most_common(2)
     # A candidate that stays among its island's best goes to the other island once: it never
     # arrives there twice (in two migrations).
-    candidates = Counter((e.campaign, e.source, e.candidate_id) for e in holding_events(migrated))
+    candidates = Counter((e.campaign, e.source, e.candidate_id) for e in holding)
     assert max(candidates.values()) == 1, candidates.most_common(2)
     # Each arrival joined its island's pool under an id of its own.
     for event in (e for e in migrated if e.direction == "in"):
@@ -173,8 +171,15 @@ async def test_an_island_whose_orchestrator_is_killed_resumes_and_both_complete(
     assert resumed_summary.best_candidate == summary.best_candidate
 
 
-def holding_events(migrated: list[CandidateMigrated]) -> list[CandidateMigrated]:
-    """The arrivals that hold: the last ``in`` event under each island's pool id (see the
-    test: a killed orchestrator's successor may give an arrival another id)."""
-    last = {(e.campaign, e.local_id): e for e in migrated if e.direction == "in"}
-    return list(last.values())
+def holding_events(events: list[Event]) -> list[CandidateMigrated]:
+    """The arrivals that hold among the islands' ``events`` (each island's in stream order):
+    the ``in`` events whose pool id no later event of their island gave to another candidate,
+    an arrival or a child of its own (see the test: a killed orchestrator's successor may give
+    an arrival another id, and its old id to something else)."""
+    claims: dict[tuple[str, str], CandidateMigrated | None] = {}
+    for event in events:
+        if isinstance(event, CandidateMigrated) and event.direction == "in":
+            claims[(event.campaign, event.local_id)] = event
+        elif isinstance(event, CandidateProposed):
+            claims[(event.campaign, event.candidate_id)] = None
+    return [claim for claim in claims.values() if claim is not None]
