@@ -30,7 +30,7 @@ import ast
 import base64
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from evobus.agents.tasks.base import (
@@ -235,13 +235,13 @@ def _harness_files(evaluator: str, config: Mapping[str, object]) -> dict[str, st
     }
 
 
-def _sandbox_name(path: str) -> bool:
-    """Whether ``path`` (a file the evaluator uses beside it) would take the place of a file or
-    folder the sandbox holds for evobus (``_harness_files``, the candidate, the evaluator's
-    output, the ``tools`` package)."""
-    names = {*_harness_files("", {}), CANDIDATE_FILE, OUTPUT_FILE, "tools/"}
-    first = path.split("/")[0]
-    return path in names or any(n.startswith(f"{first}/") for n in names)
+def _sandbox_names(paths: Iterable[str]) -> list[str]:
+    """Those of ``paths`` (files the evaluator uses beside it) that would take the place of a
+    file or folder the sandbox holds for evobus (``_harness_files``, the candidate, the
+    evaluator's output, the ``tools`` package), in order."""
+    own = {*_harness_files("", {}), CANDIDATE_FILE, OUTPUT_FILE, "tools/"}
+    folders = {name.split("/")[0] for name in own if "/" in name}
+    return sorted(p for p in paths if p in own or p.split("/")[0] in folders)
 
 
 class EvaluatorFilesTask:
@@ -307,7 +307,7 @@ class EvaluatorFilesTask:
         problem = evaluator_problem(params.evaluator_source, name, cascade=cascade)
         if problem:
             raise CampaignConfigError("<campaign>", "campaign.evaluator", problem)
-        taken = sorted(p for p in params.evaluator_files if _sandbox_name(p))
+        taken = _sandbox_names(params.evaluator_files)
         if taken:
             raise CampaignConfigError(
                 "<campaign>",
