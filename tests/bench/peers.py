@@ -58,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PROBLEMS = ("function_minimisation", "circle_packing")
 OPENEVOLVE = "openevolve==0.4.0"
+CLI = "evobus.agents.console.cli"
 DEFAULT_VENV = Path.home() / ".cache" / "evobus" / "peers" / "openevolve-venv"
 PROFILE, MODEL = "qwen3-8b-h100", "Qwen/Qwen3-8B"
 SIM_NOTE = (
@@ -439,7 +440,7 @@ def llm_sim(seed: int, log: Path) -> Iterator[str]:
     draws (its lengths are drawn per kind of request: common random numbers), so that a pair of
     runs differs by the tools, not by the luck of one long-tailed draw of lengths."""
     port = free_port()
-    command = [sys.executable, "-m", "evobus.agents.console.cli", "llm-sim", "--port", str(port)]
+    command = [sys.executable, "-m", CLI, "llm-sim", "--port", str(port)]
     command += ["--host", "127.0.0.1", "--profile", PROFILE, "--seed", str(seed)]
     url = f"http://127.0.0.1:{port}"
     with log.open("wb") as out:
@@ -587,6 +588,13 @@ def evobus_campaign(problem: str, url: str, proposals: int, wall: float, k: int 
     )
 
 
+def evobus_command() -> list[str]:
+    """``evobus`` as a user runs it: the console script beside this interpreter (which starts
+    the agents' fork server before it imports the command line), else ``python -m``."""
+    script = Path(sys.executable).with_name("evobus")
+    return [str(script)] if script.exists() else [sys.executable, "-m", CLI]
+
+
 def run_evobus(
     problem: str, k: int | None, budget: Budget, url: str, work: Path, repeat: int = 0
 ) -> RunResult:
@@ -597,7 +605,7 @@ def run_evobus(
     campaign = work / f"{tag}.toml"
     campaign.write_text(evobus_campaign(problem, url, budget.children, budget.wall_s, k))
     calls_file = work / f"{tag}.calls.jsonl"
-    command = [sys.executable, "-m", "evobus.agents.console.cli", "run", str(campaign)]
+    command = [*evobus_command(), "run", str(campaign)]
     command += ["--program", str(EXAMPLES / problem / "initial_program.py")]
     command += ["--evaluator", str(EXAMPLES / problem / "evaluator.py")]
     command += ["--proposals", str(budget.children), "--out", str(work / "runs"), "--id", tag]
