@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import anyio
+
 from evobus.agents.prompts.templates import BUILT_IN, Template
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import RegistryError, ResourceNotFound
@@ -68,6 +70,10 @@ def prompt_of(resource: Resource) -> Prompt:
     )
 
 
+BUILT_IN_MARK = "built_in"
+"""The metadata key that marks a prompt version registered from a built-in template."""
+
+
 async def register_built_in(registry: RegistryClient, template: Template) -> Resource:
     """Register ``template`` as a prompt resource (a no-op if this version is already there)."""
     return await registry.register(
@@ -75,9 +81,20 @@ async def register_built_in(registry: RegistryClient, template: Template) -> Res
         template.name,
         description=template.description,
         source=template.user,
-        metadata={"system": template.system},
+        metadata={"system": template.system, BUILT_IN_MARK: "true"},
         trainable=True,
     )
+
+
+def outdated_built_in(resource: Resource, template: Template) -> bool:
+    """Whether ``resource``, the latest version of a built-in prompt, is a built-in of an
+    earlier evobus (marked so, or version 1, which registries kept before the mark): then this
+    evobus's built-in is registered as the next version. A version someone set is kept."""
+    built_in = resource.metadata.get(BUILT_IN_MARK) == "true" or resource.version == 1
+    current = (
+        resource.source == template.user and resource.metadata.get("system") == template.system
+    )
+    return built_in and not current
 
 
 class PromptBook:
@@ -87,17 +104,32 @@ class PromptBook:
         self.registry = registry
         self.ttl = ttl
         self._cache: dict[str, tuple[float, Prompt]] = {}
+        self._fetching: dict[str, anyio.Lock] = {}
 
     async def get(self, name: str) -> Prompt:
         """The latest version of prompt ``name``; the built-in when the registry is down.
 
+        Concurrent calls for a name that is not cached fetch it once: the first steps of a
+        campaign all ask for the same prompts, and each would register the built-in again.
+
         Raises:
             UnknownPrompt: ``name`` is neither registered nor built in.
         """
+        if (cached := self._fresh(name)) is not None:
+            return cached
+        async with self._fetching.setdefault(name, anyio.Lock()):
+            if (cached := self._fresh(name)) is not None:
+                return cached
+            return await self._fetch(name)
+
+    def _fresh(self, name: str) -> Prompt | None:
         cached = self._cache.get(name)
-        now = time.monotonic()
-        if cached is not None and now - cached[0] < self.ttl:
+        if cached is not None and time.monotonic() - cached[0] < self.ttl:
             return cached[1]
+        return None
+
+    async def _fetch(self, name: str) -> Prompt:
+        now = time.monotonic()
         try:
             try:
                 resource = await self.registry.get("prompt", name)
@@ -105,6 +137,9 @@ class PromptBook:
                 if name not in BUILT_IN:
                     raise UnknownPrompt(name) from None
                 resource = await register_built_in(self.registry, BUILT_IN[name])
+            else:
+                if name in BUILT_IN and outdated_built_in(resource, BUILT_IN[name]):
+                    resource = await register_built_in(self.registry, BUILT_IN[name])
             prompt = prompt_of(resource)
         except RegistryError as exc:
             if name not in BUILT_IN:
