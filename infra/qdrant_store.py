@@ -37,6 +37,7 @@ QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
 
 RESOURCES = "resources"
 DENSE = "dense"
+GROUP = "group"  # a pool member's payload key: the ε-net measures a proposal within its group
 SPARSE = "bm25"
 
 _NAMESPACE = uuid.UUID("6f1d8f0e-8c1e-4d0b-9a57-3b0f2f3c6a11")
@@ -84,6 +85,19 @@ class PoolDimensionMismatch(StoreError):
 def _sparse(weights: SparseWeights) -> models.SparseVector:
     indices, values = weights
     return models.SparseVector(indices=indices, values=values)
+
+
+def _in_group(group: str) -> models.Filter | None:
+    """The filter to the pool members a proposal of ``group`` meets: those of its group and
+    those of none (None for "": every member)."""
+    if not group:
+        return None
+    return models.Filter(
+        should=[
+            models.FieldCondition(key=GROUP, match=models.MatchValue(value=group)),
+            models.IsEmptyCondition(is_empty=models.PayloadField(key=GROUP)),
+        ]
+    )
 
 
 def _point_id(*parts: str) -> str:
@@ -371,6 +385,10 @@ class QdrantStore:
                         DENSE: models.VectorParams(size=dim, distance=models.Distance.COSINE)
                     },
                 )
+                if not self._local:  # local mode has no payload indexes and warns about them
+                    await self._client.create_payload_index(
+                        name, GROUP, models.PayloadSchemaType.KEYWORD
+                    )
         self._pools[campaign] = dim
 
     async def pool_members(self, campaign: str, candidate_ids: Sequence[str]) -> set[str]:
@@ -400,9 +418,13 @@ class QdrantStore:
                     return members
 
     async def nearest_in_pool(
-        self, campaign: str, vectors: Sequence[Sequence[float]]
+        self,
+        campaign: str,
+        vectors: Sequence[Sequence[float]],
+        groups: Sequence[str] | None = None,
     ) -> list[tuple[str, list[float]] | None]:
-        """For each vector, the pool member closest by cosine (its id and vector), or None."""
+        """For each vector, the pool member closest by cosine (its id and vector), or None;
+        with ``groups``, the closest member of the vector's group ("": of any group)."""
         if not vectors:
             return []
         requests = [
@@ -410,10 +432,11 @@ class QdrantStore:
                 query=list(vector),
                 using=DENSE,
                 limit=1,
+                filter=_in_group(group),
                 with_payload=["candidate_id"],
                 with_vector=[DENSE],
             )
-            for vector in vectors
+            for vector, group in zip(vectors, groups or [""] * len(vectors), strict=True)
         ]
         with _translated(f"query {pool_collection(campaign)}"):
             responses = await self._client.query_batch_points(
@@ -436,18 +459,22 @@ class QdrantStore:
         return nearest
 
     async def add_to_pool(
-        self, campaign: str, members: Sequence[tuple[str, Sequence[float]]]
+        self,
+        campaign: str,
+        members: Sequence[tuple[str, Sequence[float]]],
+        groups: Sequence[str] | None = None,
     ) -> None:
-        """Add admitted candidates (id, vector) to the campaign's pool."""
+        """Add admitted candidates (id, vector) to the campaign's pool, each in its group of
+        ``groups`` when given ("": none, a member every proposal meets)."""
         if not members:
             return
         points = [
             models.PointStruct(
                 id=_point_id(campaign, cid),
                 vector={DENSE: list(vector)},
-                payload={"candidate_id": cid},
+                payload={"candidate_id": cid, GROUP: group} if group else {"candidate_id": cid},
             )
-            for cid, vector in members
+            for (cid, vector), group in zip(members, groups or [""] * len(members), strict=True)
         ]
         with _translated(f"add to {pool_collection(campaign)}"):
             await self._client.upsert(pool_collection(campaign), points)

@@ -10,6 +10,9 @@ from evobus.schemas.limits import SourceText
 
 ArtifactKind = Literal["program", "prompt", "tool"]
 Operator = Literal["seed", "m_diag", "m_text", "x_div", "i1"]
+LoopOperator = Literal["m_diag", "m_text", "x_div", "i1"]
+"""The operators an evolutionary step is made with (REFLEX §3.4): every one but the seed."""
+LOOP_OPERATORS: tuple[LoopOperator, ...] = ("m_diag", "m_text", "x_div", "i1")
 
 
 class Artifact(msgspec.Struct, frozen=True, kw_only=True):

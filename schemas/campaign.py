@@ -12,6 +12,7 @@ import msgspec
 import msgspec.inspect
 
 from evobus.schemas.agents import Role
+from evobus.schemas.artifacts import LOOP_OPERATORS, LoopOperator
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import ProseText, SourceText, source_problem
 from evobus.schemas.map_elites import MapElitesSection, check_descriptors, declared_descriptors
@@ -151,6 +152,8 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         min_evaluations: evaluations a candidate needs before it can be reported best.
         epsilon: ε-net radius in embedding space (POLCA Algorithm 4); 0 turns the filter off.
         bandit: choose operators with UCB1 over fitness deltas (REFLEX §3.4).
+        operators: the operators the loop chooses from (the bandit's arms, the burst's and,
+            without the bandit, crossover's and mutation's): REFLEX's four by default.
         delta_max: the clip of fitness deltas before they are normalised into rewards (the
             operators' and the skills'); None: the largest improvement seen so far in the
             campaign, so that rewards mean the same on any score's scale.
@@ -211,6 +214,7 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     min_evaluations: Annotated[int, msgspec.Meta(ge=1)] = 8
     epsilon: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] = 0.002
     bandit: bool = True
+    operators: tuple[LoopOperator, ...] = LOOP_OPERATORS
     delta_max: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     burst_after: Annotated[int, msgspec.Meta(ge=1)] = 12
     initial_population: Annotated[int, msgspec.Meta(ge=0, le=256)] = 0
@@ -613,12 +617,15 @@ def _allowed_values(key: str) -> tuple[object, ...]:
     """The values a Literal-typed key of the campaign spec accepts (empty for other keys)."""
     info: msgspec.inspect.Type = msgspec.inspect.type_info(CampaignSpec)
     for name in key.split("."):
+        name, _, index = name.partition("[")  # an entry of a list: its items' values
         if not isinstance(info, msgspec.inspect.StructType):
             return ()
         field = next((f for f in info.fields if f.name == name), None)
         if field is None:
             return ()
         info = field.type
+        if index and isinstance(info, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
+            info = info.item_type
     return info.values if isinstance(info, msgspec.inspect.LiteralType) else ()
 
 
@@ -676,8 +683,29 @@ def convert_campaign(raw: dict[str, object], *, path: str = "<campaign>") -> Cam
     _check_pareto(spec.strategy, path)
     _check_islands(spec, path)
     _check_in_flight(spec.strategy, path)
+    _check_operators(spec.strategy, path)
     _check_archive(spec, path)
     return spec
+
+
+def _check_operators(strategy: StrategySection, path: str) -> None:
+    """``strategy.operators`` names each operator once, and one that makes a child of one
+    parent (a crossover alone has no second parent while the pool holds only the seed).
+
+    Raises:
+        CampaignConfigError: naming ``strategy.operators``.
+    """
+    operators, key = strategy.operators, "strategy.operators"
+    twice = sorted({o for o in operators if operators.count(o) > 1})
+    if twice:
+        raise CampaignConfigError(path, key, f"names {', '.join(map(repr, twice))} twice")
+    if not set(operators) - {"x_div"}:
+        raise CampaignConfigError(
+            path,
+            key,
+            f"{list(operators)!r} has no operator that makes a child of one parent: add "
+            "m_diag, m_text or i1 (x_div needs a second parent, which the seed alone is not)",
+        )
 
 
 def _check_archive(spec: CampaignSpec, path: str) -> None:

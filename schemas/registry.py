@@ -171,10 +171,15 @@ class ContractRequest(msgspec.Struct, frozen=True, kw_only=True, tag="contract")
 
 
 class ProposalText(msgspec.Struct, frozen=True, kw_only=True):
-    """A proposed candidate as the ε-net sees it: its id and the text that gets embedded."""
+    """A proposed candidate as the ε-net sees it: its id, the text that gets embedded, and its
+    group: it is measured against the pool members of its group and those of none ("": against
+    every member, and every later proposal meets it). A campaign that embeds what a child
+    changed against its parent groups by that parent: the same edit made to two different
+    parents makes two different programs."""
 
     candidate_id: str
     text: str
+    group: str = ""
 
 
 class AdmitRequest(msgspec.Struct, frozen=True, kw_only=True, tag="admit"):

@@ -14,9 +14,9 @@ from collections import deque
 
 import msgspec
 
-from evobus.schemas.artifacts import Operator
+from evobus.schemas.artifacts import LOOP_OPERATORS, Operator
 
-DEFAULT_OPERATORS: tuple[Operator, ...] = ("m_diag", "m_text", "x_div", "i1")
+DEFAULT_OPERATORS: tuple[Operator, ...] = LOOP_OPERATORS
 # REFLEX §3.4: "a forced burst combining initialization, crossover, and diagnostic mutation".
 BURST_OPERATORS: tuple[Operator, ...] = ("i1", "x_div", "m_diag")
 # UCB1's classic exploration constant (Auer et al. 2002) for rewards in [0, 1]; REFLEX's C.

@@ -259,13 +259,14 @@ class RegistryClient:
     async def admit(
         self,
         campaign: str,
-        proposals: Sequence[tuple[str, str]],
+        proposals: Sequence[tuple[str, str] | tuple[str, str, str]],
         epsilon: float,
         embedder: EmbedderSpec | None = None,
         *,
         reply_timeout: float | None = None,
     ) -> Admission:
-        """ε-net admission of (candidate id, artifact text) proposals into a campaign's pool.
+        """ε-net admission of (candidate id, artifact text[, group]) proposals into a
+        campaign's pool (``ProposalText``: a proposal is measured within its group).
 
         Admitted proposals are added to the pool; each rejected one comes with its nearest
         neighbour and their distance (< ε). ``reply_timeout`` overrides the client's timeout
@@ -273,7 +274,10 @@ class RegistryClient:
         """
         request = AdmitRequest(
             campaign=campaign,
-            proposals=tuple(ProposalText(candidate_id=c, text=t) for c, t in proposals),
+            proposals=tuple(
+                ProposalText(candidate_id=p[0], text=p[1], group=p[2] if len(p) > 2 else "")
+                for p in proposals
+            ),
             epsilon=epsilon,
             embedder=embedder or EmbedderSpec(),
         )

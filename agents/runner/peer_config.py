@@ -28,6 +28,7 @@ from typing import TypeGuard
 import msgspec
 import yaml
 
+from evobus.schemas.artifacts import LOOP_OPERATORS
 from evobus.schemas.campaign import CampaignSpec
 from evobus.schemas.errors import CampaignConfigError
 from evobus.schemas.limits import MAX_TEXT_CHARS
@@ -42,16 +43,20 @@ OPENEVOLVE_THRESHOLDS = (0.5, 0.75, 0.9)
 
 # The file's keys evobus reads, flattened, each with the evobus key it sets ("" when it sets
 # none by itself: the cascade's switch works with its thresholds).
-MAPPED_KEYS: dict[str, str] = {
-    "prompt.system_message": "task.statement",
-    "evaluator.timeout": "sandbox.timeout_seconds",
-    "diff_based_evolution": "llm.answer_format",  # OpenEvolve
-    "diff_based_generation": "llm.answer_format",  # SkyDiscover
-    "max_iterations": "campaign.budget.proposals",
-    "evaluator.cascade_evaluation": "task.cascade_thresholds",
-    "evaluator.cascade_thresholds": "task.cascade_thresholds",
-    "random_seed": "strategy.rng_seed",
+MAPPED_KEYS: dict[str, tuple[str, ...]] = {
+    "prompt.system_message": ("task.statement",),
+    "evaluator.timeout": ("sandbox.timeout_seconds",),
+    # Every child a diff of its parent (OpenEvolve's, SkyDiscover's): diffs, and no fresh start.
+    "diff_based_evolution": ("llm.answer_format", "strategy.operators"),  # OpenEvolve
+    "diff_based_generation": ("llm.answer_format", "strategy.operators"),  # SkyDiscover
+    "max_iterations": ("campaign.budget.proposals",),
+    "evaluator.cascade_evaluation": ("task.cascade_thresholds",),
+    "evaluator.cascade_thresholds": ("task.cascade_thresholds",),
+    "random_seed": ("strategy.rng_seed",),
 }
+DIFF_OPERATORS = [op for op in LOOP_OPERATORS if op != "i1"]
+"""The operators of a campaign whose peer file asks for diff-based evolution: REFLEX's without
+i1, whose fresh start rewrites the program."""
 
 
 class PeerConfigError(CampaignConfigError):
@@ -175,6 +180,8 @@ def read_peer_config(path: Path) -> PeerConfig:
             if not isinstance(flag, bool):
                 raise bad(key, f"expected true or false, not {flag!r}")
             settings.append(Setting((key,), "llm.answer_format", "diff" if flag else "file"))
+            if flag:
+                settings.append(Setting((key,), "strategy.operators", DIFF_OPERATORS))
     if "max_iterations" in leaves:
         iterations = leaves["max_iterations"]
         if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
@@ -264,6 +271,9 @@ def describe(config: PeerConfig, overridden: Mapping[str, str]) -> list[str]:
             parts.append(f"{keys} (not: {overridden[setting.key]} sets [{table}] {leaf})")
         elif setting.key == "task.statement":
             parts.append(f"{keys} as [{table}] {leaf} ({len(str(setting.value))} characters)")
+        elif setting.key == "strategy.operators":
+            value = msgspec.json.encode(setting.value).decode()
+            parts.append(f"{keys} as [{table}] {leaf} = {value} (no i1: a fresh start rewrites)")
         else:
             value = msgspec.json.encode(setting.value).decode()
             parts.append(f"{keys} as [{table}] {leaf} = {value}")
@@ -278,7 +288,7 @@ def given_keys(given: Mapping[str, object], origin: str) -> dict[str, str]:
     """Which mapped evobus keys ``given`` (a campaign's tables as written: a campaign file's,
     or the Python API's keywords) sets, each with what to call its origin."""
     found: dict[str, str] = {}
-    for key in set(MAPPED_KEYS.values()):
+    for key in {key for keys in MAPPED_KEYS.values() for key in keys}:
         table: object = given
         for part in key.split("."):
             table = table.get(part, msgspec.UNSET) if isinstance(table, Mapping) else msgspec.UNSET

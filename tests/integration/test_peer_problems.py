@@ -5,6 +5,7 @@ checked), and ShinkaEvolve's ``initial.py`` + ``evaluate.py`` without its packag
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -114,6 +115,12 @@ async def test_the_two_files_with_a_config_yaml_and_a_requirements_txt(
     )
     assert (summary.status, summary.proposals) == ("completed", 6)
     assert summary.seed_score == pytest.approx(0.259040069676517)
+    # diff_based_evolution: true: every child a diff of its parent, no i1 fresh start — which
+    # UCB1, trying each of its arms first, would have made among the first four.
+    assert spec.strategy.operators == ("m_diag", "m_text", "x_div")
+    lines = (out / campaign_id / "events.jsonl").read_text().splitlines()
+    made = {e["operator"] for e in map(json.loads, lines) if e["type"] == "candidate_proposed"}
+    assert made and "i1" not in made, made
 
 
 @pytest.mark.timeout(300)

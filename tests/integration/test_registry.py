@@ -17,6 +17,7 @@ from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import InvalidRequest, ResourceNotFound, VersionNotFound
 from evobus.agents.roles.orchestrator.effects import Effects
 from evobus.agents.roles.orchestrator.novelty import change_text
+from evobus.agents.roles.orchestrator.steps import SEED_ID
 from evobus.agents.roles.orchestrator.transactions import Admit, Verdicts
 from evobus.agents.roles.registry.agent import RegistryProcess, run_registry
 from evobus.agents.roles.registry.service import Registry
@@ -219,6 +220,33 @@ async def test_epsilon_net_rejects_near_duplicates_and_admits_distinct_programs(
             await client.admit(campaign_id, [("c9", AVERAGE)], epsilon=float("nan"))
 
 
+@pytest.mark.timeout(30)
+async def test_a_proposal_is_measured_against_the_members_of_its_group_only(
+    nats_server: NatsServer, tmp_path: Path, campaign_id: str
+) -> None:
+    # The same edit made to two parents (the group: what the text is measured against) makes two
+    # programs; made twice to one parent, it makes one.
+    edit = "-        if value < best_value:\n+        if value <= best_value:"
+    async with registry_service(nats_server.url, tmp_path) as (client, _):
+        first = await client.admit(campaign_id, [("c0001", edit, "c0000")], epsilon=0.05)
+        assert first.admitted == ("c0001",)
+        elsewhere = await client.admit(campaign_id, [("c0002", edit, "c0007")], epsilon=0.05)
+        assert elsewhere.admitted == ("c0002",) and elsewhere.rejected == ()
+        again = await client.admit(campaign_id, [("c0003", edit, "c0000")], epsilon=0.05)
+        [rejection] = again.rejected
+        assert (rejection.nearest_id, rejection.distance) == ("c0001", 0.0)
+        # Within one batch too: each group is its own ε-net.
+        batch = [("c0004", edit, "c0009"), ("c0005", edit, "c0010"), ("c0006", edit, "c0009")]
+        verdict = await client.admit(campaign_id, batch, epsilon=0.05)
+        assert sorted(verdict.admitted) == ["c0004", "c0005"]
+        assert [(r.candidate_id, r.nearest_id) for r in verdict.rejected] == [("c0006", "c0004")]
+        # A member of no group (a pool from before groups) is met by every proposal.
+        other = "-    x = 1\n+    x = 2"
+        await client.admit(campaign_id, [("c0011", other)], epsilon=0.05)
+        met = await client.admit(campaign_id, [("c0012", other, "c0003")], epsilon=0.05)
+        assert [r.nearest_id for r in met.rejected] == ["c0011"]
+
+
 # What a pool member and two samples of one proposal request changed in the seed's policy: the
 # samples are near each other (0.035 apart, hashed n-grams), the second farther from the member
 # (0.156) than the first (0.074).
@@ -244,10 +272,11 @@ async def test_samples_that_arrive_together_are_filtered_farthest_first(
     effects.carry(state.apply(unused(work, tokens=5), None, 4.0), ask=False)  # the third: none
     (request,) = effects.ask_held().requests
     assert isinstance(request, Admit)
-    assert [cid for cid, _ in request.proposals] == ["c0001", "c0002"]  # nearer one first
+    assert [cid for cid, *_ in request.proposals] == ["c0001", "c0002"]  # nearer one first
     member = change_text(SOURCE, SOURCE.replace("-2.0 * obs[1]", MEMBER_GAIN))
     async with registry_service(nats_server.url, tmp_path) as (client, _):
-        await client.admit(campaign_id, [("c0000", ""), ("c9000", member)], epsilon=0.05)
+        pool = [("c0000", "", SEED_ID), ("c9000", member, SEED_ID)]  # members of its group
+        await client.admit(campaign_id, pool, epsilon=0.05)
         admission = await client.admit(campaign_id, request.proposals, epsilon=0.05)
     assert admission.admitted == ("c0002",)
     (rejection,) = admission.rejected

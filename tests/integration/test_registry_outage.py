@@ -194,7 +194,8 @@ async def test_effects_hold_proposals_and_skills_until_the_registry_answers(
             assert registered.version == learned.version == 1
             assert registered.metadata["from"] == "c0001"
             # c0001 is in the registry's pool now: a fresh copy of it is refused at once.
-            again = await registry.admit("cid", [("c0099", state.epsilon_text("c0001"))], 0.05)
+            _, text, group = state.epsilon_entry("c0001")
+            again = await registry.admit("cid", [("c0099", text, group)], 0.05)
             assert [r.nearest_id for r in again.rejected] == ["c0001"]
     finally:
         await nc.drain()

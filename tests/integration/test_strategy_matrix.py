@@ -249,6 +249,8 @@ def strategy_of(row: Row, index: int) -> dict[str, object]:
     if row["operators"] == "bandit":
         table["delta_max"] = 50.0
         table["initial_population"] = 2  # REFLEX Algorithm 1, line 2: two i1 steps first
+        if index % 4 == 2:  # the bandit's arms and the burst without crossover, by turns
+            table["operators"] = ["m_diag", "m_text", "i1"]
     else:
         table["crossover_rate"] = 0.5
     if asynchronous:
@@ -686,6 +688,7 @@ def test_the_options_show_in_the_events(row: Row, outcomes: dict[str, Outcome]) 
         e.intensity in (0.5, 1.0, 2.0) for e in events if isinstance(e, CandidateProposed)
     ), [e for e in events if isinstance(e, CandidateProposed)]
     operators = {e.operator for e in events if isinstance(e, CandidateProposed)}
+    assert operators <= {*spec.operators, "i1"}, (operators, spec.operators)  # i1: zero-shot
     if row["operators"] == "nobandit":  # m_diag, x_div at the crossover rate, or a burst's
         assert "m_text" not in operators, operators  # (i1, x_div, m_diag): never m_text
     if row["skills"] == "noskills":

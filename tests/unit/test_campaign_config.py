@@ -95,6 +95,21 @@ def test_a_target_score_is_read() -> None:
             "strategy.in_flight_min",
             "need in_flight_min <= in_flight_max",
         ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\noperators = ["x_div"]\n',
+            "strategy.operators",
+            "no operator that makes a child of one parent",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\noperators = ["m_text", "m_text"]\n',
+            "strategy.operators",
+            "names 'm_text' twice",
+        ),
+        (
+            '[campaign]\ntask = "p"\n[strategy]\noperators = ["m_text", "seed"]\n',
+            "strategy.operators[1]",
+            "'i1'",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(text: str, key: str, reason: str) -> None:

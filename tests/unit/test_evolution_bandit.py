@@ -17,6 +17,8 @@ from evobus.agents.evolution.bandit import (
     next_operator,
     normalised_reward,
 )
+from evobus.agents.roles.orchestrator.selection import Selection
+from evobus.schemas.artifacts import Operator
 
 
 def test_untried_operators_are_chosen_first() -> None:
@@ -172,3 +174,29 @@ def test_burst_snapshot_round_trips_and_bad_patience_is_refused() -> None:
         ExplorationBurst(patience=0)
     with pytest.raises(ValueError, match="distinct"):
         OperatorBandit(("m_diag", "m_diag"))
+
+
+def test_a_campaigns_operators_are_the_only_arms_and_burst() -> None:
+    # [strategy] operators: a peer's diff-based evolution has no i1 (a fresh start rewrites).
+    selection = Selection.seeded(3, burst_after=2, operators=("m_diag", "m_text", "x_div"))
+    chosen = {selection.choose_operator(bandit=True, pool_size=3, crossover_rate=0.2)[0]}
+    for _ in range(40):
+        chosen.add(selection.choose_operator(bandit=True, pool_size=3, crossover_rate=0.2)[0])
+    assert chosen == {"m_diag", "m_text", "x_div"}
+    assert selection.bandit.operators == ("m_diag", "m_text", "x_div")
+    cases: list[tuple[tuple[Operator, ...], tuple[Operator, ...]]] = [
+        (("m_text", "x_div"), ("x_div",)),
+        (("m_text",), ("m_text",)),  # none of REFLEX's burst operators: the campaign's own
+    ]
+    for operators, burst in cases:
+        forced = Selection.seeded(3, burst_after=2, operators=operators)
+        forced.force_burst()
+        assert forced.burst_pending == burst
+    # Without the bandit: crossover at its rate, else m_diag, else the first other operator.
+    plain = Selection.seeded(5, burst_after=50, operators=("m_text", "x_div"))
+    drawn = {
+        plain.choose_operator(bandit=False, pool_size=3, crossover_rate=0.5)[0] for _ in range(30)
+    }
+    assert drawn == {"m_text", "x_div"}
+    alone = Selection.seeded(5, burst_after=50, operators=("i1",))
+    assert alone.choose_operator(bandit=False, pool_size=1, crossover_rate=0.5) == ("i1", False)

@@ -42,12 +42,12 @@ def test_a_proposal_waits_for_the_epsilon_net_request_out_before_it() -> None:
     effects = Effects(state)
     asked = effects.carry(state.apply(proposal(first), None, 4.0))
     (request,) = asked.requests
-    assert isinstance(request, Admit) and [c for c, _ in request.proposals] == ["c0001"]
+    assert isinstance(request, Admit) and [c for c, *_ in request.proposals] == ["c0001"]
     # The second proposal waits: the ε-net sees them in the order admitted.
     assert effects.carry(state.apply(proposal(second), None, 4.0)).requests == []
     after = effects.answered(Verdicts(request))
     (again,) = after.requests
-    assert isinstance(again, Admit) and [c for c, _ in again.proposals] == ["c0002"]
+    assert isinstance(again, Admit) and [c for c, *_ in again.proposals] == ["c0002"]
     # c0001 was admitted: its step goes on to be evaluated.
     (chain,) = [c for c in state.flight.live.values() if c.candidate_id == "c0001"]
     assert chain.stage in ("ready", "evaluate")
@@ -97,4 +97,4 @@ def test_a_resumed_campaign_asks_again_for_the_proposals_at_the_epsilon_net() ->
     state, (first, _) = two_proposing()
     Effects(state).carry(state.apply(proposal(first), None, 4.0))  # asked; the answer is lost
     (request,) = Effects(state).resumed().requests
-    assert isinstance(request, Admit) and [c for c, _ in request.proposals] == ["c0001"]
+    assert isinstance(request, Admit) and [c for c, *_ in request.proposals] == ["c0001"]

@@ -191,5 +191,5 @@ def test_samples_that_arrive_together_go_to_the_epsilon_net_in_one_request() -> 
         assert held.requests == []
     (request,) = effects.ask_held().requests
     assert isinstance(request, Admit)
-    assert [cid for cid, _ in request.proposals] == ["c0001", "c0002"]
-    assert all("SAMPLE" in text for _, text in request.proposals)  # what each changed
+    assert [cid for cid, *_ in request.proposals] == ["c0001", "c0002"]
+    assert all("SAMPLE" in text for _, text, _ in request.proposals)  # what each changed

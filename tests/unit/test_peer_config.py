@@ -56,6 +56,7 @@ def test_the_mapped_keys_set_evobus_keys_and_every_other_key_is_named_once(
     assert spec.task.statement.startswith("You improve search(), a deterministic search")
     assert spec.sandbox.timeout_seconds == 20.0
     assert spec.llm.answer_format == "diff"
+    assert spec.strategy.operators == ("m_diag", "m_text", "x_div")  # every child a diff
     assert spec.campaign.budget.proposals == 6
     assert spec.strategy.rng_seed == 11
     assert spec.task.cascade_thresholds == ()  # cascade_evaluation: false
@@ -63,6 +64,7 @@ def test_the_mapped_keys_set_evobus_keys_and_every_other_key_is_named_once(
     assert used.startswith(f"{problem / 'config.yaml'}: evobus uses prompt.system_message as ")
     assert "evaluator.timeout as [sandbox] timeout_seconds = 20" in used
     assert 'diff_based_evolution as [llm] answer_format = "diff"' in used
+    assert 'as [strategy] operators = ["m_diag","m_text","x_div"] (no i1: a fresh' in used
     assert "max_iterations as [campaign.budget] proposals = 6" in used
     assert "random_seed as [strategy] rng_seed = 11" in used
     assert "evaluator.cascade_evaluation (false: no cascade)" in used
@@ -74,13 +76,18 @@ def test_proposals_and_a_campaign_files_keys_win_over_the_config(problem: Path) 
     assert spec.campaign.budget.proposals == 3
     assert "max_iterations (not: --proposals sets [campaign.budget] proposals)" in lines[0]
     toml = problem / "campaign.toml"
-    toml.write_text('[campaign]\ntask = "files"\n[llm]\nanswer_format = "file"\n')
+    toml.write_text(
+        '[campaign]\ntask = "files"\n[llm]\nanswer_format = "file"\n'
+        '[strategy]\noperators = ["m_text", "i1"]\n'
+    )
     evaluator = problem / "evaluator.py"
     flags = command_line_spec(toml, problem / "initial_program.py", evaluator, None)
     made, lines = on_command_line(flags, toml, evaluator_given=True, proposals=None)
     assert made is not None and made.llm.answer_format == "file"
     assert made.sandbox.timeout_seconds == 20.0  # the file does not set it: the config does
     assert f"diff_based_evolution (not: {toml} sets [llm] answer_format)" in lines[0]
+    assert made.strategy.operators == ("m_text", "i1")
+    assert f"diff_based_evolution (not: {toml} sets [strategy] operators)" in lines[0]
 
 
 def test_a_campaign_file_naming_its_evaluator_does_not_read_the_config(problem: Path) -> None:

@@ -133,8 +133,8 @@ def test_a_late_refusal_removes_a_decided_candidate_from_the_pool() -> None:
     assert of_type(decide(state, works, child=-1100.0), CandidateRejected)
     assert cid in state.population.pool and state.best.candidate_id == SEED_ID
     # The ε-net measures what the child changed against its parent (novelty.py).
-    assert state.next_unfiltered() == (cid, state.epsilon_text(cid))
-    assert state.epsilon_text(cid).startswith("+")
+    assert state.next_unfiltered() == state.epsilon_entry(cid)
+    assert state.epsilon_entry(cid)[1].startswith("+")
     version = state.population.pool.version
     step = state.late_admission(cid, near(cid), 9.0)
     (filtered,) = of_type(step, CandidateFiltered)

@@ -144,11 +144,11 @@ def test_an_exact_duplicate_is_refused_whatever_epsilon_is() -> None:
     assert not of_type(step, EvaluateWork)
     (request,) = step.admissions
     assert request.duplicate_of == SEED_ID
-    assert state.epsilon_text(request.candidate_id) == "+# only a comment"
+    assert state.epsilon_entry(request.candidate_id)[1:] == ("+# only a comment", SEED_ID)
     rejection = Rejection(candidate_id=request.candidate_id, nearest_id=SEED_ID, distance=0.0)
     filtered = of_type(state.on_admission(request.candidate_id, rejection, 4.0), CandidateFiltered)
     assert filtered and filtered[0].distance == 0.0 and filtered[0].nearest_id == SEED_ID
-    assert state.epsilon_text(SEED_ID) == ""
+    assert state.epsilon_entry(SEED_ID) == (SEED_ID, "", SEED_ID)
 
 
 def test_the_critic_is_not_asked_again_about_an_evaluation_it_diagnosed() -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from evobus.agents.roles.orchestrator.machine import CampaignMachine
 from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Outgoing, Send
 from evobus.agents.roles.orchestrator.registry_calls import REGISTRY_RETRY_SECONDS
-from evobus.agents.roles.orchestrator.steps import Commit, Orders
+from evobus.agents.roles.orchestrator.steps import Commit, EpsilonEntry, Orders
 from evobus.agents.roles.orchestrator.transactions import (
     Admit,
     Answer,
@@ -147,7 +147,7 @@ class Effects:
         self._asking: Admit | None = None  # the ε-net request the registry task holds
         # Proposals to ask about in one request: at a transaction's end, or once the request
         # out is answered.
-        self._held: list[tuple[str, str]] = []
+        self._held: list[EpsilonEntry] = []
         self._backlog_asked = False
         self._retry_after = 0.0  # monotonic: when to ask the registry again
         self._away = ""  # why the registry was last found away ("" while it answers)
@@ -196,10 +196,10 @@ class Effects:
             for a in orders.admissions
             if a.duplicate_of
         ]
-        proposals = [(a.candidate_id, a.text) for a in orders.admissions if not a.duplicate_of]
+        proposals = [a.entry for a in orders.admissions if not a.duplicate_of]
         return followers + self._hold(proposals)
 
-    def _hold(self, proposals: list[tuple[str, str]]) -> list[Orders]:
+    def _hold(self, proposals: list[EpsilonEntry]) -> list[Orders]:
         """Hold ``proposals`` for the ε-net's next request (``_ask_held``) — or, while earlier
         ones wait to be checked late, let them go on unfiltered with those."""
         if not proposals:
@@ -227,13 +227,13 @@ class Effects:
             f"({self._away or 'it did not answer'})"
         )
 
-    def _admit_request(self, proposals: list[tuple[str, str]]) -> Admit:
-        ids = [cid for cid, _ in proposals]
+    def _admit_request(self, proposals: list[EpsilonEntry]) -> Admit:
+        ids = [cid for cid, *_ in proposals]
         parent, links = self.machine.trace.filter_parent(ids)
         return Admit(tuple(proposals), parent, tuple(links))
 
     def _unfiltered(
-        self, proposals: list[tuple[str, str]], reason: str, *, first: bool = False
+        self, proposals: list[EpsilonEntry], reason: str, *, first: bool = False
     ) -> list[Orders]:
         machine = self.machine
         log.log(
@@ -242,16 +242,16 @@ class Effects:
             "the registry answers",
             machine.cid,
             reason,
-            ", ".join(cid for cid, _ in proposals),
+            ", ".join(cid for cid, *_ in proposals),
         )
-        return [machine.admitted_unfiltered(cid, reason, time.time()) for cid, _ in proposals]
+        return [machine.admitted_unfiltered(cid, reason, time.time()) for cid, *_ in proposals]
 
     def resumed(self) -> Duties:
         """The ε-net requests a resumed campaign's proposals at the ε-net were waiting for
         (their answers died with the process that asked)."""
         duties = Duties()
         machine = self.machine
-        waiting = [(cid, machine.epsilon_text(cid)) for cid in machine.flight.admitting]
+        waiting = [machine.epsilon_entry(cid) for cid in machine.flight.admitting]
         for orders in self._hold(waiting):
             duties.extend(self.carry(orders, ask=False))
         duties.extend(self.ask_held())
@@ -285,7 +285,7 @@ class Effects:
             self._away = ""
             now = time.time()
             followers = [
-                machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, _ in proposals
+                machine.on_admission(cid, verdicts.rejected.get(cid), now) for cid, *_ in proposals
             ]
         duties = Duties()
         for orders in followers:  # the proposals held meanwhile go with what these lead to
@@ -375,9 +375,9 @@ class Effects:
         return WorkOffBacklog(
             registrations=tuple(queues.registrations),
             skill_uses=tuple(queues.skill_uses),
-            joins=tuple((cid, machine.epsilon_text(cid)) for cid in queues.joins),
+            joins=tuple(machine.epsilon_entry(cid) for cid in queues.joins),
             unfiltered=tuple(
-                self._admit_request([(cid, machine.epsilon_text(cid))]) for cid in unfiltered
+                self._admit_request([machine.epsilon_entry(cid)]) for cid in unfiltered
             ),
             forgets=tuple(machine.to_forget()),
             queued_forgets=tuple(queues.forgets),

@@ -60,7 +60,7 @@ from evobus.agents.roles.orchestrator.failures import evaluation_error, seed_fai
 from evobus.agents.roles.orchestrator.flight import Flight
 from evobus.agents.roles.orchestrator.islands import Islands, migration_target
 from evobus.agents.roles.orchestrator.messages import Emit, Migrate, Send, content_id
-from evobus.agents.roles.orchestrator.novelty import duplicate_of, epsilon_text, source_digest
+from evobus.agents.roles.orchestrator.novelty import duplicate_of, epsilon_entry, source_digest
 from evobus.agents.roles.orchestrator.observed import REPEATS_TO_TRUST, Observed
 from evobus.agents.roles.orchestrator.plan import render_plan
 from evobus.agents.roles.orchestrator.population import Population
@@ -93,6 +93,7 @@ from evobus.agents.roles.orchestrator.steps import (
     Chain,
     ChainStage,
     Commit,
+    EpsilonEntry,
     Orders,
     Phase,
     Purpose,
@@ -244,7 +245,9 @@ class CampaignMachine:
         self.tally = Tally()
         self.observed = Observed()
         self.flight = Flight()
-        self.selection = Selection.seeded(strategy.rng_seed, burst_after=strategy.burst_after)
+        self.selection = Selection.seeded(
+            strategy.rng_seed, burst_after=strategy.burst_after, operators=strategy.operators
+        )
         self.candidates = Candidates()
         self.workers = Workers.targeting(stage_targets(strategy))
         self.population = Population.with_archive(archive)
@@ -295,9 +298,9 @@ class CampaignMachine:
             candidate_id, instances, deterministic=self.deterministic
         )
 
-    def epsilon_text(self, candidate_id: str) -> str:
-        """The text the registry's ε-net embeds for ``candidate_id`` (novelty.py)."""
-        return epsilon_text(self.candidates.by_id, candidate_id)
+    def epsilon_entry(self, candidate_id: str) -> EpsilonEntry:
+        """``candidate_id`` as the registry's ε-net takes it: (id, text, group) (novelty.py)."""
+        return epsilon_entry(self.candidates.by_id, candidate_id)
 
     def _alive(self, candidate_id: str) -> bool:
         """Whether the candidate is still in the campaign: in the pool, or its step in flight."""
@@ -312,11 +315,11 @@ class CampaignMachine:
         return ""
 
     # -- what the registry's backlog asks for -----------------------------------------------
-    def next_unfiltered(self) -> tuple[str, str] | None:
-        """The oldest candidate admitted unfiltered that is still alive, with the text the
-        ε-net embeds (``Backlog.next_unfiltered``); None when none is left."""
+    def next_unfiltered(self) -> EpsilonEntry | None:
+        """The oldest candidate admitted unfiltered that is still alive, as the ε-net takes it
+        (``Backlog.next_unfiltered``); None when none is left."""
         cid = self.backlog.next_unfiltered(self._alive)
-        return None if cid is None else (cid, self.epsilon_text(cid))
+        return None if cid is None else self.epsilon_entry(cid)
 
     def still_unfiltered(self) -> list[str]:
         """The candidates admitted unfiltered that are still alive, oldest first."""
@@ -1281,8 +1284,8 @@ class CampaignMachine:
         if self.strategy.epsilon > 0 or duplicate:
             chain.move("admitting")
             self.flight.to_epsilon_net(chain)
-            text = self.epsilon_text(candidate.id)
-            orders.admissions.append(AdmissionRequest(candidate.id, text, duplicate_of=duplicate))
+            entry = self.epsilon_entry(candidate.id)
+            orders.admissions.append(AdmissionRequest(entry, duplicate_of=duplicate))
         else:
             chain.move("ready")  # _refill hands it an evaluate slot
 

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span
 
 from evobus.agents.registry_api.client import RegistryClient
 from evobus.agents.registry_api.errors import RegistryError, RegistryUnavailable
-from evobus.agents.roles.orchestrator.steps import SkillRegistration, SkillUse
+from evobus.agents.roles.orchestrator.steps import EpsilonEntry, SkillRegistration, SkillUse
 from evobus.agents.roles.orchestrator.transactions import (
     Admit,
     BacklogWorked,
@@ -177,9 +177,9 @@ class RegistryCalls:
                     registered.append((skill, resource.name, resource.version))
             for use in request.skill_uses:
                 credits.append(await self._credit(use))
-            for cid, text in request.joins:
-                await self._hold(cid, text)
-                joined.append(cid)
+            for entry in request.joins:
+                await self._hold(entry)
+                joined.append(entry[0])
             for late in request.unfiltered:
                 checked.append((late.proposals[0][0], await self._check_late(late)))
             if request.queued_forgets:
@@ -217,16 +217,17 @@ class RegistryCalls:
         utility = float(skill.params.get("utility", 0.0))
         return Credit(use, credited=True, utility=utility, uses=int(skill.params.get("uses", 0)))
 
-    async def _hold(self, cid: str, text: str) -> None:
+    async def _hold(self, entry: EpsilonEntry) -> None:
         """The ε-net takes a pool member without a verdict (the seed: POLCA Algorithm 1 starts
         the pool, and so the ε-net, with it).
 
         Raises:
             RegistryUnavailable: no registry answered.
         """
+        cid = entry[0]
         try:
             await self._ask(
-                self.registry.admit(self.campaign, [(cid, text)], self.epsilon, self.embedder),
+                self.registry.admit(self.campaign, [entry], self.epsilon, self.embedder),
                 patience=self._admit_patience(),
             )
         except RegistryUnavailable:
@@ -241,11 +242,12 @@ class RegistryCalls:
         Raises:
             RegistryUnavailable: no registry answered.
         """
-        ((cid, text),) = request.proposals
+        (entry,) = request.proposals
+        cid = entry[0]
         try:
             with self._filtering(request) as span:
                 admission = await self._ask(
-                    self.registry.admit(self.campaign, [(cid, text)], self.epsilon, self.embedder),
+                    self.registry.admit(self.campaign, [entry], self.epsilon, self.embedder),
                     patience=self._admit_patience(),
                 )
                 span.set_attribute(
@@ -277,7 +279,7 @@ class RegistryCalls:
     @contextmanager
     def _filtering(self, request: Admit) -> Iterator[Span]:
         """A ``filter`` span around one ε-net request, where the writer said it goes."""
-        ids = tuple(cid for cid, _ in request.proposals)
+        ids = tuple(cid for cid, *_ in request.proposals)
         with _tracer.start_as_current_span(
             "filter",
             context=request.parent,

@@ -14,7 +14,13 @@ from typing import Literal
 
 import msgspec
 
-from evobus.agents.evolution.bandit import ExplorationBurst, OperatorBandit, next_operator
+from evobus.agents.evolution.bandit import (
+    BURST_OPERATORS,
+    DEFAULT_OPERATORS,
+    ExplorationBurst,
+    OperatorBandit,
+    next_operator,
+)
 from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pareto import ParetoFront, select_parents
 from evobus.agents.evolution.pool import CandidatePool, PriorityRule, sample_minibatch
@@ -45,13 +51,21 @@ class Selection(Component, kw_only=True):
     _zero_shot_left: int = msgspec.field(default=0, name="zero_shot_left")
 
     @classmethod
-    def seeded(cls, rng_seed: int, *, burst_after: int) -> Selection:
-        """A campaign's selection, from its seed, with a burst after ``burst_after`` steps
-        without improvement."""
+    def seeded(
+        cls,
+        rng_seed: int,
+        *,
+        burst_after: int,
+        operators: tuple[Operator, ...] = DEFAULT_OPERATORS,
+    ) -> Selection:
+        """A campaign's selection, from its seed, choosing among ``operators`` (``[strategy]
+        operators``), with a burst after ``burst_after`` steps without improvement: REFLEX's
+        burst operators the campaign uses (all of its own if it uses none of them)."""
+        burst = tuple(o for o in BURST_OPERATORS if o in operators) or operators
         return cls(
             _rng=random.Random(rng_seed),
-            _bandit=OperatorBandit(),
-            _burst=ExplorationBurst(patience=burst_after),
+            _bandit=OperatorBandit(operators),
+            _burst=ExplorationBurst(patience=burst_after, operators=burst),
         )
 
     # -- reading ---------------------------------------------------------------------------
@@ -97,8 +111,13 @@ class Selection(Component, kw_only=True):
         forced = self._burst.next_forced()
         if forced is not None:
             return forced, True
-        crossover = pool_size > 1 and self._rng.random() < crossover_rate
-        return ("x_div" if crossover else "m_diag"), False
+        allowed = self._bandit.operators  # the campaign's, whether the bandit chooses or not
+        crossover = pool_size > 1 and self._rng.random() < crossover_rate and "x_div" in allowed
+        if crossover:
+            return "x_div", False
+        return (
+            "m_diag" if "m_diag" in allowed else next(o for o in allowed if o != "x_div")
+        ), False
 
     def choose_parents(
         self,

@@ -227,14 +227,22 @@ class Commit:
     best: bool = False
 
 
+EpsilonEntry = tuple[str, str, str]
+"""A candidate as the registry's ε-net is asked about it: (id, the text it embeds, its group:
+the candidate its text is measured against, agents/roles/orchestrator/novelty.py)."""
+
+
 @dataclass(frozen=True)
 class AdmissionRequest:
     """A side effect for the shell: ask the registry's ε-net about a proposal — unless it is
     an exact duplicate of ``duplicate_of``, refused without asking (novelty.py)."""
 
-    candidate_id: str
-    text: str
+    entry: EpsilonEntry
     duplicate_of: str = ""
+
+    @property
+    def candidate_id(self) -> str:
+        return self.entry[0]
 
 
 class SkillUse(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,7 +17,7 @@ import anyio
 from opentelemetry.context import Context
 from opentelemetry.trace import Link
 
-from evobus.agents.roles.orchestrator.steps import SkillRegistration, SkillUse
+from evobus.agents.roles.orchestrator.steps import EpsilonEntry, SkillRegistration, SkillUse
 from evobus.bus.batch_consumer import Delivery
 from evobus.schemas.registry import Rejection
 from evobus.schemas.results import Result
@@ -34,7 +34,7 @@ class Admit:
     linked to the others').
     """
 
-    proposals: tuple[tuple[str, str], ...]
+    proposals: tuple[EpsilonEntry, ...]
     parent: Context | None = None
     links: tuple[Link, ...] = ()
 
@@ -53,7 +53,7 @@ class WorkOffBacklog:
 
     registrations: tuple[SkillRegistration, ...] = ()
     skill_uses: tuple[SkillUse, ...] = ()
-    joins: tuple[tuple[str, str], ...] = ()
+    joins: tuple[EpsilonEntry, ...] = ()
     unfiltered: tuple[Admit, ...] = ()
     forgets: tuple[str, ...] = ()
     queued_forgets: tuple[str, ...] = ()

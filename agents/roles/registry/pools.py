@@ -16,7 +16,7 @@ from evobus.agents.evolution.epsilon_net import admit_to_epsilon_net
 from evobus.agents.registry_api.errors import InvalidRequest
 from evobus.infra.embedders import Embedder, make_embedder
 from evobus.infra.qdrant_store import QdrantStore
-from evobus.schemas.registry import Admission, EmbedderSpec, ProposalText
+from evobus.schemas.registry import Admission, EmbedderSpec, ProposalText, Rejection
 
 _CAMPAIGN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -61,17 +61,30 @@ class EpsilonPools:
             known = await self._store.pool_members(campaign, ids)
             fresh = [p for p in proposals if p.candidate_id not in known]
             vectors = await model.embed([p.text for p in fresh])
-            nearest = await self._store.nearest_in_pool(campaign, vectors)
-            pool = {member[0]: member[1] for member in nearest if member is not None}
-            batch = [(p.candidate_id, v) for p, v in zip(fresh, vectors, strict=True)]
-            try:
-                verdict = admit_to_epsilon_net(batch, list(pool.items()), epsilon)
-            except ValueError as exc:
-                raise InvalidRequest(f"ε-net admission: {exc}") from exc
-            by_id = dict(batch)
-            await self._store.add_to_pool(campaign, [(c, by_id[c]) for c in verdict.admitted])
+            groups = [p.group for p in fresh]
+            nearest = await self._store.nearest_in_pool(campaign, vectors, groups)
+            admitted: list[str] = []
+            rejected: list[Rejection] = []
+            # Each group is its own ε-net: a proposal meets the pool members and the other
+            # proposals of its group only (a proposal of none, "", meets every pool member).
+            for group in dict.fromkeys(groups):
+                own = [i for i, g in enumerate(groups) if g == group]
+                batch = [(fresh[i].candidate_id, vectors[i]) for i in own]
+                pool = {m[0]: m[1] for m in (nearest[i] for i in own) if m is not None}
+                try:
+                    verdict = admit_to_epsilon_net(batch, list(pool.items()), epsilon)
+                except ValueError as exc:
+                    raise InvalidRequest(f"ε-net admission: {exc}") from exc
+                admitted += verdict.admitted
+                rejected += verdict.rejected
+            by_id = {p.candidate_id: (v, p.group) for p, v in zip(fresh, vectors, strict=True)}
+            await self._store.add_to_pool(
+                campaign,
+                [(c, by_id[c][0]) for c in admitted],
+                [by_id[c][1] for c in admitted],
+            )
         already = tuple(cid for cid in ids if cid in known)
-        return Admission(admitted=already + verdict.admitted, rejected=verdict.rejected)
+        return Admission(admitted=already + tuple(admitted), rejected=tuple(rejected))
 
     async def forget(self, campaign: str, candidate_ids: Sequence[str]) -> int:
         """Remove candidates from a campaign's pool; returns how many were in it."""
