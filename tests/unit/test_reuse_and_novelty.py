@@ -193,10 +193,12 @@ def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:
     (ahead,) = of_type(step, DiagnoseWork)
     assert ahead.candidate.id == child_work.candidate.id
     assert state.flight.pending[ahead.work_id].chain == 0
-    # The next step chose the child (best mean) and waits for that diagnosis, not a second one.
+    # The next steps chose the child (best mean) and wait for that diagnosis, not a second one
+    # (waiting, they hold no critic slot: the queue's room fills).
     assert not of_type(step, ProposeWork)
-    (waiting,) = state.flight.live.values()
-    assert waiting.stage == "explored" and waiting.parent_ids[0] == child_work.candidate.id
+    waiting = list(state.flight.live.values())
+    assert waiting and all(c.stage == "explored" for c in waiting)
+    assert {c.parent_ids[0] for c in waiting} == {child_work.candidate.id}
     (again,) = of_type(state.apply(diagnosis(ahead), None, 5.0), ProposeWork)
     assert again.parent.id == child_work.candidate.id and again.diagnosis is not None
     assert not of_type(state.apply(diagnosis(ahead), None, 5.5), ProposeWork)  # a copy: no-op
@@ -222,8 +224,24 @@ def test_a_child_that_beats_its_parent_but_not_the_best_is_not_diagnosed_ahead()
 def test_steps_from_one_parent_share_the_critics_diagnosis_in_flight() -> None:
     state = text_critic_state(selection="mean", proposals=4, in_flight=3)
     (seed_work,) = of_type(state.start(0.0), EvaluateWork)
-    # Three steps start from the seed at once: one question to the critic, three proposals.
+    # The budget's four steps start from the seed at once (those waiting for the diagnosis hold
+    # no critic slot): one question to the critic, then three proposals (the actor's K).
     (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
-    assert sum(chain.stage == "explored" for chain in state.flight.live.values()) == 2
+    assert sum(chain.stage == "explored" for chain in state.flight.live.values()) == 3
     proposals = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
     assert len(proposals) == 3 and all(p.diagnosis is not None for p in proposals)
+
+
+def test_a_step_waiting_for_another_steps_diagnosis_leaves_room_for_a_new_step() -> None:
+    # K = 2 (every stage), m_diag only, all from the seed: one step asks the critic, the next
+    # waits for that diagnosis. Only the first holds a critic slot: steps go on starting (up to
+    # the queue, 2K) rather than leave the actor idle until the diagnosis comes.
+    state = one_instance_state(mode="async", proposals=8, in_flight=2, adaptive_in_flight=False)
+    (seed_work,) = of_type(state.start(0.0), EvaluateWork)
+    step = state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0)
+    (diag,) = of_type(step, DiagnoseWork)  # one question about the seed, whoever waits for it
+    stages = Counter(chain.stage for chain in state.flight.live.values())
+    assert stages == {"diagnose": 1, "explored": 3}  # four steps: the queue's 2K
+    answered = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
+    assert len(answered) == 2  # the actor's K; the others wait their turn
+    assert all(work.diagnosis is not None for work in answered)

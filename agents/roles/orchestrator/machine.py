@@ -1373,7 +1373,7 @@ class CampaignMachine:
         while (
             self._can_start()
             and flight.in_stages(*EVALUATING) < targets["evaluate"]
-            and flight.in_stages("explored", "diagnose") < targets["diagnose"]
+            and self._diagnose_load() < targets["diagnose"]
             and flight.in_stages("diagnosed", "propose") < targets["propose"]
             and flight.in_stages(*BEFORE_EVALUATION) < queue
         ):
@@ -1381,6 +1381,18 @@ class CampaignMachine:
                 advanced = True
         if advanced:  # steps whose parents' scores were known: on to the critic or the actor
             self._refill_async(orders, now)
+
+    def _diagnose_load(self) -> int:
+        """The steps the diagnose stage's K bounds: those whose diagnosis is in flight, and
+        those that will ask for one. A step that waits for the diagnosis another step asked
+        for (the same parent, ``_diagnosing``) has no critic call of its own: counted, two
+        m_diag steps from one parent held K = 2 at a single critic call while the actor sat
+        idle (a quarter of its time at K = 2, function minimisation)."""
+        flight = self.flight
+        waiting = sum(
+            1 for chain in flight.in_stage("explored") if self._diagnosing(chain.parent_ids[0])
+        )
+        return flight.in_stages("explored", "diagnose") - waiting
 
     def _start(self, orders: Orders, now: float) -> Chain:
         """Start a step; one whose parents' scores are all known already (a deterministic
