@@ -41,8 +41,8 @@ CONFIG_NAME = "config.yaml"
 OPENEVOLVE_CASCADE = True
 OPENEVOLVE_THRESHOLDS = (0.5, 0.75, 0.9)
 
-# The file's keys evobus reads, flattened, each with the evobus key it sets ("" when it sets
-# none by itself: the cascade's switch works with its thresholds).
+# The file's keys evobus reads, flattened, each with the evobus keys it sets (the cascade's
+# switch and thresholds together set one).
 MAPPED_KEYS: dict[str, tuple[str, ...]] = {
     "prompt.system_message": ("task.statement",),
     "evaluator.timeout": ("sandbox.timeout_seconds",),
