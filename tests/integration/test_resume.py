@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from functools import partial
@@ -205,6 +206,7 @@ async def test_resume_of_a_finished_campaign_reports_it_again(
     run = start_evobus("run", str(path), "--id", campaign_id, *common, log=tmp_path / "run.log")
     assert await anyio.to_thread.run_sync(run.wait, 90) == 0, (tmp_path / "run.log").read_text()
     first = (out / campaign_id / "summary.json").read_text()
+    logged = (out / campaign_id / "events.jsonl").read_text()
     again = start_evobus("resume", campaign_id, *common, log=tmp_path / "resume.log")
     assert await anyio.to_thread.run_sync(again.wait, 60) == 0
     log = (tmp_path / "resume.log").read_text()
@@ -212,6 +214,9 @@ async def test_resume_of_a_finished_campaign_reports_it_again(
     assert "4 proposals" in log
     assert (out / campaign_id / "summary.json").read_text().count('"proposals": 4') == 1
     assert '"proposals": 4' in first
+    # Reported, not resumed: the run folder's log still ends with its campaign_finished.
+    assert (out / campaign_id / "events.jsonl").read_text() == logged
+    assert json.loads(logged.splitlines()[-1])["type"] == "campaign_finished"
     missing = start_evobus("resume", "nosuchcampaign", *common, log=tmp_path / "missing.log")
     assert await anyio.to_thread.run_sync(missing.wait, 30) == 1
     assert "no campaign 'nosuchcampaign' on this bus" in (tmp_path / "missing.log").read_text()

@@ -122,7 +122,8 @@ def test_the_wall_clock_budget_counts_running_time_across_a_pause() -> None:
     # A finished campaign's clock stands still: reported again a day later, it ran 100 s.
     final = snapshot.take(state, last_applied="", now=3671.0)
     again = make_state(**ASYNC)
-    resume(again, final, revision=8, now=90_000.0)
+    # Nothing goes on: no campaign_resumed, its log still ends with campaign_finished.
+    assert not of_type(resume(again, final, revision=8, now=90_000.0), CampaignResumed)
     assert again.summary(90_000.0).wall_seconds == 100.0
 
 

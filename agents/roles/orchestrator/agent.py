@@ -14,13 +14,14 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
 
 import anyio
 import msgspec
+import nats.errors
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from nats.aio.client import Client
@@ -236,20 +237,34 @@ class OrchestratorWorker:
                 await writer.begin(opened.saved)
                 served = not writer.finished.is_set()  # a finished campaign resumed: not served
                 if served:
-                    await self._serve(writer, opened.lease, incoming, asked, registry, quiet)
+                    try:
+                        await self._serve(writer, opened.lease, incoming, asked, registry, quiet)
+                    except Exception as exc:
+                        if not writer.finished.is_set():
+                            raise
+                        # A bus away just after (a lease renewal, a registry call): a restart
+                        # would only report what is saved, after an agent_exited line.
+                        error = _fatal(exc) if isinstance(exc, BaseExceptionGroup) else exc
+                        log.warning("campaign %s: finished and saved; then %r", machine.cid, error)
+                        hold_stop_signals(quiet)
             if not served:
                 hold_stop_signals(quiet)
             # The root span ends first: the exporter sends it while the last writes are made.
             machine.trace.finish(machine.run.status, machine.run.stop_reason)
-            # The finished campaign: `evobus resume` reports it, nothing reruns.
-            await writer.persist()
-            write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
-            if machine.run.finished:  # again: a tool request an actor sent as it stopped
-                try:
-                    await writer.purge_work()
-                except BusError as exc:  # purged once already, before campaign_finished
-                    log.warning("campaign %s: queued work not purged again: %s", machine.cid, exc)
-            await opened.lease.release()
+            if writer.finished.is_set():
+                # Saved with its campaign_finished: what follows is housekeeping, and a bus
+                # that fails it (purged once before the finish; a lease expires) loses nothing.
+                write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
+                chores = {
+                    "the snapshot after it": writer.persist,  # the registry's last answers
+                    "the purge of work queued since": writer.purge_work,  # a tool request
+                    "the lease's release": opened.lease.release,
+                }
+                await _after_finish(machine.cid, chores)
+            else:  # stopped: `evobus resume` goes on from this snapshot
+                await writer.persist()
+                write_summary(shell.run_dir / "summary.json", machine.summary(time.time()))
+                await opened.lease.release()
         return machine.summary(time.time())
 
     async def _serve(
@@ -381,6 +396,18 @@ async def _clock(ticks: ObjectSendStream[Transaction]) -> None:
         while True:
             await anyio.sleep(TICK_SECONDS)
             await ticks.send(Tick())
+
+
+async def _after_finish(cid: str, chores: Mapping[str, Callable[[], Awaitable[None]]]) -> None:
+    """The last writes of a finished campaign, each tried once: its finish is saved, and a bus
+    that fails one of them loses nothing (the work was purged once before the finish, a lease
+    expires) — said, not fatal: a restart would only report what is saved."""
+    for what, chore in chores.items():
+        try:
+            await chore()
+        except (BusError, AgentError, nats.errors.Error, TimeoutError) as exc:
+            reason = str(exc) or type(exc).__name__
+            log.warning("campaign %s: finished and saved; %s failed: %s", cid, what, reason)
 
 
 async def _keep(lease: Lease) -> None:

@@ -63,10 +63,16 @@ PIPELINE_LOG_SECONDS = 10.0  # how often the log shows where the steps are
 
 def resume(machine: CampaignMachine, saved: CampaignSnapshot, revision: int, now: float) -> Orders:
     """Restore ``saved`` into a fresh ``machine`` and announce it: a ``campaign_resumed`` event
-    whose digests say whether the restored state is the snapshot (they are equal)."""
+    whose digests say whether the restored state is the snapshot (they are equal). A finished
+    campaign is restored without one: nothing goes on, and its log ends with its
+    ``campaign_finished`` (an orchestrator that died after the finish, restarted, or
+    ``evobus resume`` of it only write its summary again)."""
     snapshot.restore(machine, saved)
     restored = snapshot.take(machine, last_applied=saved.last_applied, now=saved.saved_at)
     machine.clock.resume(now)  # the budget goes on from what had run, not from the pause
+    orders = Orders()
+    if machine.run.finished:
+        return orders
     event = CampaignResumed(
         campaign=machine.cid,
         at=now,
@@ -81,7 +87,6 @@ def resume(machine: CampaignMachine, saved: CampaignSnapshot, revision: int, now
     # Not from the event counter: the dead orchestrator may have published events past the
     # snapshot, which the redelivered result will publish again under the same ids (and
     # JetStream drops as duplicates) — only if this event takes none of those ids.
-    orders = Orders()
     orders.outbound.append(
         Emit(event, f"{machine.cid}-resumed-{revision}", machine.trace.note(event))
     )
@@ -145,7 +150,8 @@ class CampaignWriter:
             return
         revision = self.shell.store.revision or 0
         duties = self.effects.carry(resume(machine, saved, revision, time.time()))
-        log.info("campaign %s: resumed from snapshot revision %s", machine.cid, revision)
+        state = "finished already" if machine.run.finished else "resumed"
+        log.info("campaign %s: %s (snapshot revision %s)", machine.cid, state, revision)
         duties.extend(self.effects.resumed())
         await self._carry_out(duties, persist=True)
 
