@@ -3,6 +3,8 @@ result through the orchestrator's state machine."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from evobus.agents.roles.orchestrator.machine import BEFORE_EVALUATION, CampaignMachine
@@ -39,19 +41,19 @@ def two_proposals(state: CampaignMachine) -> tuple[Orders, list[EvaluateWork]]:
     """Two steps diagnosed and proposed while a third scores its parent: the evaluate stage
     (K = 1) then takes the first child, and the second waits in the queue."""
     first = explore(state, seeded(state))  # step 1's parent is scored; step 2 starts
-    diagnoses = of_type(first, DiagnoseWork) + of_type(explore(state, first), DiagnoseWork)
+    third = explore(state, first)  # step 2's parent is scored; step 3 starts
+    diagnoses = of_type(first, DiagnoseWork) + of_type(third, DiagnoseWork)
     assert len(diagnoses) == 2  # K_diagnose = 2
-    started = []
-    for d in diagnoses:
-        started.append(state.apply(diagnosis(d), None, 3.0))
+    # Steps wait for the critic, not for a slot of it to start: step 3's parent holds the
+    # evaluate slot while steps 1 and 2 are diagnosed.
+    assert [w.candidate.id for w in exploring(state, third)] == [SEED_ID]
+    started = [state.apply(diagnosis(d), None, 3.0) for d in diagnoses]
     proposes = [w for s in started for w in of_type(s, ProposeWork)]
     assert len(proposes) == 2
-    # The first diagnosis freed a slot: step 3 started, its parent holds the evaluate slot.
-    assert [w.candidate.id for s in started for w in exploring(state, s)] == [SEED_ID]
     assert not of_type(state.apply(proposal(proposes[0]), None, 4.0), EvaluateWork)
     second = state.apply(proposal(proposes[1]), None, 4.1)
     assert not of_type(second, EvaluateWork)  # queued: the evaluate stage is full
-    evaluations = of_type(explore(state, started[0], at=4.2), EvaluateWork)
+    evaluations = of_type(explore(state, third, at=4.2), EvaluateWork)
     assert [w.candidate.id for w in evaluations] == ["c0001"]  # the parents were scored
     assert [c.stage for c in state.flight.live.values()] == ["evaluate", "ready", "diagnose"]
     return second, evaluations
@@ -202,24 +204,16 @@ def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_sta
     # (the step that picks it scores it on its own minibatch first); removed on its full score,
     # the steps made from it go through the staleness policy.
     state = make_state(
-        mode="async",
-        in_flight=2,
-        workers={"diagnose": 1},
-        speculative_alpha=0.5,
-        staleness=policy,
-        proposals=3,
+        mode="async", in_flight=2, queue=2, speculative_alpha=0.5, staleness=policy, proposals=3
     )
     a_parent, b_parent = exploring(state, seeded(state))  # steps A and B (K_evaluate = 2)
     (diag_a,) = of_type(state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8), DiagnoseWork)
-    waits = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 2.9)
-    assert not of_type(waits, DiagnoseWork)  # K_diagnose = 1: B waits for A's diagnosis
-    after_a = state.apply(diagnosis(diag_a), None, 3.0)
-    (prop_a,) = of_type(after_a, ProposeWork)
-    (diag_b,) = of_type(after_a, DiagnoseWork)  # B holds the slot: no step can start
+    (prop_a,) = of_type(state.apply(diagnosis(diag_a), None, 3.0), ProposeWork)
+    # A's child and B's parent are evaluated, A and B fill the queue (2): no step can start.
     (child_a,) = of_type(state.apply(proposal(prop_a), None, 3.1), EvaluateWork)
     (admitted,) = of_type(state.apply(partial(child_a, -500.0), EVALUATOR, 3.2), SpeculativeDecided)
     assert admitted.action == "admitted" and state.speculation.is_speculative("c0001")
-    after_b = state.apply(diagnosis(diag_b), None, 3.3)  # the slot is free: step C starts
+    after_b = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 3.3)  # step C starts
     (c_parent,) = exploring(state, after_b)
     assert c_parent.candidate.id == "c0001"  # speculative and unscored: explored first
     (diag_c,) = of_type(state.apply(evaluation(c_parent, -600.0), EVALUATOR, 3.4), DiagnoseWork)
@@ -289,10 +283,14 @@ def test_the_bottleneck_stage_gains_a_worker_and_an_idle_one_none() -> None:
     # FlashEvolve §3.4 with queue pressure: evaluate is the bottleneck (every slot busy, steps
     # queued for it), diagnose is idle. Counted per result, evaluate (a child and its parents)
     # looked fast and diagnose (m_diag steps only) slow: diagnose gained, evaluate lost.
-    state = make_state(mode="async", in_flight=4, adaptive_workers=True, proposals=50, queue=12)
+    state = make_state(
+        mode="async", in_flight=4, adaptive_workers=True, adaptive_in_flight=False, proposals=50,
+        queue=12,
+    )  # fmt: skip
     children = run_up_to_children(state, seeded(state))
     stages = [c.stage for c in state.flight.live.values()]
-    assert len(children) == stages.count("evaluate") == 4 and stages.count("ready") == 3
+    # Steps start while an evaluate slot is free, until the children fill them: 8 wait.
+    assert len(children) == stages.count("evaluate") == 4 and stages.count("ready") == 8
     assert not {"explore", "explored", "diagnose", "propose"} & set(stages)  # both are idle
     step = state.tick(WORKERS_PERIOD_SECONDS + 0.1)
     (changed,) = of_type(step, WorkersChanged)
@@ -306,7 +304,7 @@ def test_the_bottleneck_stage_gains_a_worker_and_an_idle_one_none() -> None:
 
 
 def test_stage_rates_count_steps_not_work_items() -> None:
-    state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
+    state = make_state(mode="async", in_flight=1, queue=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)  # m_diag: a pool of 1
     (child,) = run_up_to_children(state, first)
     chain = state.flight.chain_of(state.flight.pending[child.work_id])
@@ -335,6 +333,24 @@ def test_the_stage_targets_are_set_at_the_start_and_not_sent_again() -> None:
     }
     # The bucket keeps them for agents that start later (bus/control.py): no tick resends.
     assert not state.tick(1.0).controls and not state.tick(2.5).controls
+
+
+def test_steps_start_while_the_critic_is_full() -> None:
+    # K_diagnose = 1 bounds the critic's calls, not the starts: the step after them goes on to
+    # score its parent (the actor would sit idle while m_diag steps wait for the critic).
+    state = make_state(mode="async", in_flight=2, workers={"diagnose": 1}, proposals=6)
+    a_parent, b_parent = exploring(state, seeded(state))
+    after_a = state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8)
+    assert len(of_type(after_a, DiagnoseWork)) == 1  # the critic is full
+    assert len(exploring(state, after_a)) == 1  # step C starts all the same
+    after_b = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 2.9)
+    assert not of_type(after_b, DiagnoseWork)  # B waits for the critic's slot
+    assert len(exploring(state, after_b)) == 1  # step D: the queue (4) is full
+    assert not exploring(state, explore(state, after_a)) and not exploring(
+        state, explore(state, after_b)
+    )
+    stages = Counter(c.stage for c in state.flight.live.values())
+    assert stages == {"diagnose": 1, "explored": 3}
 
 
 def test_the_queue_bounds_every_step_between_its_start_and_its_evaluation() -> None:

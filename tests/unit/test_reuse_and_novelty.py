@@ -181,7 +181,7 @@ def text_critic_state(**strategy: object) -> CampaignMachine:
 
 
 def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:
-    state = text_critic_state(selection="mean", proposals=3)
+    state = text_critic_state(selection="mean", proposals=3, queue=1)  # a step at a time
     (seed_work,) = of_type(state.start(0.0), EvaluateWork)
     (diag,) = of_type(state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0), DiagnoseWork)
     (prop,) = of_type(state.apply(diagnosis(diag), None, 2.0), ProposeWork)
@@ -193,12 +193,10 @@ def test_an_improving_child_is_diagnosed_before_a_step_needs_it() -> None:
     (ahead,) = of_type(step, DiagnoseWork)
     assert ahead.candidate.id == child_work.candidate.id
     assert state.flight.pending[ahead.work_id].chain == 0
-    # The next steps chose the child (best mean) and wait for that diagnosis, not a second one
-    # (waiting, they hold no critic slot: the queue's room fills).
+    # The next step chose the child (best mean) and waits for that diagnosis, not a second one.
     assert not of_type(step, ProposeWork)
-    waiting = list(state.flight.live.values())
-    assert waiting and all(c.stage == "explored" for c in waiting)
-    assert {c.parent_ids[0] for c in waiting} == {child_work.candidate.id}
+    (waiting,) = state.flight.live.values()
+    assert waiting.stage == "explored" and waiting.parent_ids == (child_work.candidate.id,)
     (again,) = of_type(state.apply(diagnosis(ahead), None, 5.0), ProposeWork)
     assert again.parent.id == child_work.candidate.id and again.diagnosis is not None
     assert not of_type(state.apply(diagnosis(ahead), None, 5.5), ProposeWork)  # a copy: no-op
@@ -233,9 +231,9 @@ def test_steps_from_one_parent_share_the_critics_diagnosis_in_flight() -> None:
 
 
 def test_a_step_waiting_for_another_steps_diagnosis_leaves_room_for_a_new_step() -> None:
-    # K = 2 (every stage), m_diag only, all from the seed: one step asks the critic, the next
-    # waits for that diagnosis. Only the first holds a critic slot: steps go on starting (up to
-    # the queue, 2K) rather than leave the actor idle until the diagnosis comes.
+    # K = 2 (every stage), m_diag only, all from the seed: one step asks the critic, the others
+    # wait for that diagnosis, one question for them all; steps go on starting (up to the
+    # queue, 2K) rather than leave the actor idle until the diagnosis comes.
     state = one_instance_state(mode="async", proposals=8, in_flight=2, adaptive_in_flight=False)
     (seed_work,) = of_type(state.start(0.0), EvaluateWork)
     step = state.apply(evaluation(seed_work, -10.0), EVALUATOR, 1.0)

@@ -137,7 +137,7 @@ def sync_with_the_epsilon_net() -> None:
 
 def crossover_without_diagnosis() -> None:
     """x_div needs no critic: its step passes the diagnose stage at once."""
-    state = make_state(mode="async", in_flight=1, crossover_rate=1.0, proposals=2)
+    state = make_state(mode="async", in_flight=1, queue=1, crossover_rate=1.0, proposals=2)
     first = one_step(state, seeded(state), child=-900.0, parent=-1000.0)
     (child,) = run_up_to_children(state, first)
     chain = state.flight.chain_of(state.flight.pending[child.work_id])

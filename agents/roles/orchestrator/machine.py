@@ -1351,7 +1351,10 @@ class CampaignMachine:
         slot in the queue before it, oldest first, and the stages nearest the decision go
         first; new steps start only while there is room for what they will produce, so a fast
         stage cannot flood a slow one. The evaluate stage's K bounds the steps with evaluations
-        in flight, their parents' (explore) or their child's."""
+        in flight, their parents' (explore) or their child's. The critic's K bounds its calls,
+        not the starts: the steps of the other operators pass it at once, and holding them
+        back while m_diag steps waited for the critic left the actor idle a third of the time
+        (circle packing, K = 4); the queue bounds the steps waiting for it."""
         targets, flight = self.workers.targets, self.flight
         for chain in flight.in_stage("ready"):  # oldest first
             if flight.in_stages(*EVALUATING) >= targets["evaluate"]:
@@ -1373,7 +1376,6 @@ class CampaignMachine:
         while (
             self._can_start()
             and flight.in_stages(*EVALUATING) < targets["evaluate"]
-            and self._diagnose_load() < targets["diagnose"]
             and flight.in_stages("diagnosed", "propose") < targets["propose"]
             and flight.in_stages(*BEFORE_EVALUATION) < queue
         ):
@@ -1381,18 +1383,6 @@ class CampaignMachine:
                 advanced = True
         if advanced:  # steps whose parents' scores were known: on to the critic or the actor
             self._refill_async(orders, now)
-
-    def _diagnose_load(self) -> int:
-        """The steps the diagnose stage's K bounds: those whose diagnosis is in flight, and
-        those that will ask for one. A step that waits for the diagnosis another step asked
-        for (the same parent, ``_diagnosing``) has no critic call of its own: counted, two
-        m_diag steps from one parent held K = 2 at a single critic call while the actor sat
-        idle (a quarter of its time at K = 2, function minimisation)."""
-        flight = self.flight
-        waiting = sum(
-            1 for chain in flight.in_stage("explored") if self._diagnosing(chain.parent_ids[0])
-        )
-        return flight.in_stages("explored", "diagnose") - waiting
 
     def _start(self, orders: Orders, now: float) -> Chain:
         """Start a step; one whose parents' scores are all known already (a deterministic
