@@ -61,11 +61,30 @@ def test_tau_is_the_median_trajectory_score_and_ties_are_failures() -> None:
 
 
 def test_tau_drops_below_the_median_when_nothing_is_above_it() -> None:
+    # The median 1.0 would leave no success; the next score below, 0.0, no failure (both
+    # means lie above it): τ is the lower mean, and each program has a group.
     binary = (program("a", [1.0, 1.0, 1.0]), program("b", [0.0, 1.0, 1.0]))
-    assert choose_tau(binary) == 0.0  # the median 1.0 would leave no success
+    assert choose_tau(binary) == 2 / 3
+    split = contrastive_split(binary)
+    assert [p.candidate_id for p in split.successes] == ["a"]
+    assert [p.candidate_id for p in split.failures] == ["b"]
+    assert [q.kind for q in split.pairs] == ["trajectories"]  # b's 1.0 against its 0.0
+    assert choose_tau((program("one", [1.0, 1.0, 0.0]),)) == 0.0  # one program: its scores
     assert choose_tau((program("a", [0.5]), program("b", [0.5]))) == 0.5  # no spread: none
     assert choose_tau(()) == 0.0
     assert contrastive_split((), tau=1.0).successes == ()
+
+
+def test_programs_whose_means_differ_always_fill_both_groups() -> None:
+    # A median of trajectories above every mean: one program's low and high trajectories
+    # around another's steady ones (scores 1 9 9 10, median 9; means 5.5 and 9).
+    above = (program("a", [1.0, 10.0]), program("b", [9.0, 9.0]))
+    # ... and below every mean: skewed scores (median 0; means 3.33 and 3.67).
+    below = (program("a", [0.0, 0.0, 10.0]), program("b", [0.0, 1.0, 10.0]))
+    for programs in (above, below):
+        split = contrastive_split(programs)
+        assert [p.candidate_id for p in split.successes] == ["b"], split.tau
+        assert [p.candidate_id for p in split.failures] == ["a"], split.tau
 
 
 def test_pairs_straddle_tau_within_a_program_first_then_parent_child() -> None:
