@@ -10,8 +10,9 @@ The paper does not say how τ is chosen. Here it is the median of every trajecto
 pool (``choose_tau``): scale-free (Pendulum returns are negative, ccaa's lie in [0, 1]), robust to
 a failed evaluation's -1e9, and it splits the pool's history in halves. Ties at the median count
 as failures (the paper's r ≤ τ); when nothing lies above the median (binary rewards that mostly
-succeed) τ drops to the next lower score, and τ stays between the programs' lowest and
-second-highest mean, so programs whose means differ always give both groups.
+succeed) τ drops to the next lower score, and when that leaves a group of programs (split by
+their means) empty, τ moves to the second-highest mean or the lowest, so programs whose means
+differ always give both groups.
 
 A pair is App. B's when a program has trajectories on both sides of τ (its best success and its
 worst failure). With deterministic evaluation a program's trajectories rarely straddle τ, so a
@@ -80,11 +81,11 @@ class ContrastiveSplit(msgspec.Struct, frozen=True, kw_only=True):
 
 def choose_tau(programs: Sequence[ProgramRecord]) -> float:
     """τ: the median of every trajectory's score (each program's mean when it has none),
-    lowered to the next score below when nothing lies above it, then kept between the
-    programs' lowest mean and their highest (exclusive), so that programs whose means differ
-    always fill both groups — a median of trajectories can lie above every mean (a program's
-    low and high trajectories around another's steady ones) or below every one (skewed
-    scores). 0.0 for an empty pool."""
+    lowered to the next score below when nothing lies above it; when then no program's mean
+    lies above τ, or none at or below it, τ becomes the second-highest mean or the lowest, so
+    that programs whose means differ always fill both groups (a median of trajectories can
+    lie above every mean, a program's low and high trajectories around another's steady
+    ones, or below every one, skewed scores). 0.0 for an empty pool."""
     scores = [t.score for p in programs for t in p.trajectories] or [p.mean for p in programs]
     if not scores:
         return 0.0
@@ -94,8 +95,8 @@ def choose_tau(programs: Sequence[ProgramRecord]) -> float:
         if below:
             tau = max(below)
     means = sorted({p.mean for p in programs})
-    if len(means) > 1:
-        tau = min(max(tau, means[0]), means[-2])
+    if len(means) > 1 and not means[0] <= tau < means[-1]:
+        tau = means[-2] if tau >= means[-1] else means[0]
     return tau
 
 
