@@ -174,7 +174,8 @@ class StrategySection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             ``in_flight`` steps (GEPA-style, the baseline).
         workers: in-flight target K per stage (``diagnose``, ``propose``, ``evaluate``, ``repair``;
             async mode); a stage not named gets ``in_flight``. At most ``queue`` steps are between
-            their start and their evaluation (0: the propose plus the evaluate target).
+            their start and their evaluation, and as many more m_diag steps waiting for the
+            critic (0: the propose plus the evaluate target).
         staleness: what happens to a proposal made from an older pool (FlashEvolve §3.2):
             ``full`` keeps it, ``guarded`` discards it when Δ = v − vᵢ > ``max_staleness``,
             ``reflective`` sends it with the pool changes to the actor's repair stage.

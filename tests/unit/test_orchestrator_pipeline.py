@@ -204,33 +204,41 @@ def test_a_speculative_candidate_is_a_parent_and_its_removal_makes_its_steps_sta
     # (the step that picks it scores it on its own minibatch first); removed on its full score,
     # the steps made from it go through the staleness policy.
     state = make_state(
-        mode="async", in_flight=2, queue=2, speculative_alpha=0.5, staleness=policy, proposals=3
+        mode="async",
+        in_flight=2,
+        workers={"evaluate": 3},
+        queue=2,
+        speculative_alpha=0.5,
+        staleness=policy,
+        proposals=4,
     )
-    a_parent, b_parent = exploring(state, seeded(state))  # steps A and B (K_evaluate = 2)
-    (diag_a,) = of_type(state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8), DiagnoseWork)
+    a_parent, b_parent = exploring(state, seeded(state))  # steps A and B fill the queue (2)
+    after_a = state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8)
+    (diag_a,) = of_type(after_a, DiagnoseWork)  # A at the critic: step C starts (from the seed)
+    assert [w.candidate.id for w in exploring(state, after_a)] == ["c0000"]
     (prop_a,) = of_type(state.apply(diagnosis(diag_a), None, 3.0), ProposeWork)
-    # A's child and B's parent are evaluated, A and B fill the queue (2): no step can start.
+    # A's child and the parents of B and C are evaluated; B and C fill the queue.
     (child_a,) = of_type(state.apply(proposal(prop_a), None, 3.1), EvaluateWork)
     (admitted,) = of_type(state.apply(partial(child_a, -500.0), EVALUATOR, 3.2), SpeculativeDecided)
     assert admitted.action == "admitted" and state.speculation.is_speculative("c0001")
-    after_b = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 3.3)  # step C starts
-    (c_parent,) = exploring(state, after_b)
-    assert c_parent.candidate.id == "c0001"  # speculative and unscored: explored first
-    (diag_c,) = of_type(state.apply(evaluation(c_parent, -600.0), EVALUATOR, 3.4), DiagnoseWork)
-    assert diag_c.candidate.id == "c0001" and diag_c.evaluation.work_id == c_parent.work_id
-    (prop_c,) = of_type(state.apply(diagnosis(diag_c), None, 3.5), ProposeWork)
-    assert prop_c.parent.id == "c0001" and prop_c.parent_evaluation.score == -600.0
+    after_b = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 3.3)  # step D starts
+    (d_parent,) = exploring(state, after_b)
+    assert d_parent.candidate.id == "c0001"  # speculative and unscored: explored first
+    (diag_d,) = of_type(state.apply(evaluation(d_parent, -600.0), EVALUATOR, 3.4), DiagnoseWork)
+    assert diag_d.candidate.id == "c0001" and diag_d.evaluation.work_id == d_parent.work_id
+    (prop_d,) = of_type(state.apply(diagnosis(diag_d), None, 3.5), ProposeWork)
+    assert prop_d.parent.id == "c0001" and prop_d.parent_evaluation.score == -600.0
     decided = state.apply(evaluation(child_a, -1100.0), EVALUATOR, 3.6)  # A's child: worse
     (removed,) = of_type(decided, SpeculativeDecided)
     assert (removed.action, removed.stale) == ("removed", 1)
     assert "c0001" not in state.population.pool
-    after_c = state.apply(proposal(prop_c), None, 3.7)
-    (stale,) = of_type(after_c, StaleDecided)
+    after_d = state.apply(proposal(prop_d), None, 3.7)
+    (stale,) = of_type(after_d, StaleDecided)
     assert (stale.candidate_id, stale.action) == ("c0002", action)
     assert "c0001, a removed speculative candidate" in stale.reason
-    evaluated = [w.candidate.id for w in of_type(after_c, EvaluateWork)]
+    evaluated = [w.candidate.id for w in of_type(after_d, EvaluateWork)]
     assert evaluated == (["c0002"] if action == "keep" else [])
-    assert bool(of_type(after_c, RepairWork)) == (action == "repair")
+    assert bool(of_type(after_d, RepairWork)) == (action == "repair")
 
 
 def test_sync_mode_passes_each_stage_as_a_generation() -> None:
@@ -337,20 +345,21 @@ def test_the_stage_targets_are_set_at_the_start_and_not_sent_again() -> None:
 
 def test_steps_start_while_the_critic_is_full() -> None:
     # K_diagnose = 1 bounds the critic's calls, not the starts: the step after them goes on to
-    # score its parent (the actor would sit idle while m_diag steps wait for the critic).
-    state = make_state(mode="async", in_flight=2, workers={"diagnose": 1}, proposals=6)
+    # score its parent (the actor would sit idle while m_diag steps wait for the critic); the
+    # steps at the critic have a queue of their own (4: K_propose + K_evaluate).
+    state = make_state(mode="async", in_flight=2, workers={"diagnose": 1}, proposals=8)
     a_parent, b_parent = exploring(state, seeded(state))
     after_a = state.apply(evaluation(a_parent, -1000.0), EVALUATOR, 2.8)
     assert len(of_type(after_a, DiagnoseWork)) == 1  # the critic is full
     assert len(exploring(state, after_a)) == 1  # step C starts all the same
     after_b = state.apply(evaluation(b_parent, -1000.0), EVALUATOR, 2.9)
     assert not of_type(after_b, DiagnoseWork)  # B waits for the critic's slot
-    assert len(exploring(state, after_b)) == 1  # step D: the queue (4) is full
-    assert not exploring(state, explore(state, after_a)) and not exploring(
-        state, explore(state, after_b)
-    )
+    assert len(exploring(state, after_b)) == 1  # step D
+    after_c = explore(state, after_a)
+    assert len(exploring(state, after_c)) == 1  # step E: three at the critic, room for one
+    assert not exploring(state, explore(state, after_b))  # D at the critic: its queue is full
     stages = Counter(c.stage for c in state.flight.live.values())
-    assert stages == {"diagnose": 1, "explored": 3}
+    assert stages == {"diagnose": 1, "explored": 3, "explore": 1}
 
 
 def test_the_queue_bounds_every_step_between_its_start_and_its_evaluation() -> None:

@@ -131,11 +131,11 @@ def test_unused_samples_count_their_tokens_and_abandon_nothing() -> None:
 
 
 def test_samples_asked_for_are_spoken_for_in_the_proposal_budget() -> None:
-    state = sampling(proposals=4, in_flight=2, queue=3, mode="async")
+    state = sampling(proposals=4, in_flight=2, queue=2, mode="async")
     works = proposing(state)
-    # Three steps started of four proposals (the queue holds three; the third's parent still
-    # being scored): the first request may make its step's child and one more; that one is
-    # spoken for, so the second request takes one.
+    # Three steps started of four proposals (the critic's queue holds the first two; the
+    # third's parent still being scored): the first request may make its step's child and one
+    # more; that one is spoken for, so the second request takes one.
     assert [w.samples_taken for w in works] == [2, 1]
     assert state.flight.proposals == 3 and state.flight.awaited == 1
     first, second = works

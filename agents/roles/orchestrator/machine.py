@@ -189,7 +189,10 @@ BEFORE_ADMITTED: tuple[ChainStage, ...] = (
     "propose",
     "admitting",
 )
-# The stages of a step between its start and its child's evaluation (what the queue bounds).
+# The stages of an m_diag step waiting for its diagnosis (what the critic's queue bounds).
+AT_THE_CRITIC: tuple[ChainStage, ...] = ("explored", "diagnose")
+# The stages of a step between its start and its child's evaluation (what the queue bounds,
+# those at the critic apart).
 BEFORE_EVALUATION: tuple[ChainStage, ...] = (
     "explore",
     "explored",
@@ -1354,7 +1357,8 @@ class CampaignMachine:
         in flight, their parents' (explore) or their child's. The critic's K bounds its calls,
         not the starts: the steps of the other operators pass it at once, and holding them
         back while m_diag steps waited for the critic left the actor idle a third of the time
-        (circle packing, K = 4); the queue bounds the steps waiting for it."""
+        (circle packing, K = 4); a queue of its own bounds the steps at the critic, another
+        the rest of the steps before their evaluation."""
         targets, flight = self.workers.targets, self.flight
         for chain in flight.in_stage("ready"):  # oldest first
             if flight.in_stages(*EVALUATING) >= targets["evaluate"]:
@@ -1369,15 +1373,19 @@ class CampaignMachine:
                 break
             if not self._diagnosing(chain.parent_ids[0]):  # else it waits for that diagnosis
                 self._diagnose(orders, chain)
-        # Every started step will need an evaluate slot: count them all against the queue, so
-        # that proposals cannot pile up (and go stale) faster than they are evaluated.
+        # Every started step will need an evaluate slot: count them against the queue, so that
+        # proposals cannot pile up (and go stale) faster than they are evaluated. The steps at
+        # the critic have a queue of their own: counted in one with the others, m_diag steps
+        # waiting for one slow diagnosis filled it while the actor had idle slots (11 of the
+        # first 16 steps of a function minimisation run at K = 8 waited for the seed's).
         queue = self.strategy.queue or targets["propose"] + targets["evaluate"]
         advanced = False
         while (
             self._can_start()
             and flight.in_stages(*EVALUATING) < targets["evaluate"]
             and flight.in_stages("diagnosed", "propose") < targets["propose"]
-            and flight.in_stages(*BEFORE_EVALUATION) < queue
+            and (critic := flight.in_stages(*AT_THE_CRITIC)) < queue
+            and flight.in_stages(*BEFORE_EVALUATION) - critic < queue
         ):
             if self._start(orders, now).stage != "explore":
                 advanced = True
