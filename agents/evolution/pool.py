@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Literal
 
 import msgspec
@@ -160,8 +160,19 @@ class CandidatePool:
         # POLCA Appendix C: p_explore(θ) = μ̂_θ + β·sqrt(log(n) / T_θ(t)), n = Σ_θ' T_θ'(t).
         return stats.mean + beta * math.sqrt(math.log(max(total, 1)) / stats.count)
 
-    def select(self, k: int, *, rule: PriorityRule, beta: float, rng: random.Random) -> list[str]:
-        """POLCA's SELECTPROGRAMS: the ``k`` members of highest priority, ties broken by ``rng``."""
+    def select(
+        self,
+        k: int,
+        *,
+        rule: PriorityRule,
+        beta: float,
+        rng: random.Random,
+        taken: Collection[frozenset[str]] = (),
+    ) -> list[str]:
+        """POLCA's SELECTPROGRAMS: the ``k`` members of highest priority, ties broken by ``rng``;
+        a pair (``k`` = 2) in ``taken`` gives way to the pair of highest priority that is not
+        (when there is one): on a deterministic evaluator priorities stay put, and every
+        crossover in flight would cross the top two, sent the same prompt."""
         if k <= 0:
             return []
         total = self.total
@@ -170,7 +181,16 @@ class CandidatePool:
             for cid in self._members
         ]
         keyed.sort()
-        return [cid for _, _, cid in keyed[:k]]
+        ranked = [cid for _, _, cid in keyed]
+        if k == 2 and taken:
+            free = (
+                [a, b]
+                for i, a in enumerate(ranked)
+                for b in ranked[i + 1 :]
+                if frozenset((a, b)) not in taken
+            )
+            return next(free, ranked[:2])
+        return ranked[:k]
 
     def best(self, *, min_evaluations: int) -> str | None:
         """POLCA Algorithm 1, line 12: the member with the highest empirical mean.

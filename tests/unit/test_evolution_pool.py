@@ -96,6 +96,23 @@ def test_mean_rule_selects_the_highest_means_and_ties_follow_the_rng() -> None:
     )
 
 
+def test_a_pair_in_flight_gives_way_to_the_next_free_pair_by_priority() -> None:
+    pool = CandidatePool()
+    for cid, score in (("a", -300.0), ("b", -100.0), ("c", -200.0), ("d", -400.0)):
+        pool.add(cid)
+        pool.record(cid, "0", score)
+    rng = random.Random(2)
+    assert pool.select(2, rule="mean", beta=0.0, rng=rng) == ["b", "c"]
+    taken = {frozenset(("b", "c"))}
+    assert pool.select(2, rule="mean", beta=0.0, rng=rng, taken=taken) == ["b", "a"]
+    taken |= {frozenset(("b", "a")), frozenset(("b", "d"))}
+    assert pool.select(2, rule="mean", beta=0.0, rng=rng, taken=taken) == ["c", "a"]
+    every = {frozenset(pair) for pair in (("a", "b"), ("a", "c"), ("a", "d"))}
+    every |= {frozenset(pair) for pair in (("b", "c"), ("b", "d"), ("c", "d"))}
+    assert pool.select(2, rule="mean", beta=0.0, rng=rng, taken=every) == ["b", "c"]  # none free
+    assert pool.select(1, rule="mean", beta=0.0, rng=rng, taken=taken) == ["b"]  # pairs only
+
+
 def test_best_respects_min_evaluations_and_falls_back_to_the_most_evaluated() -> None:
     pool = CandidatePool()
     assert pool.best(min_evaluations=3) is None

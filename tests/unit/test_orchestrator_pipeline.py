@@ -261,6 +261,20 @@ def test_sync_mode_passes_each_stage_as_a_generation() -> None:
     assert len(exploring(state, decided[-1])) == 2  # the next generation
 
 
+def test_two_crossovers_in_flight_cross_different_pairs() -> None:
+    # On a deterministic evaluator the pool's priorities stay put: both crossovers of a
+    # generation would cross the top two, sent the same prompt; the second takes the next pair.
+    state = make_state(
+        mode="sync", in_flight=2, crossover_rate=1.0, proposals=4, deterministic=True
+    )
+    first, second = run_up_to_children(state, seeded(state))  # m_diag: a pool of one
+    state.apply(evaluation(first, -800.0), EVALUATOR, 5.0)
+    state.apply(evaluation(second, -900.0), EVALUATOR, 5.1)
+    assert state.population.pool.members() == ("c0000", "c0001", "c0002")
+    crossing = sorted(c.parent_ids for c in state.flight.live.values())
+    assert crossing == [("c0001", "c0000"), ("c0001", "c0002")]
+
+
 def is_child(state: CampaignMachine, work: EvaluateWork) -> bool:
     """Whether ``work`` evaluates a step's child (not its parents, not a validation)."""
     pending = state.flight.pending.get(work.work_id)

@@ -123,6 +123,10 @@ class Flight(Component, kw_only=True):
         """The live steps in ``stage``, oldest first."""
         return [chain for chain in self._live.values() if chain.stage == stage]
 
+    def crossing(self) -> set[frozenset[str]]:
+        """The pairs of parents the live x_div steps cross."""
+        return {frozenset(c.parent_ids) for c in self._live.values() if c.operator == "x_div"}
+
     def chain_making(self, candidate_id: str) -> Chain | None:
         """The live step whose child ``candidate_id`` is, if any."""
         return next((c for c in self._live.values() if c.candidate_id == candidate_id), None)

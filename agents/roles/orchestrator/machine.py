@@ -1050,6 +1050,7 @@ class CampaignMachine:
                 beta=strategy.ucb_beta * noise_scale(pool),
                 pareto=lambda: self._pareto_front(orders, now),
                 rejected=self.steering.rejected,
+                taken=self.flight.crossing() if operator == "x_div" else (),
             )
         # A parent a person pinned goes first, once (a zero-shot member reads no parent: the
         # pin waits for the loop).

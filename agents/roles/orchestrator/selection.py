@@ -9,7 +9,7 @@ reproduced from its ``rng_seed`` and its snapshot.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Literal
 
 import msgspec
@@ -130,10 +130,12 @@ class Selection(Component, kw_only=True):
         beta: float,
         pareto: Callable[[], ParetoFront],
         rejected: Callable[[str], bool] = lambda _: False,
+        taken: Collection[frozenset[str]] = (),
     ) -> list[str]:
         """``k`` parents: a rollback's parent for a forced step, else MAP-Elites' elites
         (Mouret & Clune 2015, Alg. 1: drawn uniformly from the occupied cells, while any is),
-        else from the pool by ``rule`` (Pareto: from the front ``pareto`` gives, GEPA §3).
+        else from the pool by ``rule`` (Pareto: from the front ``pareto`` gives, GEPA §3),
+        a pair in ``taken`` (crossed by a step in flight) giving way to the next free one.
         A candidate a person ``rejected`` is never one (it has left the pool; a rollback
         target or a grid's elite may still name it)."""
         rollback = self._rollback_parent
@@ -144,11 +146,15 @@ class Selection(Component, kw_only=True):
             if not any(map(rejected, parents)):
                 return parents
             return pool.select(
-                k, rule="mean" if rule == "mean" else "ucb", beta=beta, rng=self._rng
+                k,
+                rule="mean" if rule == "mean" else "ucb",
+                beta=beta,
+                rng=self._rng,
+                taken=taken,
             )
         if rule == "pareto":
             return select_parents(pool, pareto(), k, self._rng)
-        return pool.select(k, rule=rule, beta=beta, rng=self._rng)
+        return pool.select(k, rule=rule, beta=beta, rng=self._rng, taken=taken)
 
     def proposal_seed(self) -> int:
         """A seed for an actor's proposal."""
