@@ -17,6 +17,17 @@ from typing import Literal
 import msgspec
 
 PriorityRule = Literal["mean", "ucb"]
+# A score counts as better only by more than this share of its magnitude (at least 1): the
+# rounding of floating point is no improvement.
+SCORE_RTOL = 1e-9
+
+
+def beats(new: float, old: float) -> bool:
+    """Whether ``new`` is a better score than ``old`` by more than rounding: circle packing's
+    seed scored 1.9852535264618185 and a child whose change moved no circle
+    1.9852535264618187, which had been accepted as a new best (and its no-op change learned as
+    a skill)."""
+    return new - old > SCORE_RTOL * max(1.0, abs(old))
 
 
 class CandidateStats(msgspec.Struct, kw_only=True):

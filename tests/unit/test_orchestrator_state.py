@@ -336,6 +336,19 @@ def test_a_worse_child_is_rejected_and_not_tagged() -> None:
     assert state.best.candidate_id == SEED_ID
 
 
+@pytest.mark.parametrize(
+    ("child", "accepted"), [(-900.0 + 2e-13, False), (-900.0 + 1e-5, True), (-900.0, False)]
+)
+def test_a_child_better_by_rounding_only_is_rejected(child: float, accepted: bool) -> None:
+    # The same program reached by another path of floating point (circle packing's seed
+    # 1.9852535264618185, a child moving no circle ...187) is no improvement; 1e-5 is one.
+    state = make_state(skills=3)
+    decided = one_step(state, seeded(state), child=child, parent=-900.0)
+    assert bool(of_type(decided, CandidateAccepted)) == accepted
+    assert bool(of_type(decided, CandidateRejected)) != accepted
+    assert bool(of_type(decided, ExtractWork)) == accepted  # no skill learned from rounding
+
+
 def test_pareto_selection_announces_the_front_and_draws_parents_from_it() -> None:
     state = make_state(selection="pareto", proposals=3)
     step = seeded(state)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from evobus.agents.evolution.pool import beats
 from evobus.agents.roles.orchestrator.component import Component
 
 
@@ -39,7 +40,7 @@ class Best(Component, kw_only=True):
         """``candidate_id`` scored ``score`` on validation: whether that beats the best so
         far (POLCA Algorithm 1, line 12, confirmed on held-out data)."""
         self._validated[candidate_id] = score
-        return self._score is None or score > self._score
+        return self._score is None or beats(score, self._score)
 
     def crown(self, candidate_id: str, score: float) -> None:
         """``candidate_id`` is the campaign's best, at validation ``score``."""

@@ -44,7 +44,7 @@ from evobus.agents.evolution.in_flight import (
 from evobus.agents.evolution.intensity import mutation_intensity, other_means
 from evobus.agents.evolution.map_elites import MapElitesArchive
 from evobus.agents.evolution.pareto import ParetoFront, front_means, objectives_of, pool_front
-from evobus.agents.evolution.pool import noise_scale
+from evobus.agents.evolution.pool import beats, noise_scale
 from evobus.agents.evolution.reordering import reorder
 from evobus.agents.evolution.skills import seed_skill_for
 from evobus.agents.evolution.speculative import speculative_prefix
@@ -1672,8 +1672,8 @@ class CampaignMachine:
         for name in chain.skills_used:
             use = SkillUse(use_id=f"{self.cid}/{cid}", name=name, delta=delta, delta_max=bound)
             self.backlog.queue_use(use)
-        improved_parent = not child.error and delta > 0
-        improved_best = improved_parent and child.score > best_before
+        improved_parent = not child.error and beats(child.score, parent_ev.score)
+        improved_best = improved_parent and beats(child.score, best_before)
         if not child.error:  # a crashing program is no candidate
             self.population.join(
                 cid, child.score, operator=chain.operator, rationale=chain.rationale
