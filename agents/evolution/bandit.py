@@ -86,15 +86,12 @@ class OperatorBandit:
         t = sum(self.counts.values())
         return self.mean(operator) + self.exploration * math.sqrt(math.log(t) / n)
 
-    def choose(self, rng: random.Random, *, crossover: bool = True) -> Operator:
-        """Select by UCB1 (untried operators first, ties broken by ``rng``) and count it;
-        without ``crossover`` (a pool of one: nothing to cross the parent with) among the
-        other arms, so that the arm counted is the one the step plays."""
+    def choose(self, rng: random.Random) -> Operator:
+        """Select by UCB1 (untried operators first, ties broken by ``rng``) and count it."""
         # REFLEX Algorithm 1, line 6: o_t = arg max_o (μ̂_o + C·sqrt(ln t / N_o)).
-        arms = [op for op in self.operators if crossover or op != "x_div"] or list(self.operators)
-        scores = {op: self.score(op) for op in arms}
+        scores = {op: self.score(op) for op in self.operators}
         top = max(scores.values())
-        operator = rng.choice([op for op in arms if scores[op] == top])
+        operator = rng.choice([op for op in self.operators if scores[op] == top])
         self.select(operator)
         return operator
 
@@ -253,10 +250,9 @@ class ExplorationBurst:
 
 
 def next_operator(
-    bandit: OperatorBandit, burst: ExplorationBurst, rng: random.Random, *, crossover: bool = True
+    bandit: OperatorBandit, burst: ExplorationBurst, rng: random.Random
 ) -> tuple[Operator, bool]:
-    """The next step's operator: a pending forced one first, else the bandit's choice (of the
-    arms other than x_div without ``crossover``).
+    """The next step's operator: a pending forced one first, else the bandit's choice.
 
     Returns:
         The operator and whether it was forced. A forced selection is counted in the bandit's
@@ -268,4 +264,4 @@ def next_operator(
     if forced is not None:
         bandit.select(forced)
         return forced, True
-    return bandit.choose(rng, crossover=crossover), False
+    return bandit.choose(rng), False

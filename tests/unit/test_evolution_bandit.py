@@ -37,17 +37,6 @@ def test_untried_first_holds_while_results_are_still_in_flight() -> None:
     assert {bandit.choose(rng), bandit.choose(rng)} == {"m_diag", "x_div"}
 
 
-def test_without_a_second_parent_the_bandit_chooses_among_the_other_arms() -> None:
-    # A pool of one (the seed) has nothing to cross with: the arm counted is the one played,
-    # and the other arms share the steps (x_div had been counted, then played as m_diag).
-    bandit = OperatorBandit(("m_diag", "m_text", "x_div"))
-    rng = random.Random(3)
-    chosen = [next_operator(bandit, ExplorationBurst(), rng, crossover=False)[0] for _ in range(6)]
-    assert sorted(chosen) == ["m_diag"] * 3 + ["m_text"] * 3
-    assert bandit.counts == {"m_diag": 3, "m_text": 3, "x_div": 0}
-    assert bandit.choose(rng) == "x_div"  # a second parent: the untried arm first
-
-
 def test_reward_is_clipped_and_normalised() -> None:
     assert normalised_reward(-50.0, delta_max=100.0) == 0.0
     assert normalised_reward(25.0, delta_max=100.0) == 0.25

@@ -107,7 +107,7 @@ class Selection(Component, kw_only=True):
         """The step's operator (by the bandit when ``bandit``), and whether a burst forced
         it."""
         if bandit:
-            return next_operator(self._bandit, self._burst, self._rng, crossover=pool_size > 1)
+            return next_operator(self._bandit, self._burst, self._rng)
         forced = self._burst.next_forced()
         if forced is not None:
             return forced, True
