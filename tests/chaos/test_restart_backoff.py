@@ -69,7 +69,8 @@ async def test_a_worker_killed_again_and_again_comes_back_with_backoff(
     assert logged[: len(seen)] == seen
 
     (outage,) = [o for o in summary.outages if o.role == ROLE]
-    assert outage.exits == KILLS and outage.restarts >= KILLS
+    # The last restart waits out a 2 s backoff: the campaign may finish first (as above).
+    assert outage.exits == KILLS and outage.restarts >= max(KILLS - 1, len(backs))
     # Every outage that ended is in it (each rounded to the millisecond), and one that had not.
     assert outage.down_seconds + 0.01 >= sum(b.down_seconds for b in backs) > 0
     assert "restarting it in 0.5 s" in output and "restarting it in 2.0 s" in output
