@@ -127,8 +127,10 @@ async def test_a_failed_batch_is_left_unacked_and_comes_back_whole_to_the_succes
                 await tg.start(successor.run)
                 await done.wait()
                 successor.stop()
-        # Redelivered after ack_wait, in stream order; the same outputs, stored once.
-        assert seen == [("w0", 1), ("w1", 1), ("w2", 1), ("w0", 2), ("w1", 2), ("w2", 2)]
+        # Each redelivered after its ack_wait (each message's own timer, so not always in
+        # stream order under load); the same outputs, stored once.
+        assert seen[:3] == [("w0", 1), ("w1", 1), ("w2", 1)]
+        assert sorted(seen[3:]) == [("w0", 2), ("w1", 2), ("w2", 2)]
         assert successor.processed == 3
         assert await results_stored(js) == 3
         info = await js.consumer_info(subjects.STREAM_WORK, durable)
