@@ -222,6 +222,9 @@ class Median(msgspec.Struct, kw_only=True):
     proposals_per_min: float
     children_ratio: float | None  # evobus's median over OpenEvolve's, same setting
     ratios: list[float]  # each repeat's own evobus/OpenEvolve ratio
+    calls_per_min: float
+    tokens_per_proposal: float | None
+    best_at_equal: float  # the median of each run's best after E children
 
 
 def medians(table_rows: Sequence[Row]) -> list[Median]:
@@ -249,6 +252,13 @@ def medians(table_rows: Sequence[Row]) -> list[Median]:
                 proposals_per_min=round(statistics.median(r.proposals_per_min for r in group), 1),
                 children_ratio=ratio,
                 ratios=[r.children_ratio for r in group if r.children_ratio is not None],
+                calls_per_min=round(statistics.median(r.calls_per_min for r in group), 1),
+                tokens_per_proposal=(
+                    round(statistics.median(tokens), 1)
+                    if (tokens := [r.tokens_per_proposal for r in group if r.tokens_per_proposal])
+                    else None
+                ),
+                best_at_equal=statistics.median(r.best_at_equal for r in group),
             )
         )
     return out
@@ -258,15 +268,18 @@ def median_table(rows_: Sequence[Median]) -> str:
     """The medians as a Markdown table."""
     lines = [
         "| problem | tool | setting | runs | children/min (median) | evobus/OE children "
-        "(of medians) | evobus/OE, each run | proposals/min (median) |",
-        "|---|---|---|---|---|---|---|---|",
+        "(of medians) | evobus/OE, each run | proposals/min (median) | model calls/min "
+        "(median) | answer tokens/proposal (median) | best after E (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in rows_:
         ratio = "" if m.children_ratio is None else f"{m.children_ratio:g}×"
         each = ", ".join(f"{r:g}" for r in m.ratios)
+        tokens = "" if m.tokens_per_proposal is None else f"{m.tokens_per_proposal:g}"
         lines.append(
             f"| {m.problem} | {m.tool} | {m.setting} | {m.runs} | {m.children_per_min:g} "
-            f"| {ratio} | {each} | {m.proposals_per_min:g} |"
+            f"| {ratio} | {each} | {m.proposals_per_min:g} | {m.calls_per_min:g} | {tokens} "
+            f"| {m.best_at_equal:.4f} |"
         )
     return "\n".join(lines)
 
