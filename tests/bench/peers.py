@@ -222,6 +222,7 @@ class Median(msgspec.Struct, kw_only=True):
     proposals_per_min: float
     children_ratio: float | None  # evobus's median over OpenEvolve's, same setting
     ratios: list[float]  # each repeat's own evobus/OpenEvolve ratio
+    paired_ratio: float | None  # the median of ``ratios``: each pair shares its seed
     calls_per_min: float
     tokens_per_proposal: float | None
     best_at_equal: float  # the median of each run's best after E children
@@ -251,7 +252,10 @@ def medians(table_rows: Sequence[Row]) -> list[Median]:
                 children_per_min=round(children[(problem, setting, tool)], 1),
                 proposals_per_min=round(statistics.median(r.proposals_per_min for r in group), 1),
                 children_ratio=ratio,
-                ratios=[r.children_ratio for r in group if r.children_ratio is not None],
+                ratios=(
+                    ratios := [r.children_ratio for r in group if r.children_ratio is not None]
+                ),
+                paired_ratio=round(statistics.median(ratios), 2) if ratios else None,
                 calls_per_min=round(statistics.median(r.calls_per_min for r in group), 1),
                 tokens_per_proposal=(
                     round(statistics.median(tokens), 1)
@@ -268,18 +272,20 @@ def median_table(rows_: Sequence[Median]) -> str:
     """The medians as a Markdown table."""
     lines = [
         "| problem | tool | setting | runs | children/min (median) | evobus/OE children "
-        "(of medians) | evobus/OE, each run | proposals/min (median) | model calls/min "
-        "(median) | answer tokens/proposal (median) | best after E (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "(of medians) | evobus/OE, each run | evobus/OE (median of the runs') | proposals/min "
+        "(median) | model calls/min (median) | answer tokens/proposal (median) | best after E "
+        "(median) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in rows_:
         ratio = "" if m.children_ratio is None else f"{m.children_ratio:g}×"
         each = ", ".join(f"{r:g}" for r in m.ratios)
+        paired = "" if m.paired_ratio is None else f"{m.paired_ratio:g}×"
         tokens = "" if m.tokens_per_proposal is None else f"{m.tokens_per_proposal:g}"
         lines.append(
             f"| {m.problem} | {m.tool} | {m.setting} | {m.runs} | {m.children_per_min:g} "
-            f"| {ratio} | {each} | {m.proposals_per_min:g} | {m.calls_per_min:g} | {tokens} "
-            f"| {m.best_at_equal:.4f} |"
+            f"| {ratio} | {each} | {paired} | {m.proposals_per_min:g} | {m.calls_per_min:g} "
+            f"| {tokens} | {m.best_at_equal:.4f} |"
         )
     return "\n".join(lines)
 

@@ -183,8 +183,11 @@ def test_repeated_runs_pair_by_repeat_and_their_medians_give_the_ratio() -> None
     assert (ours.tool, ours.children_per_min) == ("evobus", 72.0)  # 80, 60, 72 → 72
     assert ours.children_ratio == 1.2 and theirs.children_ratio is None
     assert ours.ratios == [1.33, 0.67, 1.8]
+    assert ours.paired_ratio == 1.33  # each pair shares its seed: the median of its ratios
     text = median_table([theirs, ours])
-    assert "| function_minimisation | evobus | K=4 | 3 | 72 | 1.2× | 1.33, 0.67, 1.8 |" in text
+    assert (
+        "| function_minimisation | evobus | K=4 | 3 | 72 | 1.2× | 1.33, 0.67, 1.8 | 1.33× |" in text
+    )
     # Model calls a minute 160, 120, 144; 300 answer tokens a proposal; best 0.7 after E.
     assert ours.calls_per_min == 144.0 and ours.tokens_per_proposal == 300.0
     assert text.splitlines()[-1].endswith("| 144 | 300 | 0.7000 |")
