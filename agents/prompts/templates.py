@@ -56,13 +56,23 @@ $tools
 # that is not SEARCH/REPLACE is the whole file, or only the EVOLVE-BLOCKs of a program that has
 # them ($answer_form and $code_form: agents/prompts/context.py ``whole_answer``).
 _TOOL_REQUESTS = """\
-- "tool_requests": a list (usually empty) of tools you need that are not listed above, each
+- "tool_requests": a list (usually empty) of tools you need that the prompt does not list
+  under "Tools candidates may import", each
   {"name": module name, "need": what it must do, "tests": Python asserts that check it}; the
   code may then `from tools.<name> import ...`.
 """
 
+# What does not change from one call of a campaign to the next comes first, right after the task,
+# and what does (the parent, the diagnosis, the context) after it: vLLM's automatic prefix
+# caching then spares the prefill of everything up to the parent in every call, where a
+# format at the end was prefilled again each time (docs/models.md, "Prompts and the prefix
+# cache"). The prompt's last line sends the model back to it.
+_ANSWER_AS_ABOVE = 'Answer with one JSON object as "How to answer" above says.\n'
+
 _OUTPUT_ACTOR = (
-    """$evolve_blocks
+    """
+## How to answer
+$evolve_blocks
 Answer format: $answer_form
 Output STRICTLY one JSON object with the keys:
 - "rationale": one or two sentences on what you changed and why;
@@ -74,7 +84,9 @@ Output STRICTLY one JSON object with the keys:
 # OpenEvolve's diff format (agents/roles/actor/search_replace.py reads it): the answer carries
 # only the changed lines, so it costs a fraction of the whole file's tokens.
 _OUTPUT_ACTOR_DIFF = (
-    """$evolve_blocks
+    """
+## How to answer
+$evolve_blocks
 Answer format: SEARCH/REPLACE
 Output STRICTLY one JSON object with the keys:
 - "rationale": one or two sentences on what you changed and why;
@@ -99,6 +111,17 @@ CRITIC = Template(
         "and explain its failures. You never write code."
     ),
     user=_TASK
+    + """
+## How to answer
+Analyse the behavioral evidence and the evaluation of the program below. Identify why the
+program fails to achieve a perfect score. Do NOT write any code. Output STRICTLY a JSON object
+with the keys:
+- "failure_mode": a short (2-4 words) categorisation of the error;
+- "visual_evidence": what specific anomalies the evidence shows;
+- "root_cause": what flaw in the program likely causes this behaviour;
+- "suggested_fix": how the program should be modified to fix it.
+
+"""
     + _PARENT
     + """
 ## Evaluation (per instance)
@@ -116,19 +139,23 @@ Operator: critic
 Task name: $task_name
 Artifact kind: $artifact_kind
 
-Analyse the behavioral evidence and the evaluation. Identify why the program fails to achieve a
-perfect score. Do NOT write any code. Output STRICTLY a JSON object with the keys:
-- "failure_mode": a short (2-4 words) categorisation of the error;
-- "visual_evidence": what specific anomalies the evidence shows;
-- "root_cause": what flaw in the program likely causes this behaviour;
-- "suggested_fix": how the program should be modified to fix it.
-""",
+"""
+    + _ANSWER_AS_ABOVE,
 )
 
 _ACTOR_SYSTEM = (
     "You are an expert Python programmer specialising in control algorithms, optimisation and "
     "prompt design. You write complete, executable artifacts."
 )
+
+
+# A-Evolve's graduated scope: the step's own intensity is given at the end of the prompt.
+_CHANGE_SIZE = """
+Change size: the intensity given below multiplies the usual size of a change (A-Evolve's
+graduated scope): 0.50 minimal, the parent is among the best, make small, local edits; 1.00
+targeted, a focused change; 2.00 comprehensive, the parent is far from good, you may restructure.
+
+"""
 
 
 def _actor(
@@ -139,6 +166,8 @@ def _actor(
         description=description,
         system=_ACTOR_SYSTEM,
         user=_TASK
+        + output
+        + _CHANGE_SIZE
         + _PARENT
         + extra
         + _SKILLS_TOOLS
@@ -152,13 +181,8 @@ Artifact kind: $artifact_kind
 
 """
         + instruction
-        + """
-Change size: intensity $intensity multiplies the usual size of a change (A-Evolve's graduated
-scope): 0.50 minimal, the parent is among the best, make small, local edits; 1.00 targeted, a
-focused change; 2.00 comprehensive, the parent is far from good, you may restructure.
-
-"""
-        + output,
+        + "\n"
+        + _ANSWER_AS_ABOVE,
     )
 
 
@@ -253,6 +277,7 @@ ACTOR_ZERO_SHOT = Template(
     "zero-shot from the task description (no parent code)",
     system=_ACTOR_SYSTEM,
     user=_TASK
+    + _OUTPUT_ACTOR
     + """
 $skeleton## Tools candidates may import
 $tools
@@ -265,9 +290,8 @@ Artifact kind: $artifact_kind
 Write a new $artifact_kind for this task from its description alone. It is one of the programs
 of the campaign's initial population, written zero-shot: there is no parent to start from.
 Choose an approach of your own; the population is the more useful the more its programs differ.
-
 """
-    + _OUTPUT_ACTOR,
+    + _ANSWER_AS_ABOVE,
 )
 
 SKILL_EXTRACTOR = Template(
@@ -276,6 +300,13 @@ SKILL_EXTRACTOR = Template(
     system="You distil reusable engineering skills from code changes that worked.",
     user=_TASK
     + """
+## How to answer
+Describe the change from the parent program to the improved child below as a skill another
+program could reuse. Output STRICTLY one JSON object:
+- "name": a short kebab-case name;
+- "trigger": when to apply it, in words (the failure it fixes);
+- "snippet": the few lines of code that carry the change.
+
 ## Parent program
 ```$language
 $parent_code
@@ -294,11 +325,8 @@ $diagnosis
 Operator: skill_extractor
 Artifact kind: $artifact_kind
 
-Describe the change as a skill another program could reuse. Output STRICTLY one JSON object:
-- "name": a short kebab-case name;
-- "trigger": when to apply it, in words (the failure it fixes);
-- "snippet": the few lines of code that carry the change.
-""",
+"""
+    + _ANSWER_AS_ABOVE,
 )
 
 # POLCA App. B's Summarizer prompt: the pool's programs split around τ, a success and a failure
@@ -313,10 +341,17 @@ SUMMARIZER = Template(
     ),
     user=_TASK
     + """
-Analyze the following programs and their evaluation trajectories and extract insights for
-optimization. Programs scoring above the threshold τ = $tau are successes, the others failures;
-for each program a successful and a failed trajectory (or the program beside its parent, when
-the change crossed τ) are paired for contrastive analysis.
+## How to answer
+Analyze the programs and their evaluation trajectories below and extract insights for
+optimization. Output STRICTLY one JSON object with the keys:
+- "reasoning": the key patterns and strategies that led to success or failure in these
+  trajectories;
+- "summary": concrete recommendations for improving the score, based on the successful and
+  failed patterns observed (at most eight sentences).
+
+Programs scoring above the threshold τ = $tau are successes, the others failures; for each
+program a successful and a failed trajectory (or the program beside its parent, when the change
+crossed τ) are paired for contrastive analysis.
 
 ## Successes (mean > τ)
 $successes
@@ -332,12 +367,8 @@ $context
 
 Operator: summarizer
 
-Output STRICTLY one JSON object with the keys:
-- "reasoning": the key patterns and strategies that led to success or failure in these
-  trajectories;
-- "summary": concrete recommendations for improving the score, based on the successful and
-  failed patterns observed (at most eight sentences).
-""",
+"""
+    + _ANSWER_AS_ABOVE,
 )
 
 STALE_REPAIR = Template(
@@ -345,6 +376,7 @@ STALE_REPAIR = Template(
     description="FlashEvolve reflective staleness: patch a stale proposal against the pool diff",
     system=_ACTOR_SYSTEM,
     user=_TASK
+    + _OUTPUT_ACTOR
     + """
 ## Stale proposal (written against pool version $old_version)
 ```$language
@@ -366,9 +398,8 @@ Decide whether the stale proposal still contributes a useful change to the curre
 does, patch it so it builds on the current best: keep its idea, adopt what the new pool members
 do better. If its idea is already covered or conflicts with the pool, return the current best
 unchanged as "code" (the proposal is then discarded).
-
 """
-    + _OUTPUT_ACTOR,
+    + _ANSWER_AS_ABOVE,
 )
 
 TOOL_GENERATOR = Template(

@@ -184,7 +184,7 @@ async def test_a_model_that_edits_outside_the_block_cannot_change_it(
             # Answered only when the prompt states the rule: the proposal's rationale shows it.
             {
                 "schema": "ActorDraft",
-                "pattern": rf"(?s)Operator: m_text.*{RULE}",
+                "pattern": rf"(?s){RULE}.*Operator: m_text",
                 "response": draft(OUTSIDE_TOO, "raised the gain and the limit"),
             },
             {
@@ -235,7 +235,7 @@ async def test_a_stale_repair_that_edits_outside_the_block_cannot_change_it(
         [
             {
                 "schema": "ActorDraft",
-                "pattern": rf"(?s)Operator: stale_repair.*{RULE}",
+                "pattern": rf"(?s){RULE}.*Operator: stale_repair",
                 "response": draft(OUTSIDE_TOO, "patched against the new best"),
             }
         ],
@@ -282,7 +282,7 @@ async def test_a_diff_outside_the_block_falls_back_to_the_whole_file_once(
             },
             {
                 "schema": "ActorDraft",
-                "pattern": r"(?s)Operator: m_diag.*Answer format: SEARCH/REPLACE",
+                "pattern": r"(?s)Answer format: SEARCH/REPLACE.*Operator: m_diag",
                 "response": draft(outside, "raised the limit"),
             },
             # x_div: a SEARCH not in the parent, then a whole file without the block.

@@ -302,3 +302,49 @@ def test_the_simulator_answers_the_zero_shot_prompt_with_a_random_program_of_the
     assert any(isinstance(n, ast.FunctionDef) and n.name == "policy" for n in tree.body)
     unknown = VALUES["actor.zero_shot"] | {"task_name": "no-such-task"}
     assert offline_answer("ActorDraft", render("actor.zero_shot", unknown)) is None
+
+
+# What changes from one call of a campaign to the next: the rest (system message, task, how to
+# answer) is the same in every call and comes first, for the server's prefix cache.
+PER_CALL = (
+    "parent_code",
+    "fitness_score",
+    "diagnosis_json",
+    "co_parent_code",
+    "co_fitness_score",
+    "skills",
+    "context",
+    "operator",
+    "intensity",
+    "evaluation_json",
+    "evidence_note",
+    "child_code",
+    "delta",
+    "diagnosis",
+    "successes",
+    "failures",
+    "pairs",
+    "tau",
+    "proposal_code",
+    "pool_changes",
+    "best_code",
+    "old_version",
+    "new_version",
+)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in BUILT_IN if not n.startswith("tool_")))
+def test_how_to_answer_comes_before_what_changes_from_call_to_call(name: str) -> None:
+    values = VALUES[name]
+    other = values | {k: f"{values[k]} (another call)" for k in PER_CALL if k in values}
+    one, two = render(name), render(name, other)
+    differ = (i for i, (a, b) in enumerate(zip(one, two, strict=False)) if a != b)
+    shared = one[: next(differ, len(one))]  # the zero-shot prompt shows nothing per call
+    # Two calls share the answer's whole specification: a prefix cache spares its prefill.
+    spec = one.index("Output STRICTLY")
+    assert one.index("\n\n", spec) < len(shared), shared[-300:]
+    if name.startswith("actor."):
+        assert "Answer format:" in shared
+    if "$intensity" in BUILT_IN[name].user:
+        assert "Change size:" in shared
+    assert one.endswith('Answer with one JSON object as "How to answer" above says.\n')
